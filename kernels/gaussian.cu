@@ -1,0 +1,1 @@
+// placeholder: the CUDA C source of gaussian is written with the CUDA backend

@@ -1,0 +1,200 @@
+//! The GPU as the daemon sees it: a device that can run a kernel N times on a partition of m SMs
+//! and report how long each launch took, plus what it knows about itself.
+//!
+//! This layer knows nothing of bounds. It owns the [`Gpu`] trait, the description of a device
+//! ([`DeviceInfo`], [`Fingerprint`]), what one batch of launches returns ([`Batch`]) and the two
+//! backends behind the trait: the simulator ([`sim`]) and real CUDA devices ([`cuda`]).
+//!
+//! The trait is synchronous on purpose: a GPU campaign is a long, blocking, one-at-a-time activity
+//! (one launch in flight, timed with events), so the service runs it on a blocking thread rather
+//! than pretending it is async.
+
+pub mod cuda;
+pub mod sim;
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::kernels::{Geometry, KernelSpec};
+
+/// A number of SMs handed to a kernel. Only some sizes are realisable on a given device (on Hopper,
+/// green contexts split SMs in multiples of 8); [`DeviceInfo::partition_sizes`] lists them.
+pub type PartitionSize = u32;
+
+/// Which implementation sits behind the [`Gpu`] trait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    Cuda,
+    Sim,
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Cuda => "cuda",
+            Backend::Sim => "sim",
+        })
+    }
+}
+
+/// The conditions a calibration is valid under. A bound measured under one fingerprint is reported
+/// stale when the device no longer matches it (design rule 3).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Fingerprint {
+    pub backend: Backend,
+    pub device: String,
+    /// The GPU's UUID (the simulator makes one up from its profile and seed).
+    pub uuid: String,
+    pub driver: String,
+    pub cuda: String,
+    /// How clocks were managed while measuring, e.g. `default` or `locked:1980MHz`.
+    pub clock_policy: String,
+}
+
+impl Fingerprint {
+    /// A short, file-name-safe digest used to name the store file of this device.
+    pub fn digest(&self) -> String {
+        // FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
+        let text = serde_json::to_string(self).unwrap_or_default();
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in text.bytes() {
+            hash ^= u64::from(byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        format!("{hash:016x}")
+    }
+}
+
+/// What the daemon knows about the device it measures on.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub backend: Backend,
+    pub total_sms: u32,
+    /// SMs per TPC (2 on Hopper and the embedded profile).
+    pub sms_per_tpc: u32,
+    /// Every realisable partition size, ascending, the whole device last.
+    pub partition_sizes: Vec<PartitionSize>,
+    /// SM clock the device runs at while measuring, in MHz (0 when unknown).
+    pub sm_clock_mhz: u32,
+    pub fingerprint: Fingerprint,
+}
+
+impl DeviceInfo {
+    /// The largest realisable size not above `sms`, or `None` when `sms` is below the smallest.
+    pub fn realisable_at_most(&self, sms: u32) -> Option<PartitionSize> {
+        self.partition_sizes.iter().rev().copied().find(|&p| p <= sms)
+    }
+}
+
+/// Conditions read around one batch of launches. Fields the backend cannot read are `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Telemetry {
+    pub sm_clock_mhz: Option<u32>,
+    pub mem_clock_mhz: Option<u32>,
+    pub temperature_c: Option<u32>,
+    pub power_mw: Option<u32>,
+    /// Active clock-throttle reasons, empty when none. A throttled batch is kept and flagged.
+    pub throttle_reasons: Vec<String>,
+}
+
+impl Telemetry {
+    pub fn throttled(&self) -> bool {
+        !self.throttle_reasons.is_empty()
+    }
+}
+
+/// What the neighbours of the measured partition do while it is timed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, PartialOrd, Ord)]
+#[serde(rename_all = "lowercase")]
+pub enum Interference {
+    /// The rest of the GPU is idle.
+    #[default]
+    Isolated,
+    /// A memory-bandwidth stressor runs on the complementary SMs.
+    Contended,
+}
+
+impl fmt::Display for Interference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Interference::Isolated => "isolated",
+            Interference::Contended => "contended",
+        })
+    }
+}
+
+/// One batch of launches to time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunRequest {
+    pub sms: PartitionSize,
+    pub warmup: u32,
+    pub launches: u32,
+    pub interference: Interference,
+}
+
+/// The result of running one kernel `launches` times, one launch in flight at a time.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Time of each launch, in nanoseconds, in launch order.
+    pub times_ns: Vec<u64>,
+    /// The SM count the partition really had (a split may return a different count than asked).
+    pub granted_sms: u32,
+    /// Launch geometry at this device's occupancy, when the backend knows it.
+    pub geometry: Option<Geometry>,
+    pub telemetry_before: Telemetry,
+    pub telemetry_after: Telemetry,
+}
+
+impl Batch {
+    pub fn throttled(&self) -> bool {
+        self.telemetry_before.throttled() || self.telemetry_after.throttled()
+    }
+}
+
+/// Why the GPU layer could not do what was asked. Every CUDA/NVML failure ends up here: this layer
+/// never panics on a driver error.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error("no NVIDIA driver found: libcuda could not be loaded")]
+    NoDriver,
+    #[error("partition of {requested} SMs is not realisable on this device; realisable sizes: {accepted:?}")]
+    InvalidPartition {
+        requested: u32,
+        accepted: Vec<PartitionSize>,
+    },
+    #[error("kernel `{0}` is not supported by this backend")]
+    UnsupportedKernel(String),
+    #[error("kernel `{kernel}` produced a wrong result: {detail}")]
+    WrongResult { kernel: String, detail: String },
+    #[error("device fault: {0}")]
+    Fault(String),
+    #[error("CUDA driver error in {call}: {detail}")]
+    Driver { call: &'static str, detail: String },
+}
+
+/// A device that kernels can be measured on.
+pub trait Gpu: Send {
+    fn info(&self) -> &DeviceInfo;
+
+    /// Run `kernel` as `request` says: warm-up launches, then timed ones, one in flight at a time.
+    /// `request.sms` must be one of [`DeviceInfo::partition_sizes`].
+    fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError>;
+
+    /// Current conditions, read without running anything.
+    fn telemetry(&mut self) -> Telemetry;
+
+    /// Check that `sms` is realisable here, with an error that lists what is.
+    fn check_partition(&self, sms: PartitionSize) -> Result<(), GpuError> {
+        let info = self.info();
+        if info.partition_sizes.contains(&sms) {
+            Ok(())
+        } else {
+            Err(GpuError::InvalidPartition {
+                requested: sms,
+                accepted: info.partition_sizes.clone(),
+            })
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! The simulated GPU: a physically motivated model of how long a kernel takes on m SMs, so that
+//! everything above the GPU layer runs end to end, deterministically, on a machine without a GPU.
+//!
+//! One launch on m SMs takes
+//! `launch + max(wave * ceil(blocks / (m * blocks_per_sm)), bytes / min(m * sm_bw, roof_bw))
+//!  + contention * max(0, m - onset)`,
+//! times per-launch jitter: a truncated half-normal body plus, rarely, a capped Pareto delay (the
+//! heavy tail). Some batches run through a clock-throttling episode. With a stressor on the other
+//! SMs, the memory time grows with the share of the device the stressor holds.
+//!
+//! Profiles live in `calibration/profiles/*.toml` and are compiled in; `--sim-profile FILE` loads
+//! another. Every batch draws from a ChaCha stream keyed by (seed, kernel, size, batch number), so a
+//! run is reproducible from its seed and two campaigns with different seeds are independent.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::{
+    Backend, Batch, DeviceInfo, Fingerprint, Gpu, GpuError, Interference, PartitionSize,
+    RunRequest, Telemetry,
+};
+use crate::kernels::{Geometry, KernelSpec};
+
+/// A simulated device: its size, partition rule, clocks and the physics of each kernel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    pub name: String,
+    pub total_sms: u32,
+    pub sms_per_tpc: u32,
+    /// Partition sizes are the multiples of this up to the device, plus the whole device.
+    pub partition_step_sms: u32,
+    pub sm_clock_mhz: u32,
+    pub throttle: ThrottleProfile,
+    pub interference: InterferenceProfile,
+    pub kernels: BTreeMap<String, KernelPhysics>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThrottleProfile {
+    /// Chance that a batch contains a throttling episode.
+    pub batch_probability: f64,
+    /// Clock during the episode, as a fraction of the nominal clock.
+    pub clock_factor: f64,
+    /// Launches the episode lasts.
+    pub run_length: u32,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InterferenceProfile {
+    pub memory_slowdown: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelPhysics {
+    pub blocks: u32,
+    pub blocks_per_sm: u32,
+    pub launch_ns: f64,
+    pub wave_ns: f64,
+    pub bytes: f64,
+    pub sm_bytes_per_ns: f64,
+    pub roof_bytes_per_ns: f64,
+    #[serde(default)]
+    pub contention_ns_per_sm: f64,
+    #[serde(default)]
+    pub contention_onset_sms: u32,
+    #[serde(default)]
+    pub jitter: Jitter,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Jitter {
+    /// Relative standard deviation of the body (half-normal, truncated at 4 sigma).
+    pub body_sigma: f64,
+    /// Chance that a launch is hit by a tail delay.
+    pub tail_probability: f64,
+    /// Pareto shape of the delay; below 2 the variance is infinite.
+    pub tail_alpha: f64,
+    /// Pareto scale of the delay, relative to the launch time.
+    pub tail_scale: f64,
+    /// Longest possible delay, relative to the launch time (a preemption or an interrupt ends).
+    pub tail_cap: f64,
+}
+
+impl Default for Jitter {
+    fn default() -> Self {
+        Jitter {
+            body_sigma: 0.012,
+            tail_probability: 0.001,
+            tail_alpha: 3.0,
+            tail_scale: 0.01,
+            tail_cap: 0.06,
+        }
+    }
+}
+
+impl KernelPhysics {
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            blocks: self.blocks,
+            blocks_per_sm: self.blocks_per_sm,
+        }
+    }
+
+    /// Noise-free time of one launch on `sms` SMs, with the neighbours' memory slowdown factor.
+    pub fn ideal_ns(&self, sms: u32, memory_slowdown: f64) -> f64 {
+        let m = f64::from(sms.max(1));
+        let compute = self.wave_ns * f64::from(self.geometry().waves(sms));
+        let bandwidth = (m * self.sm_bytes_per_ns).min(self.roof_bytes_per_ns);
+        let memory = self.bytes / bandwidth * (1.0 + memory_slowdown);
+        let extra_sms = f64::from(sms.saturating_sub(self.contention_onset_sms));
+        self.launch_ns + compute.max(memory) + self.contention_ns_per_sm * extra_sms
+    }
+}
+
+impl DeviceProfile {
+    pub fn h200() -> Self {
+        Self::parse(include_str!("../../calibration/profiles/h200.toml"))
+            .expect("the built-in H200 profile parses")
+    }
+
+    pub fn embedded() -> Self {
+        Self::parse(include_str!("../../calibration/profiles/embedded.toml"))
+            .expect("the built-in embedded profile parses")
+    }
+
+    /// A built-in profile by name (`h200`, `embedded`) or a profile file.
+    pub fn load(name_or_path: &str) -> anyhow::Result<Self> {
+        match name_or_path {
+            "h200" => Ok(Self::h200()),
+            "embedded" => Ok(Self::embedded()),
+            path => {
+                let text = std::fs::read_to_string(Path::new(path)).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot read simulator profile `{path}`: {e}; accepted: h200, embedded, or a TOML file"
+                    )
+                })?;
+                Self::parse(&text).map_err(|e| anyhow::anyhow!("simulator profile `{path}`: {e}"))
+            }
+        }
+    }
+
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let profile: DeviceProfile = toml::from_str(text)?;
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.total_sms > 0, "total_sms must be positive");
+        anyhow::ensure!(
+            self.partition_step_sms > 0 && self.partition_step_sms <= self.total_sms,
+            "partition_step_sms must be between 1 and total_sms"
+        );
+        anyhow::ensure!(
+            self.throttle.clock_factor > 0.0 && self.throttle.clock_factor <= 1.0,
+            "throttle.clock_factor must be in (0, 1]"
+        );
+        for (name, k) in &self.kernels {
+            anyhow::ensure!(
+                k.blocks > 0 && k.blocks_per_sm > 0,
+                "kernel {name}: blocks and blocks_per_sm must be positive"
+            );
+            anyhow::ensure!(
+                k.sm_bytes_per_ns > 0.0 && k.roof_bytes_per_ns > 0.0,
+                "kernel {name}: bandwidths must be positive"
+            );
+            let j = &k.jitter;
+            anyhow::ensure!(
+                (0.0..=1.0).contains(&j.tail_probability) && j.tail_alpha > 0.0,
+                "kernel {name}: jitter.tail_probability must be in [0, 1] and tail_alpha positive"
+            );
+        }
+        Ok(())
+    }
+
+    pub fn partition_sizes(&self) -> Vec<PartitionSize> {
+        let step = self.partition_step_sms;
+        let mut sizes: Vec<u32> = (1..=self.total_sms / step).map(|i| i * step).collect();
+        if sizes.last() != Some(&self.total_sms) {
+            sizes.push(self.total_sms);
+        }
+        sizes
+    }
+}
+
+/// Knobs of a simulated run that are not physics: the seed, fault injection and pacing.
+#[derive(Debug, Clone, Default)]
+pub struct SimOptions {
+    pub seed: u64,
+    /// Fail with a device fault once this many timed launches have run (fault-injection tests).
+    pub fault_after_launches: Option<u64>,
+    /// Really sleep this long per launch, so that jobs take observable time in tests and demos.
+    pub pace_us_per_launch: u64,
+}
+
+pub struct SimGpu {
+    profile: DeviceProfile,
+    info: DeviceInfo,
+    options: SimOptions,
+    batches_run: u64,
+    launches_run: u64,
+}
+
+impl SimGpu {
+    pub fn new(profile: DeviceProfile, options: SimOptions) -> Self {
+        let fingerprint = Fingerprint {
+            backend: Backend::Sim,
+            device: profile.name.clone(),
+            uuid: format!("SIM-{:016x}", fnv(profile.name.as_bytes())),
+            driver: format!("wcetd-sim {}", env!("CARGO_PKG_VERSION")),
+            cuda: "none".into(),
+            clock_policy: format!("nominal:{}MHz", profile.sm_clock_mhz),
+        };
+        let info = DeviceInfo {
+            name: profile.name.clone(),
+            backend: Backend::Sim,
+            total_sms: profile.total_sms,
+            sms_per_tpc: profile.sms_per_tpc,
+            partition_sizes: profile.partition_sizes(),
+            sm_clock_mhz: profile.sm_clock_mhz,
+            fingerprint,
+        };
+        SimGpu {
+            profile,
+            info,
+            options,
+            batches_run: 0,
+            launches_run: 0,
+        }
+    }
+
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+
+    fn rng_for(&self, kernel: &str, sms: u32) -> ChaCha8Rng {
+        let mut key = Vec::with_capacity(kernel.len() + 20);
+        key.extend_from_slice(&self.options.seed.to_le_bytes());
+        key.extend_from_slice(kernel.as_bytes());
+        key.extend_from_slice(&sms.to_le_bytes());
+        key.extend_from_slice(&self.batches_run.to_le_bytes());
+        ChaCha8Rng::seed_from_u64(fnv(&key))
+    }
+
+    fn nominal_telemetry(&self) -> Telemetry {
+        Telemetry {
+            sm_clock_mhz: Some(self.profile.sm_clock_mhz),
+            mem_clock_mhz: Some(2619),
+            temperature_c: Some(45),
+            power_mw: Some(300_000),
+            throttle_reasons: Vec::new(),
+        }
+    }
+
+    fn check_fault(&self) -> Result<(), GpuError> {
+        match self.options.fault_after_launches {
+            Some(limit) if self.launches_run >= limit => Err(GpuError::Fault(format!(
+                "simulated device fault after {limit} launches (Xid 79: GPU has fallen off the bus)"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Gpu for SimGpu {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
+        self.check_partition(request.sms)?;
+        let physics = self
+            .profile
+            .kernels
+            .get(kernel.name)
+            .ok_or_else(|| GpuError::UnsupportedKernel(kernel.name.to_string()))?
+            .clone();
+        let stressor_share = match request.interference {
+            Interference::Isolated => 0.0,
+            Interference::Contended => {
+                f64::from(self.info.total_sms - request.sms) / f64::from(self.info.total_sms)
+            }
+        };
+        let ideal = physics.ideal_ns(
+            request.sms,
+            self.profile.interference.memory_slowdown * stressor_share,
+        );
+        let mut rng = self.rng_for(kernel.name, request.sms);
+        let episode = throttle_episode(&mut rng, &self.profile.throttle, request.launches);
+        let mut times_ns = Vec::with_capacity(request.launches as usize);
+        for i in 0..request.launches {
+            self.check_fault()?;
+            let clock = match episode {
+                Some((start, end)) if (start..end).contains(&i) => self.profile.throttle.clock_factor,
+                _ => 1.0,
+            };
+            let t = ideal * jitter_factor(&mut rng, &physics.jitter) / clock;
+            times_ns.push(t.round() as u64);
+            self.launches_run += 1;
+            if self.options.pace_us_per_launch > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(
+                    self.options.pace_us_per_launch,
+                ));
+            }
+        }
+        self.batches_run += 1;
+        let mut after = self.nominal_telemetry();
+        if let Some((start, end)) = episode {
+            after.throttle_reasons.push(format!(
+                "sw_thermal_slowdown (launches {start}..{end} at {:.0}% clock)",
+                self.profile.throttle.clock_factor * 100.0
+            ));
+        }
+        Ok(Batch {
+            times_ns,
+            granted_sms: request.sms,
+            geometry: Some(physics.geometry()),
+            telemetry_before: self.nominal_telemetry(),
+            telemetry_after: after,
+        })
+    }
+
+    fn telemetry(&mut self) -> Telemetry {
+        self.nominal_telemetry()
+    }
+}
+
+/// Multiplicative jitter of one launch: 1 + body + (rarely) a tail delay.
+fn jitter_factor(rng: &mut ChaCha8Rng, j: &Jitter) -> f64 {
+    let body = j.body_sigma * standard_normal(rng).abs().min(4.0);
+    let tail = if rng.random::<f64>() < j.tail_probability {
+        let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+        (j.tail_scale * (u.powf(-1.0 / j.tail_alpha) - 1.0)).min(j.tail_cap)
+    } else {
+        0.0
+    };
+    1.0 + body + tail
+}
+
+/// The launches, if any, that run at a throttled clock in this batch.
+fn throttle_episode(rng: &mut ChaCha8Rng, t: &ThrottleProfile, launches: u32) -> Option<(u32, u32)> {
+    if launches == 0 || rng.random::<f64>() >= t.batch_probability {
+        return None;
+    }
+    let start = rng.random_range(0..launches);
+    Some((start, (start + t.run_length).min(launches)))
+}
+
+/// Box-Muller; enough for jitter and avoids another dependency.
+fn standard_normal(rng: &mut ChaCha8Rng) -> f64 {
+    let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    let u2: f64 = rng.random();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+fn fnv(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels;
+
+    fn request(sms: u32) -> RunRequest {
+        RunRequest {
+            sms,
+            warmup: 2,
+            launches: 200,
+            interference: Interference::Isolated,
+        }
+    }
+
+    #[test]
+    fn profiles_give_the_documented_partition_sizes() {
+        let h200 = DeviceProfile::h200().partition_sizes();
+        assert_eq!(h200.len(), 17);
+        assert_eq!(h200.first(), Some(&8));
+        assert_eq!(h200.last(), Some(&132));
+        assert_eq!(DeviceProfile::embedded().partition_sizes(), vec![2, 4, 6, 8, 10, 12, 14, 16]);
+    }
+
+    #[test]
+    fn same_seed_same_samples_other_seed_other_samples() {
+        let k = kernels::find("hotspot").unwrap();
+        let run = |seed| {
+            let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions { seed, ..Default::default() });
+            gpu.run(&k, &request(64)).unwrap().times_ns
+        };
+        assert_eq!(run(1), run(1));
+        assert_ne!(run(1), run(2));
+    }
+
+    #[test]
+    fn physics_shows_waves_roofs_and_contention() {
+        let p = DeviceProfile::h200();
+        let hotspot = &p.kernels["hotspot"];
+        // 1156 blocks, 8 per SM: 48 SMs need 4 waves like 40 SMs do, so no gain from 40 to 48.
+        assert_eq!(hotspot.ideal_ns(40, 0.0), hotspot.ideal_ns(48, 0.0));
+        let backprop = &p.kernels["backprop"];
+        assert_eq!(backprop.ideal_ns(64, 0.0), backprop.ideal_ns(128, 0.0), "past the roof");
+        let bfs = &p.kernels["bfs"];
+        assert!(bfs.ideal_ns(132, 0.0) > bfs.ideal_ns(64, 0.0), "more SMs can be slower");
+    }
+
+    #[test]
+    fn samples_never_go_below_the_noise_free_time() {
+        let k = kernels::find("tmatch").unwrap();
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let ideal = gpu.profile().kernels["tmatch"].ideal_ns(16, 0.0);
+        let batch = gpu.run(&k, &request(16)).unwrap();
+        assert!(batch.times_ns.iter().all(|&t| t as f64 >= ideal.floor()));
+    }
+
+    #[test]
+    fn a_stressor_slows_memory_bound_kernels() {
+        let k = kernels::find("backprop").unwrap();
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let iso = gpu.run(&k, &request(32)).unwrap().times_ns;
+        let mut contended = request(32);
+        contended.interference = Interference::Contended;
+        let con = gpu.run(&k, &contended).unwrap().times_ns;
+        assert!(con.iter().max() > iso.iter().max());
+    }
+
+    #[test]
+    fn unrealisable_sizes_and_injected_faults_are_errors() {
+        let k = kernels::find("needle").unwrap();
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        assert!(matches!(gpu.run(&k, &request(12)), Err(GpuError::InvalidPartition { .. })));
+        let mut faulty = SimGpu::new(
+            DeviceProfile::h200(),
+            SimOptions { fault_after_launches: Some(50), ..Default::default() },
+        );
+        assert!(matches!(faulty.run(&k, &request(8)), Err(GpuError::Fault(_))));
+    }
+}

@@ -1,0 +1,92 @@
+//! The kernel catalogue: which kernels the daemon knows, what each computes, and the launch
+//! geometry the model may use as a hint.
+//!
+//! The built-in suite follows the Rodinia kernels used in TPC-partitioning research (needle,
+//! backprop, gaussian, bfs, hotspot, lud, srad) plus a template matcher in place of heartwall.
+//! Their CUDA C sources live in `kernels/` and are compiled at run time with NVRTC by the CUDA
+//! backend; the simulator gives each one a physical profile instead (`calibration/profiles/`).
+
+use serde::{Deserialize, Serialize};
+
+/// Grid size and residency of one kernel launch: what decides how many waves of thread blocks a
+/// partition of m SMs needs (`ceil(blocks / (m * blocks_per_sm))`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Geometry {
+    pub blocks: u32,
+    pub blocks_per_sm: u32,
+}
+
+impl Geometry {
+    /// Waves of thread blocks on `sms` SMs.
+    pub fn waves(&self, sms: u32) -> u32 {
+        let per_wave = sms.max(1).saturating_mul(self.blocks_per_sm.max(1));
+        self.blocks.div_ceil(per_wave)
+    }
+}
+
+/// A kernel the daemon can calibrate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSpec {
+    pub name: &'static str,
+    pub summary: &'static str,
+    /// CUDA C source, compiled with NVRTC by the CUDA backend.
+    pub source: &'static str,
+    /// Problem size (side of the matrix, grid, image or graph scale, per kernel).
+    pub problem_size: u32,
+    /// Seed of the input generator, so every run measures the same input.
+    pub input_seed: u64,
+}
+
+macro_rules! kernel {
+    ($name:literal, $summary:literal, $size:expr) => {
+        KernelSpec {
+            name: $name,
+            summary: $summary,
+            source: include_str!(concat!("../kernels/", $name, ".cu")),
+            problem_size: $size,
+            input_seed: 0x5eed,
+        }
+    };
+}
+
+/// The built-in suite, in the order tables list it.
+pub fn builtin_suite() -> Vec<KernelSpec> {
+    vec![
+        kernel!("needle", "Needleman-Wunsch alignment, one anti-diagonal of blocks", 4096),
+        kernel!("backprop", "Neural-network layer forward pass and weight adjust", 65536),
+        kernel!("gaussian", "Gaussian elimination, Fan1/Fan2 step", 2048),
+        kernel!("bfs", "Breadth-first search frontier expansion on a generated graph", 1 << 20),
+        kernel!("hotspot", "2-D thermal simulation stencil", 1024),
+        kernel!("lud", "LU decomposition, diagonal/perimeter/internal blocks", 2048),
+        kernel!("srad", "Speckle-reducing anisotropic diffusion, two passes", 2048),
+        kernel!("tmatch", "Template matching (normalised cross-correlation), in place of heartwall", 1024),
+    ]
+}
+
+/// Look a kernel up by name in the built-in suite.
+pub fn find(name: &str) -> Option<KernelSpec> {
+    builtin_suite().into_iter().find(|k| k.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waves_follow_the_ceiling_of_blocks_over_capacity() {
+        let g = Geometry { blocks: 528, blocks_per_sm: 2 };
+        assert_eq!(g.waves(132), 2);
+        assert_eq!(g.waves(128), 3);
+        assert_eq!(g.waves(8), 33);
+        assert_eq!(g.waves(0), 264, "zero SMs is treated as one, never a division by zero");
+    }
+
+    #[test]
+    fn suite_names_are_unique() {
+        let suite = builtin_suite();
+        let mut names: Vec<_> = suite.iter().map(|k| k.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), suite.len());
+    }
+}

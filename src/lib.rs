@@ -1,0 +1,2 @@
+pub mod gpu;
+pub mod kernels;
