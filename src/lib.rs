@@ -1,2 +1,11 @@
+pub mod calibrate;
 pub mod gpu;
 pub mod kernels;
+pub mod measure;
+pub mod model;
+pub mod samples;
+pub mod service;
+pub mod store;
+pub mod access;
+pub mod dbus;
+pub mod bus;

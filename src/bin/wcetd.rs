@@ -1,1 +1,205 @@
-fn main() {}
+//! `wcetd`: the daemon. Opens the GPU (or the simulator), loads the last calibration, calibrates
+//! what is missing, and serves bounds on the bus until SIGTERM or SIGINT.
+
+use anyhow::Context;
+use clap::Parser;
+use std::path::PathBuf;
+
+use wcetd::bus::{self, BusChoice, PrivateBus};
+use wcetd::calibrate::Recipe;
+use wcetd::gpu::sim::{DeviceProfile, SimOptions};
+use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
+use wcetd::measure::CampaignSettings;
+use wcetd::model::{Method, MethodConfig};
+use wcetd::service::{Service, ServiceConfig};
+use wcetd::{access::OperatorPolicy, dbus, store};
+
+#[derive(Parser, Debug)]
+#[command(version, about = "Serve conservative WCET bounds for CUDA kernels over D-Bus")]
+struct Args {
+    /// GPU backend.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Simulator device profile: `h200`, `embedded`, or a TOML file.
+    #[arg(long, default_value = "h200")]
+    sim_profile: String,
+    /// Simulator seed (runs are reproducible from it).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where calibrations are kept [default: $STATE_DIRECTORY, else $XDG_STATE_HOME/wcetd].
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Bus address to serve on (overrides --system/--session).
+    #[arg(long)]
+    bus_address: Option<String>,
+    /// Serve on the system bus.
+    #[arg(long, conflicts_with = "session")]
+    system: bool,
+    /// Serve on the session bus.
+    #[arg(long)]
+    session: bool,
+    /// Bound method.
+    #[arg(long, default_value = "wcetd")]
+    method: Method,
+    /// Timed launches per partition size.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    launches: u32,
+    /// Most partition sizes the planner measures per kernel.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
+    max_sizes: u32,
+    /// Exceedance probability per launch the tail bound is stated at.
+    #[arg(long, default_value_t = 1e-9)]
+    exceedance: f64,
+    /// Measure with a memory-bandwidth stressor on the other SMs (bounds tagged `contended`).
+    #[arg(long)]
+    contended: bool,
+    /// Group whose members may call Calibration1 (besides root and the daemon's user).
+    #[arg(long, default_value = "wcetd")]
+    operator_group: String,
+    /// Simulator: fail with a device fault after this many launches (fault-injection tests).
+    #[arg(long, hide = true)]
+    sim_fault_after: Option<u64>,
+    /// Simulator: sleep this many microseconds per launch, so jobs take visible time.
+    #[arg(long, default_value_t = 0)]
+    sim_pace_us: u64,
+    /// Do not calibrate missing kernels at start.
+    #[arg(long)]
+    no_initial_calibration: bool,
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("building the tokio runtime");
+    match runtime.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wcetd: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.exceedance > 0.0 && args.exceedance < 1.0,
+        "--exceedance {} is out of range; accepted: a probability strictly between 0 and 1",
+        args.exceedance
+    );
+    let profile = DeviceProfile::load(&args.sim_profile)?;
+    let sim = SimOptions {
+        seed: args.seed,
+        fault_after_launches: args.sim_fault_after,
+        pace_us_per_launch: args.sim_pace_us,
+    };
+    let gpu = gpu::open(args.backend, profile, sim).map_err(|e| match e {
+        GpuError::NoDriver => anyhow::anyhow!("{e}; use --backend sim to run on the simulated GPU"),
+        e => e.into(),
+    })?;
+    let state_dir = args.state_dir.clone().unwrap_or_else(store::default_state_dir);
+    let store = store::Store::open(&state_dir)?;
+    let config = service_config(&args);
+    let (service, first_job) = if args.no_initial_calibration {
+        let (s, _) = Service::start(gpu, store, ServiceConfig { max_queued_jobs: 0, ..config.clone() });
+        (s, None)
+    } else {
+        Service::start(gpu, store, config)
+    };
+    let (conn, private) = connect(&args, &state_dir).await?;
+    dbus::serve(&conn, service.clone(), OperatorPolicy::new(&args.operator_group)).await?;
+    tokio::spawn(dbus::forward_events(conn.clone(), service.clone()));
+    conn.request_name(dbus::BUS_NAME)
+        .await
+        .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
+    announce(&service, &conn, private.as_ref(), &state_dir, first_job);
+    wait_for_shutdown().await;
+    tracing::info!("shutting down");
+    let _ = conn.release_name(dbus::BUS_NAME).await;
+    if private.is_some() {
+        let _ = std::fs::remove_file(bus::address_file(&state_dir));
+    }
+    Ok(())
+}
+
+fn service_config(args: &Args) -> ServiceConfig {
+    let interference = if args.contended { Interference::Contended } else { Interference::Isolated };
+    ServiceConfig {
+        recipe: Recipe {
+            campaign: CampaignSettings {
+                launches: args.launches,
+                max_sizes: args.max_sizes as usize,
+                interference,
+                ..CampaignSettings::default()
+            },
+            method: args.method,
+            method_config: MethodConfig { exceedance: args.exceedance, ..MethodConfig::default() },
+        },
+        ..ServiceConfig::default()
+    }
+}
+
+/// Connect as asked; with nothing asked and no bus reachable, start a private one.
+async fn connect(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<(zbus::Connection, Option<PrivateBus>)> {
+    let choice = match (&args.bus_address, args.system, args.session) {
+        (Some(a), _, _) => BusChoice::Address(a.clone()),
+        (None, true, _) => BusChoice::System,
+        (None, _, true) => BusChoice::Session,
+        _ => BusChoice::Auto,
+    };
+    if choice != BusChoice::Auto {
+        return Ok((bus::connect(&choice).await?, None));
+    }
+    if let Ok(conn) = bus::connect(&BusChoice::Auto).await {
+        if conn.request_name(dbus::BUS_NAME).await.is_ok() {
+            return Ok((conn, None));
+        }
+    }
+    tracing::info!("no usable bus; starting a private dbus-daemon");
+    let private = PrivateBus::start(&runtime_dir())?;
+    let conn = bus::connect(&BusChoice::Address(private.address().to_string())).await?;
+    std::fs::write(bus::address_file(state_dir), private.address())
+        .with_context(|| format!("recording the bus address in {}", state_dir.display()))?;
+    Ok((conn, Some(private)))
+}
+
+fn runtime_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    base.join(format!("wcetd-{}", std::process::id()))
+}
+
+fn announce(service: &Service, conn: &zbus::Connection, private: Option<&PrivateBus>, state_dir: &std::path::Path, job: Option<u64>) {
+    let device = service.device();
+    println!("wcetd: serving {} on {}", dbus::BUS_NAME, private.map_or("the bus".to_string(), |p| p.address().to_string()));
+    if let Some(p) = private {
+        println!("wcetd: private bus; in another shell: export WCETD_BUS_ADDRESS='{}'", p.address());
+    }
+    println!(
+        "wcetd: device {} ({} backend, {} SMs, partitions {:?}); state in {}",
+        device.name, device.backend, device.total_sms, device.partition_sizes, state_dir.display()
+    );
+    if let Some(job) = job {
+        println!("wcetd: calibrating the built-in suite as job {job}; bounds are served as each job finishes");
+    }
+    tracing::info!(unique_name = ?conn.unique_name(), "ready");
+}
+
+async fn wait_for_shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}

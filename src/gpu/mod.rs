@@ -67,7 +67,7 @@ impl Fingerprint {
 }
 
 /// What the daemon knows about the device it measures on.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeviceInfo {
     pub name: String,
     pub backend: Backend,
@@ -196,5 +196,35 @@ pub trait Gpu: Send {
                 accepted: info.partition_sizes.clone(),
             })
         }
+    }
+}
+
+/// Which backend to open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// CUDA when a driver is present, else the simulator (with a warning that says so).
+    Auto,
+    Cuda,
+    Sim,
+}
+
+/// Open the backend `choice` asks for. `Auto` falls back to the simulator when no driver loads;
+/// an explicit `Cuda` fails with the reason instead.
+pub fn open(
+    choice: BackendChoice,
+    sim_profile: sim::DeviceProfile,
+    sim_options: sim::SimOptions,
+) -> Result<Box<dyn Gpu>, GpuError> {
+    let simulated = || Box::new(sim::SimGpu::new(sim_profile.clone(), sim_options.clone())) as Box<dyn Gpu>;
+    match choice {
+        BackendChoice::Sim => Ok(simulated()),
+        BackendChoice::Cuda => cuda::open(0),
+        BackendChoice::Auto => match cuda::open(0) {
+            Ok(gpu) => Ok(gpu),
+            Err(e) => {
+                tracing::warn!("CUDA backend unavailable ({e}); using the simulated GPU `{}`", sim_profile.name);
+                Ok(simulated())
+            }
+        },
     }
 }

@@ -1,0 +1,108 @@
+//! Who may operate the daemon. The system bus policy file is one wall; this is the second, so a
+//! private or session bus is protected too: `Calibration1` callers are looked up through the bus
+//! (their UID and groups) and refused unless root, in the operator group, or the daemon's own user
+//! (who could already stop or ptrace the daemon, so gains nothing).
+
+use std::ffi::CString;
+use zbus::fdo::DBusProxy;
+use zbus::message::Header;
+use zbus::names::BusName;
+use zbus::Connection;
+
+use crate::service::ServiceError;
+
+#[derive(Debug, Clone)]
+pub struct OperatorPolicy {
+    /// The operator group's name, and its GID when it exists on this machine.
+    pub group: String,
+    pub gid: Option<u32>,
+    pub own_uid: u32,
+}
+
+impl OperatorPolicy {
+    pub fn new(group: &str) -> Self {
+        OperatorPolicy { group: group.to_string(), gid: gid_of(group), own_uid: current_uid() }
+    }
+
+    /// Whether `uid` with supplementary `groups` may operate.
+    pub fn allows(&self, uid: u32, groups: &[u32]) -> bool {
+        uid == 0 || uid == self.own_uid || self.gid.is_some_and(|g| groups.contains(&g))
+    }
+
+    /// Refuse the caller of `method` unless allowed.
+    pub async fn check(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<(), ServiceError> {
+        let denied = |who: String| {
+            ServiceError::AccessDenied(format!(
+                "{method} is for operators; {who} is not root and not in group `{}`; accepted: root or a member of `{}`",
+                self.group, self.group
+            ))
+        };
+        let Some(sender) = header.sender() else {
+            return Err(denied("a caller with no bus name".into()));
+        };
+        let creds = async {
+            let proxy = DBusProxy::new(conn).await?;
+            proxy.get_connection_credentials(BusName::Unique(sender.clone())).await
+        }
+        .await
+        .map_err(|e| ServiceError::AccessDenied(format!("cannot identify the caller of {method}: {e}")))?;
+        let uid = creds.unix_user_id().ok_or_else(|| denied(format!("{sender} (no UID)")))?;
+        let groups = creds.unix_group_ids().cloned().unwrap_or_else(|| groups_of(uid));
+        if self.allows(uid, &groups) {
+            Ok(())
+        } else {
+            tracing::warn!(uid, method, "refused an operator call");
+            Err(denied(format!("UID {uid}")))
+        }
+    }
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn gid_of(group: &str) -> Option<u32> {
+    let name = CString::new(group).ok()?;
+    // SAFETY: getgrnam takes a NUL-terminated string and returns NULL or a pointer to static
+    // storage, which is read at once, before any other call could overwrite it.
+    let entry = unsafe { libc::getgrnam(name.as_ptr()) };
+    // SAFETY: checked non-null just before reading.
+    (!entry.is_null()).then(|| unsafe { (*entry).gr_gid })
+}
+
+/// Supplementary groups of `uid` from the user database, for buses that do not report them.
+fn groups_of(uid: u32) -> Vec<u32> {
+    // SAFETY: getpwuid returns NULL or a pointer to static storage that is read at once.
+    let pw = unsafe { libc::getpwuid(uid) };
+    if pw.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: pw is non-null; its fields are valid C strings / values until the next call.
+    let (name, gid) = unsafe { ((*pw).pw_name, (*pw).pw_gid) };
+    let mut groups = vec![0 as libc::gid_t; 256];
+    let mut count = groups.len() as libc::c_int;
+    // SAFETY: the buffer holds `count` entries; getgrouplist writes at most that many.
+    let rc = unsafe { libc::getgrouplist(name, gid, groups.as_mut_ptr(), &mut count) };
+    if rc < 0 {
+        return vec![gid];
+    }
+    groups.truncate(count.max(0) as usize);
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_own_user_and_group_members_may_operate() {
+        let policy = OperatorPolicy { group: "wcetd".into(), gid: Some(970), own_uid: 1000 };
+        assert!(policy.allows(0, &[]));
+        assert!(policy.allows(1000, &[]));
+        assert!(policy.allows(1001, &[5, 970]));
+        assert!(!policy.allows(1001, &[5]));
+        let no_group = OperatorPolicy { gid: None, ..policy };
+        assert!(!no_group.allows(1001, &[970]));
+    }
+}

@@ -1,0 +1,57 @@
+//! Calibrating one kernel end to end: the model's planner picks the sizes, the campaign measures
+//! them, the model turns the samples into a bound table. This is the only place the measurement
+//! and model layers meet, so neither has to know the other.
+
+use chrono::Utc;
+use std::sync::atomic::AtomicBool;
+
+use crate::gpu::Gpu;
+use crate::kernels::KernelSpec;
+use crate::measure::{self, CampaignSettings, KernelCampaign, MeasureError};
+use crate::model::{self, method, Method, MethodConfig, ModelError, Observations};
+use crate::store::KernelCalibration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CalibrateError {
+    #[error(transparent)]
+    Measure(#[from] MeasureError),
+    #[error("kernel {kernel}: {source}")]
+    Model { kernel: String, source: ModelError },
+}
+
+/// What a calibration is made with.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Recipe {
+    pub campaign: CampaignSettings,
+    pub method: Method,
+    pub method_config: MethodConfig,
+}
+
+/// Plan, measure and fit one kernel. `progress` receives the fraction done, 0 to 1.
+pub fn calibrate_kernel(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    recipe: &Recipe,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<KernelCalibration, CalibrateError> {
+    let sizes = gpu.info().partition_sizes.clone();
+    let budget = recipe.campaign.max_sizes;
+    let mut next = |c: &KernelCampaign| model::planner::next_size(&observations(c), &sizes, budget);
+    let mut report = |done: u64, total: u64| progress(done as f64 / total.max(1) as f64);
+    let campaign = measure::run_campaign(gpu, kernel, &recipe.campaign, &mut next, cancel, &mut report)?;
+    let table = method::bound_table(&observations(&campaign), &sizes, recipe.method, &recipe.method_config)
+        .map_err(|source| CalibrateError::Model { kernel: kernel.name.to_string(), source })?;
+    let calibrated_at = Utc::now();
+    Ok(KernelCalibration {
+        id: format!("{}@{}", kernel.name, calibrated_at.format("%Y%m%dT%H%M%S%.3fZ")),
+        calibrated_at,
+        campaign,
+        table,
+    })
+}
+
+/// A campaign's samples as the model takes them.
+pub fn observations(c: &KernelCampaign) -> Observations {
+    Observations { geometry: c.geometry, by_size: c.samples() }
+}

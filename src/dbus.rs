@@ -1,0 +1,255 @@
+//! The bus face: `org.wcetd.Bounds1` and `org.wcetd.Calibration1` on `/org/wcetd/Wcetd1`, exactly
+//! as the design notes fix them. Thin on purpose: each method checks what only the bus knows (the
+//! caller), forwards to the [`Service`], and maps [`ServiceError`]s to the design's error names.
+//! Service events become signals in [`forward_events`].
+
+use std::collections::HashMap;
+use zbus::message::{Header, Message};
+use zbus::names::ErrorName;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection, Variant};
+
+use crate::gpu::Interference;
+use crate::service::{BoundInfo, Event, Service, ServiceError};
+
+pub const BUS_NAME: &str = "org.wcetd.Wcetd1";
+pub const OBJECT_PATH: &str = "/org/wcetd/Wcetd1";
+pub const BOUNDS_INTERFACE: &str = "org.wcetd.Bounds1";
+pub const CALIBRATION_INTERFACE: &str = "org.wcetd.Calibration1";
+
+/// An error reply: a design-notes error name and a message that says what was wrong and what is
+/// accepted.
+#[derive(Debug, Clone)]
+pub struct BusError {
+    name: &'static str,
+    message: String,
+}
+
+impl From<ServiceError> for BusError {
+    fn from(e: ServiceError) -> Self {
+        let name = match &e {
+            ServiceError::InvalidArgs(_) => "org.freedesktop.DBus.Error.InvalidArgs",
+            ServiceError::AccessDenied(_) => "org.freedesktop.DBus.Error.AccessDenied",
+            ServiceError::UnknownKernel(_) => "org.wcetd.Error.UnknownKernel",
+            ServiceError::NotCalibrated(_) => "org.wcetd.Error.NotCalibrated",
+            ServiceError::InvalidPartition(_) => "org.wcetd.Error.InvalidPartition",
+            ServiceError::Infeasible(_) => "org.wcetd.Error.Infeasible",
+            ServiceError::Busy(_) => "org.wcetd.Error.Busy",
+        };
+        BusError { name, message: e.to_string() }
+    }
+}
+
+impl From<zbus::Error> for BusError {
+    fn from(e: zbus::Error) -> Self {
+        BusError { name: "org.freedesktop.DBus.Error.Failed", message: e.to_string() }
+    }
+}
+
+impl zbus::DBusError for BusError {
+    fn create_reply(&self, call: &Header<'_>) -> zbus::Result<Message> {
+        Message::error(call, self.name()).build(&(self.message.as_str(),))
+    }
+
+    fn name(&self) -> ErrorName<'_> {
+        ErrorName::from_static_str_unchecked(self.name)
+    }
+
+    fn description(&self) -> Option<&str> {
+        Some(&self.message)
+    }
+}
+
+
+/// `org.wcetd.Bounds1`: anyone may call.
+pub struct Bounds {
+    pub service: Service,
+}
+
+#[interface(name = "org.wcetd.Bounds1")]
+impl Bounds {
+    fn list_kernels(&self) -> Vec<String> {
+        self.service.list_kernels()
+    }
+
+    fn get_bound(&self, kernel: &str, sms: u32) -> Result<u64, BusError> {
+        Ok(self.service.bound_info(kernel, sms, None)?.entry.bound_ns)
+    }
+
+    fn get_bound_info(&self, kernel: &str, sms: u32) -> Result<HashMap<String, Variant<'static>>, BusError> {
+        Ok(info_dict(&self.service.bound_info(kernel, sms, None)?))
+    }
+
+    fn get_curve(&self, kernel: &str) -> Result<Vec<(u32, u64)>, BusError> {
+        Ok(self.service.curve(kernel, None)?)
+    }
+
+    fn min_partition(&self, kernel: &str, deadline_ns: u64) -> Result<u32, BusError> {
+        Ok(self.service.min_partition(kernel, deadline_ns, None)?.0)
+    }
+
+    /// `GetBound` for one interference tag (`isolated` or `contended`): an extension.
+    fn get_bound_tagged(&self, kernel: &str, sms: u32, interference: &str) -> Result<u64, BusError> {
+        let tag = parse_tag(interference)?;
+        Ok(self.service.bound_info(kernel, sms, Some(tag))?.entry.bound_ns)
+    }
+
+    /// A method that does nothing, so benchmarks can compare `GetBound` against the bus itself.
+    fn ping(&self) {}
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn device(&self) -> String {
+        self.service.device().name.clone()
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn backend(&self) -> String {
+        self.service.device().backend.to_string()
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn total_sms(&self) -> u32 {
+        self.service.device().total_sms
+    }
+
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn partition_sizes(&self) -> Vec<u32> {
+        self.service.device().partition_sizes.clone()
+    }
+
+    /// `ok`, or `degraded: <why>` after a failed calibration (old bounds are still served).
+    #[zbus(property)]
+    fn health(&self) -> String {
+        self.service.health()
+    }
+
+    /// Kernels whose bounds were calibrated on a device that no longer matches (rule 3).
+    #[zbus(property)]
+    fn stale_kernels(&self) -> Vec<String> {
+        self.service.stale_kernels()
+    }
+
+    #[zbus(signal)]
+    async fn bounds_changed(emitter: &SignalEmitter<'_>, kernels: Vec<String>) -> zbus::Result<()>;
+}
+
+fn parse_tag(tag: &str) -> Result<Interference, ServiceError> {
+    match tag {
+        "isolated" => Ok(Interference::Isolated),
+        "contended" => Ok(Interference::Contended),
+        other => Err(ServiceError::InvalidArgs(format!(
+            "interference `{other}` is unknown; accepted: isolated, contended"
+        ))),
+    }
+}
+
+fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
+    let mut d = HashMap::new();
+    let mut put = |k: &str, v: Variant<'static>| {
+        d.insert(k.to_string(), v);
+    };
+    put("bound_ns", b.entry.bound_ns.into());
+    put("partition_sms", b.entry.sms.into());
+    put("requested_sms", b.requested_sms.into());
+    put("provenance", b.entry.provenance.to_string().into());
+    put("calibrated_at", b.calibrated_at.to_rfc3339().into());
+    put("calibration", b.calibration_id.clone().into());
+    put("stale", b.stale.into());
+    put("samples", b.entry.samples.into());
+    put("observed_max_ns", b.entry.observed_max_ns.into());
+    put("method", b.method.clone().into());
+    put("law", b.law.clone().into());
+    put("tail", b.tail.clone().into());
+    put("interference", b.interference.to_string().into());
+    put("notes", b.notes.join("; ").into());
+    d
+}
+
+/// `org.wcetd.Calibration1`: operators only (root, the operator group, or the daemon's own user).
+pub struct Calibration {
+    pub service: Service,
+    pub access: crate::access::OperatorPolicy,
+}
+
+#[interface(name = "org.wcetd.Calibration1")]
+impl Calibration {
+    async fn recalibrate(
+        &self,
+        kernels: Vec<String>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<u64, BusError> {
+        self.access.check(conn, &header, "Recalibrate").await?;
+        Ok(self.service.recalibrate(&kernels)?)
+    }
+
+    async fn get_job(
+        &self,
+        job: u64,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(String, f64, String), BusError> {
+        self.access.check(conn, &header, "GetJob").await?;
+        let s = self.service.job(job)?;
+        Ok((s.state.as_str().to_string(), s.progress, s.message))
+    }
+
+    async fn cancel_job(
+        &self,
+        job: u64,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        self.access.check(conn, &header, "CancelJob").await?;
+        Ok(self.service.cancel_job(job)?)
+    }
+
+    #[zbus(signal)]
+    async fn job_progress(emitter: &SignalEmitter<'_>, job: u64, progress: f64) -> zbus::Result<()>;
+
+    #[zbus(signal)]
+    async fn job_finished(emitter: &SignalEmitter<'_>, job: u64, state: &str, message: &str) -> zbus::Result<()>;
+}
+
+/// Serve both interfaces on `conn`.
+pub async fn serve(conn: &Connection, service: Service, access: crate::access::OperatorPolicy) -> zbus::Result<()> {
+    let server = conn.object_server();
+    server.at(OBJECT_PATH, Bounds { service: service.clone() }).await?;
+    server.at(OBJECT_PATH, Calibration { service, access }).await?;
+    Ok(())
+}
+
+/// Turn service events into signals until the service's event channel closes.
+pub async fn forward_events(conn: Connection, service: Service) {
+    let mut events = service.subscribe();
+    let server = conn.object_server();
+    let Ok(bounds) = server.interface::<_, Bounds>(OBJECT_PATH).await else { return };
+    let Ok(calibration) = server.interface::<_, Calibration>(OBJECT_PATH).await else { return };
+    loop {
+        let event = match events.recv().await {
+            Ok(e) => e,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(missed = n, "signal forwarder fell behind; some progress signals were skipped");
+                continue;
+            }
+            Err(_) => return,
+        };
+        let sent = match event {
+            Event::JobProgress { job, progress } => {
+                Calibration::job_progress(calibration.signal_emitter(), job, progress).await
+            }
+            Event::JobFinished { job, state, message } => {
+                Calibration::job_finished(calibration.signal_emitter(), job, state.as_str(), &message).await
+            }
+            Event::BoundsChanged { kernels } => {
+                let emitter = bounds.signal_emitter();
+                let changed = bounds.get().await.stale_kernels_changed(emitter).await;
+                Bounds::bounds_changed(emitter, kernels).await.and(changed)
+            }
+            Event::HealthChanged { .. } => bounds.get().await.health_changed(bounds.signal_emitter()).await,
+        };
+        if let Err(e) = sent {
+            tracing::warn!(error = %e, "could not emit a signal");
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! How a bound method fares against held-out samples (filled in with `wcetctl evaluate`).

@@ -1,0 +1,360 @@
+//! Scaling laws: how a kernel's typical time changes with the number of SMs it is given, and the
+//! fit of each law to measured points.
+//!
+//! Every law here is a nonnegative combination of basis functions of m, with at most one nonlinear
+//! parameter (a roof knee, a contention onset, or the block capacity that sets wave steps). For a
+//! fixed nonlinear parameter the coefficients have an exact nonnegative least-squares solution, so
+//! the fitter only searches one dimension: a grid scan (the cost is multimodal when ceilings are
+//! involved) refined by argmin's Brent optimiser. The cost is the sum of squared relative errors,
+//! because a 5% error matters the same at 8 SMs as at 132.
+
+use argmin::core::{CostFunction, Executor};
+use argmin::solver::brent::BrentOpt;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+use crate::kernels::Geometry;
+
+/// A family of scaling curves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Law {
+    /// a + b/m: a serial part and a perfectly parallel part.
+    Amdahl,
+    /// a + w * waves(m): thread blocks run in waves; needs the capacity blocks/blocks_per_sm,
+    /// taken from the geometry when known, fitted otherwise.
+    Wave,
+    /// a + b / min(m, k): per-SM throughput until a device-wide roof at k SMs.
+    Roof,
+    /// a + b/m + c * max(0, m - o): a term that grows with m past an onset (shared caches,
+    /// atomics, the memory system) can make more SMs slower.
+    Contention,
+    /// a + b / min(m, blocks/blocks_per_sm): no gain once every block has an SM (needs geometry).
+    SmallGrid,
+    /// a + w * waves(m) + c * max(0, m - o): wave steps and contention together.
+    WaveContention,
+    /// a + b / min(m, k) + c * max(0, m - k): past the roof, more SMs only add contention.
+    RoofContention,
+}
+
+impl Law {
+    pub const ALL: [Law; 7] = [
+        Law::Amdahl,
+        Law::Wave,
+        Law::Roof,
+        Law::Contention,
+        Law::SmallGrid,
+        Law::WaveContention,
+        Law::RoofContention,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Law::Amdahl => "amdahl",
+            Law::Wave => "wave",
+            Law::Roof => "roof",
+            Law::Contention => "contention",
+            Law::SmallGrid => "small-grid",
+            Law::WaveContention => "wave-contention",
+            Law::RoofContention => "roof-contention",
+        }
+    }
+
+    /// Free parameters when fitted with (`Some`) or without (`None`) known geometry, or `None`
+    /// when the law cannot be used at all.
+    pub fn parameters(self, geometry: Option<Geometry>) -> Option<usize> {
+        match (self, geometry) {
+            (Law::Amdahl, _) => Some(2),
+            (Law::Wave, Some(_)) => Some(2),
+            (Law::Wave, None) => Some(3),
+            (Law::Roof, _) => Some(3),
+            (Law::Contention, _) => Some(4),
+            (Law::SmallGrid, Some(_)) => Some(2),
+            (Law::SmallGrid, None) => None,
+            (Law::WaveContention, Some(_)) => Some(4),
+            (Law::WaveContention, None) => None,
+            (Law::RoofContention, _) => Some(4),
+        }
+    }
+
+    /// Basis functions at `m` for nonlinear parameter `q` (unused by laws without one).
+    fn basis(self, m: f64, q: f64, geometry: Option<Geometry>) -> Vec<f64> {
+        let waves = |m: f64| match geometry {
+            Some(g) => f64::from(g.waves(m as u32)),
+            None => (q / m).ceil(),
+        };
+        match self {
+            Law::Amdahl => vec![1.0, 1.0 / m],
+            Law::Wave => vec![1.0, waves(m)],
+            Law::Roof => vec![1.0, 1.0 / m.min(q)],
+            Law::Contention => vec![1.0, 1.0 / m, (m - q).max(0.0)],
+            Law::SmallGrid => {
+                let g = geometry.expect("small-grid law needs geometry");
+                let knee = f64::from(g.blocks) / f64::from(g.blocks_per_sm.max(1));
+                vec![1.0, 1.0 / m.min(knee.max(1.0))]
+            }
+            Law::WaveContention => vec![1.0, waves(m), (m - q).max(0.0)],
+            Law::RoofContention => vec![1.0, 1.0 / m.min(q), (m - q).max(0.0)],
+        }
+    }
+
+    /// Range of the nonlinear parameter for points spanning `lo..=hi` SMs, or `None`.
+    fn nonlinear_range(self, lo: f64, hi: f64, geometry: Option<Geometry>) -> Option<(f64, f64)> {
+        match (self, geometry) {
+            (Law::Wave, None) => Some((lo, 128.0 * lo)),
+            (Law::Roof | Law::RoofContention, _) => Some((lo, hi)),
+            (Law::Contention | Law::WaveContention, _) => Some((0.0, hi)),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Law {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A law with its parameters fitted to some points.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FittedLaw {
+    pub law: Law,
+    pub coefficients: Vec<f64>,
+    /// The nonlinear parameter (knee, onset or capacity); 0 when the law has none.
+    pub nonlinear: f64,
+    pub geometry: Option<Geometry>,
+}
+
+impl FittedLaw {
+    pub fn predict(&self, sms: u32) -> f64 {
+        let basis = self.law.basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
+        basis.iter().zip(&self.coefficients).map(|(b, c)| b * c).sum()
+    }
+}
+
+/// A point to fit: a partition size and the kernel's typical time there, in nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Point {
+    pub sms: u32,
+    pub time_ns: f64,
+}
+
+/// Fit `law` to `points`. `None` when the law does not apply or there are fewer points than
+/// parameters (an exactly determined fit says nothing about the law's validity, but is allowed).
+pub fn fit(law: Law, points: &[Point], geometry: Option<Geometry>) -> Option<FittedLaw> {
+    let params = law.parameters(geometry)?;
+    if points.len() < params || points.iter().any(|p| !(p.time_ns > 0.0) || p.sms == 0) {
+        return None;
+    }
+    let lo = f64::from(points.iter().map(|p| p.sms).min()?);
+    let hi = f64::from(points.iter().map(|p| p.sms).max()?);
+    let nonlinear = match law.nonlinear_range(lo, hi, geometry) {
+        None => 0.0,
+        Some((a, b)) => search_nonlinear(law, points, geometry, a, b),
+    };
+    let (coefficients, _) = nnls_relative(law, points, nonlinear, geometry);
+    Some(FittedLaw {
+        law,
+        coefficients,
+        nonlinear,
+        geometry,
+    })
+}
+
+/// Best nonlinear parameter in `lo..=hi`.
+fn search_nonlinear(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f64) -> f64 {
+    if law == Law::Wave {
+        wave_capacity(pts, lo, hi)
+    } else {
+        grid_then_brent(law, pts, g, lo, hi)
+    }
+}
+
+/// The wave count `ceil(q / m)` only changes where q crosses a multiple of a measured m, so the
+/// cost is piecewise constant in q and every distinct fit is reached at one of those breakpoints.
+/// Enumerating them is exact where a continuous optimiser would stall on a plateau.
+fn wave_capacity(pts: &[Point], lo: f64, hi: f64) -> f64 {
+    let mut breakpoints: Vec<f64> = pts
+        .iter()
+        .flat_map(|p| {
+            let m = f64::from(p.sms);
+            (1..).map(move |k| k as f64 * m).take_while(move |&q| q <= hi)
+        })
+        .filter(|&q| q >= lo)
+        .collect();
+    breakpoints.sort_by(f64::total_cmp);
+    breakpoints.dedup();
+    breakpoints
+        .into_iter()
+        .map(|q| (q, nnls_relative(Law::Wave, pts, q, None).1))
+        .fold((lo, f64::INFINITY), |best, (q, c)| if c < best.1 { (q, c) } else { best })
+        .0
+}
+
+/// Grid scan over a continuous parameter, then argmin's Brent refinement inside the best cell.
+fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f64) -> f64 {
+    const CELLS: usize = 48;
+    let cost = |q: f64| nnls_relative(law, pts, q, g).1;
+    let step = (hi - lo) / CELLS as f64;
+    let (best_i, _) = (0..=CELLS)
+        .map(|i| (i, cost(lo + step * i as f64)))
+        .fold((0, f64::INFINITY), |acc, (i, c)| if c < acc.1 { (i, c) } else { acc });
+    let grid_best = lo + step * best_i as f64;
+    let a = (grid_best - step).max(lo);
+    let b = (grid_best + step).min(hi);
+    if b - a <= f64::EPSILON {
+        return grid_best;
+    }
+    let problem = NonlinearCost { law, points: pts, geometry: g };
+    let refined = Executor::new(problem, BrentOpt::new(a, b))
+        .configure(|state| state.max_iters(40))
+        .run()
+        .ok()
+        .and_then(|r| r.state().best_param);
+    match refined {
+        Some(q) if cost(q) < cost(grid_best) => q,
+        _ => grid_best,
+    }
+}
+
+/// The one-dimensional problem argmin solves: residual of the best coefficients at `q`.
+struct NonlinearCost<'a> {
+    law: Law,
+    points: &'a [Point],
+    geometry: Option<Geometry>,
+}
+
+impl CostFunction for NonlinearCost<'_> {
+    type Param = f64;
+    type Output = f64;
+
+    fn cost(&self, q: &f64) -> Result<f64, argmin::core::Error> {
+        Ok(nnls_relative(self.law, self.points, *q, self.geometry).1)
+    }
+}
+
+/// Nonnegative least squares on relative errors, by enumerating active sets (at most 3 columns,
+/// so at most 7 subsets): exact and allocation-light.
+fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f64>, f64) {
+    let rows: Vec<(Vec<f64>, f64)> = pts
+        .iter()
+        .map(|p| {
+            let basis = law.basis(f64::from(p.sms), q, g);
+            (basis.iter().map(|b| b / p.time_ns).collect(), 1.0)
+        })
+        .collect();
+    let cols = rows.first().map_or(0, |r| r.0.len());
+    let mut best = (vec![0.0; cols], f64::INFINITY);
+    for mask in 1u32..(1 << cols) {
+        let active: Vec<usize> = (0..cols).filter(|c| mask & (1 << c) != 0).collect();
+        let Some(sol) = least_squares(&rows, &active) else { continue };
+        if sol.iter().any(|&c| c < 0.0) {
+            continue;
+        }
+        let mut coef = vec![0.0; cols];
+        for (&c, &v) in active.iter().zip(&sol) {
+            coef[c] = v;
+        }
+        let resid: f64 = rows
+            .iter()
+            .map(|(x, y)| (x.iter().zip(&coef).map(|(a, b)| a * b).sum::<f64>() - y).powi(2))
+            .sum();
+        if resid < best.1 {
+            best = (coef, resid);
+        }
+    }
+    best
+}
+
+/// Unconstrained least squares on the `active` columns via the normal equations.
+fn least_squares(rows: &[(Vec<f64>, f64)], active: &[usize]) -> Option<Vec<f64>> {
+    let n = active.len();
+    let mut ata = vec![vec![0.0; n]; n];
+    let mut atb = vec![0.0; n];
+    for (x, y) in rows {
+        for i in 0..n {
+            atb[i] += x[active[i]] * y;
+            for j in 0..n {
+                ata[i][j] += x[active[i]] * x[active[j]];
+            }
+        }
+    }
+    solve(ata, atb)
+}
+
+/// Gaussian elimination with partial pivoting; `None` for a singular system.
+fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
+    let n = b.len();
+    for col in 0..n {
+        let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        for row in col + 1..n {
+            let f = a[row][col] / a[col][col];
+            for k in col..n {
+                a[row][k] -= f * a[col][k];
+            }
+            b[row] -= f * b[col];
+        }
+    }
+    let mut x = vec![0.0; n];
+    for row in (0..n).rev() {
+        let s: f64 = (row + 1..n).map(|k| a[row][k] * x[k]).sum();
+        x[row] = (b[row] - s) / a[row][row];
+    }
+    Some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn points(f: impl Fn(u32) -> f64, sizes: &[u32]) -> Vec<Point> {
+        sizes.iter().map(|&m| Point { sms: m, time_ns: f(m) }).collect()
+    }
+
+    #[test]
+    fn amdahl_recovers_its_own_curve() {
+        let pts = points(|m| 1000.0 + 64000.0 / f64::from(m), &[8, 16, 32, 64, 132]);
+        let fitted = fit(Law::Amdahl, &pts, None).unwrap();
+        assert!((fitted.predict(40) - (1000.0 + 1600.0)).abs() < 1e-6);
+    }
+
+    #[test]
+    fn roof_finds_its_knee() {
+        let pts = points(|m| 5000.0 + 1e6 / f64::from(m.min(50)), &[8, 24, 40, 64, 96, 132]);
+        let fitted = fit(Law::Roof, &pts, None).unwrap();
+        assert!((fitted.predict(112) / (5000.0 + 20000.0) - 1.0).abs() < 0.01, "{fitted:?}");
+    }
+
+    #[test]
+    fn wave_law_with_unknown_capacity_finds_the_steps() {
+        let g = Geometry { blocks: 1156, blocks_per_sm: 8 };
+        let truth = |m: u32| 4000.0 + 9000.0 * f64::from(g.waves(m));
+        let pts = points(truth, &[8, 16, 32, 56, 80, 104, 132]);
+        let fitted = fit(Law::Wave, &pts, None).unwrap();
+        for m in [24, 48, 72, 128] {
+            assert!((fitted.predict(m) / truth(m) - 1.0).abs() < 0.02, "m={m} {fitted:?}");
+        }
+    }
+
+    #[test]
+    fn too_few_points_or_missing_geometry_give_no_fit() {
+        let pts = points(|m| f64::from(m), &[8, 16]);
+        assert!(fit(Law::Roof, &pts, None).is_none());
+        assert!(fit(Law::SmallGrid, &pts, None).is_none());
+    }
+
+    #[test]
+    fn coefficients_are_never_negative() {
+        let pts = points(|m| if m < 64 { 100.0 } else { 50.0 }, &[8, 32, 64, 132]);
+        for law in Law::ALL {
+            if let Some(f) = fit(law, &pts, None) {
+                assert!(f.coefficients.iter().all(|&c| c >= 0.0), "{f:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,432 @@
+//! Bound methods: the project's own (`wcetd`) and the published strategies it is measured against.
+//!
+//! `wcetd`: the shape comes from a scaling law fitted to per-size medians (stable, so a law can be
+//! told apart from noise), chosen and given its margin by leave-one-out validation; the height
+//! comes from a tail model of the pooled jitter. Between measured sizes of a kernel that never got
+//! slower with more SMs, the bound is held between the neighbours' typical times, which is safe
+//! under monotonicity whatever the law says. Where no law validates, it falls back to the step
+//! envelope; where more SMs were seen to be slower, it assumes no monotonicity.
+//!
+//! Published strategies (fitted, as published, to per-size maxima with the Amdahl law a + b/m):
+//! `fixed-margin` (+3%), `incremental-margin` (3% raised in steps of 2% up to 13% until every
+//! calibration maximum is covered), `minimal-offset` (the smallest additive offset that lifts the
+//! curve above every calibration maximum, with the subset of calibration sizes searched for the
+//! tightest such curve), `fewest-points` (the fewest calibration sizes whose curve plus offset is
+//! safe at every calibration size), and `envelope` (largest sample at the next smaller measured
+//! size plus 20%). Every method obeys the one hard rule: never below a sample observed at a size.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+use super::law::{self, FittedLaw, Law, Point};
+use super::tail::{self, TailBound};
+use super::validate;
+use super::{BoundEntry, BoundTable, ModelError, Observations, Provenance};
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Method {
+    #[default]
+    Wcetd,
+    FixedMargin,
+    IncrementalMargin,
+    MinimalOffset,
+    FewestPoints,
+    Envelope,
+}
+
+impl Method {
+    pub const ALL: [Method; 6] = [
+        Method::Wcetd,
+        Method::FixedMargin,
+        Method::IncrementalMargin,
+        Method::MinimalOffset,
+        Method::FewestPoints,
+        Method::Envelope,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::Wcetd => "wcetd",
+            Method::FixedMargin => "fixed-margin",
+            Method::IncrementalMargin => "incremental-margin",
+            Method::MinimalOffset => "minimal-offset",
+            Method::FewestPoints => "fewest-points",
+            Method::Envelope => "envelope",
+        }
+    }
+}
+
+impl fmt::Display for Method {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Method {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Method::ALL.iter().copied().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<_> = Method::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown method `{s}`; accepted: {}", names.join(", "))
+        })
+    }
+}
+
+/// Knobs of the `wcetd` method.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MethodConfig {
+    /// Exceedance probability per launch the tail bound is stated at.
+    pub exceedance: f64,
+    /// Margin added to every law's validated under-prediction.
+    pub base_margin: f64,
+    /// A law whose leave-one-out error is above this does not validate.
+    pub max_validation_error: f64,
+    /// Extra margin outside the measured sizes.
+    pub extrapolation_margin: f64,
+}
+
+impl Default for MethodConfig {
+    fn default() -> Self {
+        MethodConfig {
+            exceedance: 1e-9,
+            base_margin: 0.01,
+            max_validation_error: 0.15,
+            extrapolation_margin: 0.10,
+        }
+    }
+}
+
+/// Bounds for `sizes` (ascending) from `obs` with `method`.
+pub fn bound_table(
+    obs: &Observations,
+    sizes: &[u32],
+    method: Method,
+    config: &MethodConfig,
+) -> Result<BoundTable, ModelError> {
+    if obs.by_size.values().all(|s| s.is_empty()) {
+        return Err(ModelError::NoSamples);
+    }
+    match method {
+        Method::Wcetd => wcetd(obs, sizes, config),
+        Method::Envelope => envelope(obs, sizes),
+        published => amdahl_on_maxima(obs, sizes, published),
+    }
+}
+
+/// The project's method (see the module documentation).
+fn wcetd(obs: &Observations, sizes: &[u32], config: &MethodConfig) -> Result<BoundTable, ModelError> {
+    let medians = obs.median_points();
+    let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
+    let tail = tail::tail_bound(&per_size, config.exceedance);
+    let monotone = is_monotone(&medians);
+    let validated = validate::select(&medians, obs.geometry)
+        .filter(|v| v.error <= config.max_validation_error);
+    let law_margin = validated
+        .as_ref()
+        .map_or(0.0, |v| v.under_prediction + config.base_margin);
+    let shape = Shape {
+        medians: &medians,
+        law: validated.as_ref().map(|v| &v.fitted),
+        law_margin,
+        monotone,
+        config,
+    };
+    let mut entries = Vec::with_capacity(sizes.len());
+    for &m in sizes {
+        let (central, provenance) = shape.central(m)?;
+        let bound = central * tail.ratio;
+        entries.push(entry(obs, m, bound, provenance));
+    }
+    if monotone {
+        make_non_increasing(&mut entries);
+    }
+    Ok(BoundTable {
+        method: Method::Wcetd,
+        notes: wcetd_notes(&validated, monotone, &tail, config),
+        law: validated.as_ref().map(|v| v.fitted.clone()),
+        law_margin,
+        validation_error: validated.as_ref().map_or(0.0, |v| v.error),
+        monotone,
+        tail: Some(tail),
+        entries,
+    })
+}
+
+fn wcetd_notes(
+    validated: &Option<validate::Validated>,
+    monotone: bool,
+    tail: &TailBound,
+    config: &MethodConfig,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    match validated {
+        Some(v) => notes.push(format!(
+            "law {} validated (leave-one-out error {:.1}%, margin {:.1}%)",
+            v.fitted.law,
+            v.error * 100.0,
+            (v.under_prediction + config.base_margin) * 100.0
+        )),
+        None => notes.push("no law validated; step envelope between measured sizes".into()),
+    }
+    if !monotone {
+        notes.push("more SMs were measured to be slower: monotonicity not assumed".into());
+    }
+    notes.extend(tail.notes.iter().cloned());
+    notes
+}
+
+/// The typical-time curve of the `wcetd` method, before the tail ratio.
+struct Shape<'a> {
+    medians: &'a [Point],
+    law: Option<&'a FittedLaw>,
+    law_margin: f64,
+    monotone: bool,
+    config: &'a MethodConfig,
+}
+
+impl Shape<'_> {
+    fn central(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
+        let left = self.medians.iter().rev().find(|p| p.sms <= m);
+        let right = self.medians.iter().find(|p| p.sms >= m);
+        let law = self.law.map(|f| f.predict(m) * (1.0 + self.law_margin));
+        match (left, right) {
+            (Some(l), Some(_)) if l.sms == m => Ok((l.time_ns, Provenance::Measured)),
+            (Some(l), Some(r)) => Ok((self.between(law, l, r), Provenance::Fitted)),
+            (None, Some(r)) => self.below(m, law, r),
+            (Some(l), None) => self.above(m, law, l),
+            (None, None) => Err(ModelError::NoSamples),
+        }
+    }
+
+    fn between(&self, law: Option<f64>, l: &Point, r: &Point) -> f64 {
+        if self.monotone {
+            // Under monotonicity C(r) <= C(m) <= C(l), whatever the law says. Medians may rise
+            // within the 1% tolerance, so order the two before clamping.
+            let (lo, hi) = (l.time_ns.min(r.time_ns), l.time_ns.max(r.time_ns));
+            return law.unwrap_or(hi).clamp(lo, hi);
+        }
+        let step = l.time_ns.max(r.time_ns) * (1.0 + self.config.extrapolation_margin);
+        law.unwrap_or(step)
+    }
+
+    fn below(&self, m: u32, law: Option<f64>, first: &Point) -> Result<(f64, Provenance), ModelError> {
+        let extra = 1.0 + self.config.extrapolation_margin;
+        match law {
+            Some(v) => Ok((v.max(first.time_ns) * extra, Provenance::Extrapolated)),
+            None => Err(self.refuse(m, "no scaling law validated on the measured sizes")),
+        }
+    }
+
+    fn above(&self, m: u32, law: Option<f64>, last: &Point) -> Result<(f64, Provenance), ModelError> {
+        let extra = 1.0 + self.config.extrapolation_margin;
+        match law {
+            _ if self.monotone => Ok((last.time_ns, Provenance::Extrapolated)),
+            Some(v) => Ok((v.max(last.time_ns) * extra, Provenance::Extrapolated)),
+            None => Err(self.refuse(m, "more SMs were seen to be slower and no law validated")),
+        }
+    }
+
+    fn refuse(&self, sms: u32, why: &str) -> ModelError {
+        ModelError::WontExtrapolate {
+            sms,
+            lo: self.medians.first().map_or(0, |p| p.sms),
+            hi: self.medians.last().map_or(0, |p| p.sms),
+            why: why.into(),
+        }
+    }
+}
+
+/// Medians never rise by more than 1% from one measured size to the next.
+fn is_monotone(medians: &[Point]) -> bool {
+    medians.windows(2).all(|w| w[1].time_ns <= w[0].time_ns * 1.01)
+}
+
+/// Raise bounds so that a larger partition never has a larger bound (safe: only raises).
+fn make_non_increasing(entries: &mut [BoundEntry]) {
+    for i in (0..entries.len().saturating_sub(1)).rev() {
+        entries[i].bound_ns = entries[i].bound_ns.max(entries[i + 1].bound_ns);
+    }
+}
+
+/// An entry for size `m` with rule 1 applied: never below a sample observed there.
+fn entry(obs: &Observations, m: u32, bound: f64, provenance: Provenance) -> BoundEntry {
+    let observed = obs.observed_max(m).unwrap_or(0);
+    let samples = obs.by_size.get(&m).map_or(0, |s| s.len() as u64);
+    let bound_ns = if bound.is_finite() { bound.ceil() as u64 } else { u64::MAX };
+    BoundEntry {
+        sms: m,
+        bound_ns: bound_ns.max(observed).max(1),
+        provenance,
+        samples,
+        observed_max_ns: observed,
+    }
+}
+
+fn provenance_of(obs: &Observations, m: u32) -> Provenance {
+    let lo = obs.by_size.keys().next().copied().unwrap_or(0);
+    let hi = obs.by_size.keys().next_back().copied().unwrap_or(0);
+    if obs.by_size.contains_key(&m) {
+        Provenance::Measured
+    } else if m < lo || m > hi {
+        Provenance::Extrapolated
+    } else {
+        Provenance::Fitted
+    }
+}
+
+/// Largest sample at the next smaller measured size, plus 20% (the first smaller size when none is).
+fn envelope(obs: &Observations, sizes: &[u32]) -> Result<BoundTable, ModelError> {
+    let maxima = obs.max_points();
+    let entries = sizes
+        .iter()
+        .map(|&m| {
+            let basis = maxima.iter().rev().find(|p| p.sms <= m).or(maxima.first());
+            let bound = basis.map_or(0.0, |p| p.time_ns) * 1.2;
+            entry(obs, m, bound, provenance_of(obs, m))
+        })
+        .collect();
+    Ok(simple_table(Method::Envelope, None, 0.2, entries))
+}
+
+/// The published strategies: Amdahl fitted to per-size maxima, with their margins and offsets.
+fn amdahl_on_maxima(obs: &Observations, sizes: &[u32], method: Method) -> Result<BoundTable, ModelError> {
+    let maxima = obs.max_points();
+    let too_few = || ModelError::TooFewSizes { method, needed: 2, got: maxima.len() };
+    let (fitted, bound_of): (FittedLaw, Box<dyn Fn(f64) -> f64>) = match method {
+        Method::FixedMargin => {
+            let f = law::fit(Law::Amdahl, &maxima, None).ok_or_else(too_few)?;
+            (f, Box::new(|p| p * 1.03))
+        }
+        Method::IncrementalMargin => {
+            let f = law::fit(Law::Amdahl, &maxima, None).ok_or_else(too_few)?;
+            let margin = incremental_margin(&f, &maxima);
+            (f, Box::new(move |p| p * (1.0 + margin)))
+        }
+        Method::MinimalOffset => {
+            let (f, offset) = best_subset(&maxima, false).ok_or_else(too_few)?;
+            (f, Box::new(move |p| p + offset))
+        }
+        _ => {
+            let (f, offset) = best_subset(&maxima, true).ok_or_else(too_few)?;
+            (f, Box::new(move |p| p + offset))
+        }
+    };
+    let entries = sizes
+        .iter()
+        .map(|&m| entry(obs, m, bound_of(fitted.predict(m)), provenance_of(obs, m)))
+        .collect();
+    Ok(simple_table(method, Some(fitted), 0.0, entries))
+}
+
+/// 3%, then +2% at a time up to 13%, until every calibration maximum is covered.
+fn incremental_margin(f: &FittedLaw, maxima: &[Point]) -> f64 {
+    let mut margin = 0.03;
+    while margin < 0.13 && maxima.iter().any(|p| f.predict(p.sms) * (1.0 + margin) < p.time_ns) {
+        margin += 0.02;
+    }
+    margin.min(0.13)
+}
+
+/// Search subsets of the calibration sizes (at least 2) for the curve plus minimal offset that
+/// covers every calibration maximum with the smallest mean bound. With `fewest`, the smallest
+/// subset that is safe with the offset computed on its own points wins instead.
+fn best_subset(maxima: &[Point], fewest: bool) -> Option<(FittedLaw, f64)> {
+    let n = maxima.len();
+    if n < 2 {
+        return None;
+    }
+    // 2^17 subsets of 17 sizes is too many to fit; beyond 12 sizes search pairs and triples only.
+    let max_k = if n <= 12 { n } else { 3 };
+    let mut best: Option<(usize, f64, FittedLaw, f64)> = None;
+    for mask in 1u64..(1 << n) {
+        let k = mask.count_ones() as usize;
+        if k < 2 || k > max_k {
+            continue;
+        }
+        let subset: Vec<Point> = (0..n).filter(|i| mask & (1 << i) != 0).map(|i| maxima[i]).collect();
+        let Some(f) = law::fit(Law::Amdahl, &subset, None) else { continue };
+        let offset_on = |pts: &[Point]| pts.iter().map(|p| p.time_ns - f.predict(p.sms)).fold(0.0, f64::max);
+        let offset = if fewest { offset_on(&subset) } else { offset_on(maxima) };
+        let safe = maxima.iter().all(|p| f.predict(p.sms) + offset >= p.time_ns);
+        if !safe {
+            continue;
+        }
+        let mean = maxima.iter().map(|p| f.predict(p.sms) + offset).sum::<f64>() / n as f64;
+        let key = if fewest { k } else { 0 };
+        if best.as_ref().is_none_or(|b| (key, mean) < (b.0, b.1)) {
+            best = Some((key, mean, f, offset));
+        }
+    }
+    best.map(|(_, _, f, o)| (f, o)).or_else(|| {
+        let f = law::fit(Law::Amdahl, maxima, None)?;
+        let o = maxima.iter().map(|p| p.time_ns - f.predict(p.sms)).fold(0.0, f64::max);
+        Some((f, o))
+    })
+}
+
+fn simple_table(method: Method, law: Option<FittedLaw>, margin: f64, entries: Vec<BoundEntry>) -> BoundTable {
+    BoundTable {
+        method,
+        law,
+        law_margin: margin,
+        validation_error: 0.0,
+        monotone: false,
+        tail: None,
+        entries,
+        notes: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn obs(samples: &[(u32, &[u64])]) -> Observations {
+        Observations {
+            geometry: None,
+            by_size: samples.iter().map(|(m, s)| (*m, s.to_vec())).collect::<BTreeMap<_, _>>(),
+        }
+    }
+
+    #[test]
+    fn every_method_covers_every_observed_sample() {
+        let o = obs(&[(8, &[100, 105, 300]), (16, &[60, 62, 61]), (32, &[40, 41, 90])]);
+        for method in Method::ALL {
+            let t = bound_table(&o, &[8, 16, 24, 32], method, &MethodConfig::default()).unwrap();
+            for (&m, s) in &o.by_size {
+                let e = t.entry(m).unwrap();
+                assert!(e.bound_ns >= *s.iter().max().unwrap(), "{method} at {m}: {e:?}");
+                assert_eq!(e.provenance, Provenance::Measured);
+            }
+            assert_eq!(t.entry(24).unwrap().provenance, Provenance::Fitted);
+        }
+    }
+
+    #[test]
+    fn monotone_kernels_get_bounds_between_their_neighbours() {
+        let o = obs(&[(8, &[1000; 50]), (16, &[500; 50]), (32, &[300; 50]), (64, &[300; 50])]);
+        let t = bound_table(&o, &[8, 16, 24, 32, 48, 64], Method::Wcetd, &MethodConfig::default()).unwrap();
+        assert!(t.monotone);
+        let b24 = t.entry(24).unwrap().bound_ns;
+        assert!((300..=500).contains(&b24), "{t:?}");
+        assert!(t.entries.windows(2).all(|w| w[0].bound_ns >= w[1].bound_ns));
+    }
+
+    #[test]
+    fn unknown_method_names_list_the_accepted_ones() {
+        let err = "nope".parse::<Method>().unwrap_err();
+        assert!(err.contains("wcetd") && err.contains("fixed-margin"), "{err}");
+    }
+
+    #[test]
+    fn empty_observations_are_an_error() {
+        let o = obs(&[(8, &[])]);
+        assert_eq!(
+            bound_table(&o, &[8], Method::Wcetd, &MethodConfig::default()),
+            Err(ModelError::NoSamples)
+        );
+    }
+}

@@ -1,0 +1,92 @@
+//! The model: from timed samples at a few partition sizes to a conservative bound at every size.
+//!
+//! It knows nothing of the GPU or the bus. In: [`Observations`] (samples per measured size, in
+//! launch order, and the launch geometry when known). Out: a [`BoundTable`]. The pieces:
+//! - [`law`]: scaling laws and their fits (argmin);
+//! - [`validate`]: law choice and safety margin by leave-one-out validation;
+//! - [`tail`]: the statistical tail bound (peaks over threshold);
+//! - [`method`]: the bound methods, the project's own (`wcetd`) and the published ones it is
+//!   compared against;
+//! - [`planner`]: which size to measure next;
+//! - [`evaluate`]: how a method fares against held-out samples.
+//!
+//! The one rule no method may break: a bound is never below a sample observed at that size.
+
+pub mod bound;
+pub mod evaluate;
+pub mod law;
+pub mod method;
+pub mod planner;
+pub mod tail;
+pub mod validate;
+
+use std::collections::BTreeMap;
+
+pub use bound::{BoundEntry, BoundTable, Provenance};
+pub use law::{Law, Point};
+pub use method::{Method, MethodConfig};
+
+use crate::kernels::Geometry;
+
+/// Timed samples of one kernel: per measured partition size, every launch time in nanoseconds, in
+/// launch order. No sample is ever dropped for being high.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observations {
+    pub geometry: Option<Geometry>,
+    pub by_size: BTreeMap<u32, Vec<u64>>,
+}
+
+impl Observations {
+    /// (size, median) for every measured size, ascending.
+    pub fn median_points(&self) -> Vec<Point> {
+        self.by_size
+            .iter()
+            .filter(|(_, s)| !s.is_empty())
+            .map(|(&sms, s)| Point {
+                sms,
+                time_ns: tail::quantile_u64(s, 0.5),
+            })
+            .collect()
+    }
+
+    /// (size, largest sample) for every measured size, ascending.
+    pub fn max_points(&self) -> Vec<Point> {
+        self.by_size
+            .iter()
+            .filter_map(|(&sms, s)| {
+                s.iter().max().map(|&m| Point {
+                    sms,
+                    time_ns: m as f64,
+                })
+            })
+            .collect()
+    }
+
+    pub fn observed_max(&self, sms: u32) -> Option<u64> {
+        self.by_size.get(&sms).and_then(|s| s.iter().max().copied())
+    }
+
+    /// Only the sizes in `keep`.
+    pub fn restricted_to(&self, keep: &[u32]) -> Observations {
+        Observations {
+            geometry: self.geometry,
+            by_size: self
+                .by_size
+                .iter()
+                .filter(|(m, _)| keep.contains(m))
+                .map(|(&m, s)| (m, s.clone()))
+                .collect(),
+        }
+    }
+}
+
+/// Why a bound table could not be made.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ModelError {
+    #[error("no samples: at least one measured size with at least one sample is needed")]
+    NoSamples,
+    #[error("refusing to extrapolate to {sms} SMs: measured sizes span {lo}..={hi} and {why}")]
+    WontExtrapolate { sms: u32, lo: u32, hi: u32, why: String },
+    #[error("method {method} needs at least {needed} measured sizes, got {got}")]
+    TooFewSizes { method: Method, needed: usize, got: usize },
+}

@@ -1,0 +1,87 @@
+//! The active calibration planner: which partition size to measure next.
+//!
+//! It starts from the extremes (the smallest and the whole device, so that the daemon never has
+//! to extrapolate), then adds the size where the candidate laws, and the step envelopes of the
+//! measured neighbours, disagree most: that is where a wrong choice of law would cost the most. It
+//! stops when the budget of sizes is spent, or when at least four sizes are measured and the best
+//! law's leave-one-out error has converged below 2%.
+
+use super::law::{self, Law, Point};
+use super::{validate, Observations};
+
+/// Sizes the planner may still choose from `candidates`, or `None` when calibration is done.
+pub fn next_size(obs: &Observations, candidates: &[u32], budget: usize) -> Option<u32> {
+    let measured: Vec<u32> = obs.by_size.keys().copied().collect();
+    let unmeasured: Vec<u32> = candidates
+        .iter()
+        .copied()
+        .filter(|c| !measured.contains(c))
+        .collect();
+    let (&first, &last) = (candidates.first()?, candidates.last()?);
+    if measured.len() >= budget.max(2) || unmeasured.is_empty() {
+        return None;
+    }
+    if !measured.contains(&first) {
+        return Some(first);
+    }
+    if !measured.contains(&last) {
+        return Some(last);
+    }
+    let points = obs.median_points();
+    if points.len() >= 4 {
+        if let Some(best) = validate::select(&points, obs.geometry) {
+            if best.error < 0.02 {
+                return None;
+            }
+        }
+    }
+    let fitted: Vec<_> = Law::ALL
+        .iter()
+        .filter_map(|&l| law::fit(l, &points, obs.geometry))
+        .collect();
+    unmeasured
+        .into_iter()
+        .map(|m| (m, disagreement(m, &points, &fitted)))
+        .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))
+        .map(|(m, _)| m)
+}
+
+/// Relative spread of the predictions at `m`: the fitted laws plus the two step envelopes.
+fn disagreement(m: u32, points: &[Point], fitted: &[law::FittedLaw]) -> f64 {
+    let left = points.iter().rev().find(|p| p.sms < m).map(|p| p.time_ns);
+    let right = points.iter().find(|p| p.sms > m).map(|p| p.time_ns);
+    let preds: Vec<f64> = fitted
+        .iter()
+        .map(|f| f.predict(m))
+        .chain(left)
+        .chain(right)
+        .filter(|p| p.is_finite() && *p > 0.0)
+        .collect();
+    let lo = preds.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = preds.iter().copied().fold(0.0, f64::max);
+    if lo.is_finite() && lo > 0.0 {
+        hi / lo - 1.0
+    } else {
+        0.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn starts_at_the_extremes_and_respects_the_budget() {
+        let sizes: Vec<u32> = (1..=16).map(|i| i * 8).chain([132]).collect();
+        let mut obs = Observations { geometry: None, by_size: BTreeMap::new() };
+        let truth = |m: u32| (10_000 + 1_000_000 / m.min(56)) as u64;
+        let mut chosen = Vec::new();
+        while let Some(m) = next_size(&obs, &sizes, 5) {
+            chosen.push(m);
+            obs.by_size.insert(m, vec![truth(m); 20]);
+        }
+        assert_eq!(&chosen[..2], &[8, 132]);
+        assert!(chosen.len() <= 5 && chosen.len() >= 3, "{chosen:?}");
+    }
+}

@@ -1,0 +1,67 @@
+//! Model choice by leave-one-out validation across measured sizes.
+//!
+//! Each interior measured size is left out in turn, the law is fitted to the others and asked to
+//! predict the size it did not see. The extremes are not left out: the planner always measures
+//! them, so predicting them would test extrapolation the daemon never does. A law's validation
+//! error is its worst relative miss; its under-prediction is the worst miss from below, which sets
+//! the safety margin. Leaving a point out doubles the gap the law must bridge, so the error seen
+//! here over-states the error of the final fit: the margin errs on the safe side.
+
+use crate::kernels::Geometry;
+
+use super::law::{self, FittedLaw, Law, Point};
+
+/// A law that passed validation, fitted to all points.
+#[derive(Debug, Clone)]
+pub struct Validated {
+    pub fitted: FittedLaw,
+    /// Worst relative error (either sign) when predicting a left-out size.
+    pub error: f64,
+    /// Worst relative under-prediction, over left-out sizes and the fit itself (>= 0).
+    pub under_prediction: f64,
+}
+
+/// The law with the smallest validation error (fewer parameters on ties), if any can be validated.
+pub fn select(points: &[Point], geometry: Option<Geometry>) -> Option<Validated> {
+    Law::ALL
+        .iter()
+        .filter_map(|&l| validate(l, points, geometry).map(|v| (l.parameters(geometry), v)))
+        .min_by(|(pa, a), (pb, b)| {
+            a.error
+                .total_cmp(&b.error)
+                .then(pa.unwrap_or(usize::MAX).cmp(&pb.unwrap_or(usize::MAX)))
+        })
+        .map(|(_, v)| v)
+}
+
+/// Validate one law; `None` when there are not enough points to leave one out.
+pub fn validate(law: Law, points: &[Point], geometry: Option<Geometry>) -> Option<Validated> {
+    let params = law.parameters(geometry)?;
+    if points.len() < 3 || points.len() - 1 < params {
+        return None;
+    }
+    let mut error: f64 = 0.0;
+    let mut under: f64 = 0.0;
+    for left_out in 1..points.len() - 1 {
+        let rest: Vec<Point> = points
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != left_out)
+            .map(|(_, p)| *p)
+            .collect();
+        let fitted = law::fit(law, &rest, geometry)?;
+        let truth = points[left_out];
+        let miss = truth.time_ns / fitted.predict(truth.sms).max(1e-9) - 1.0;
+        error = error.max(miss.abs());
+        under = under.max(miss);
+    }
+    let fitted = law::fit(law, points, geometry)?;
+    for p in points {
+        under = under.max(p.time_ns / fitted.predict(p.sms).max(1e-9) - 1.0);
+    }
+    Some(Validated {
+        fitted,
+        error,
+        under_prediction: under,
+    })
+}

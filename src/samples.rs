@@ -1,0 +1,177 @@
+//! The samples and geometry CSV formats of the design notes: what a campaign records and what
+//! offline tools read. Readers refuse a malformed file whole, with the line and the field that was
+//! wrong and what is accepted; nothing is half-read.
+//!
+//! Samples: header `kernel,sms,time_ns` (extra columns allowed and ignored), one row per launch.
+//! Geometry: header `kernel,blocks,blocks_per_sm`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+use crate::kernels::Geometry;
+
+/// Samples per kernel, per partition size, in file (launch) order.
+pub type SampleSet = BTreeMap<String, BTreeMap<u32, Vec<u64>>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CsvError {
+    #[error("{what}: missing column `{column}`; the header must name {expected}")]
+    MissingColumn { what: &'static str, column: &'static str, expected: &'static str },
+    #[error("{what}, line {line}: `{field}` is `{value}`; accepted: {accepted}")]
+    BadValue { what: &'static str, line: u64, field: &'static str, value: String, accepted: &'static str },
+    #[error("{what}, line {line}: {detail}")]
+    Malformed { what: &'static str, line: u64, detail: String },
+    #[error("{what}: no rows after the header")]
+    Empty { what: &'static str },
+}
+
+const SAMPLES: &str = "samples CSV";
+const GEOMETRY: &str = "geometry CSV";
+
+/// Read a samples CSV.
+pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
+    let cols = columns(&mut reader, SAMPLES, &["kernel", "sms", "time_ns"], "kernel,sms,time_ns")?;
+    let mut set = SampleSet::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| malformed(SAMPLES, &e))?;
+        let line = record.position().map_or(0, |p| p.line());
+        let kernel = text(&record, cols[0], SAMPLES, line, "kernel")?;
+        let sms: u32 = number(&record, cols[1], SAMPLES, line, "sms", "a whole number of SMs, at least 1")?;
+        if sms == 0 {
+            return Err(bad(SAMPLES, line, "sms", "0", "a whole number of SMs, at least 1"));
+        }
+        let time_ns: u64 = number(&record, cols[2], SAMPLES, line, "time_ns", "a whole, non-negative number of nanoseconds")?;
+        set.entry(kernel).or_default().entry(sms).or_default().push(time_ns);
+    }
+    if set.is_empty() {
+        return Err(CsvError::Empty { what: SAMPLES });
+    }
+    Ok(set)
+}
+
+/// Read a geometry CSV.
+pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, CsvError> {
+    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
+    let expected = "kernel,blocks,blocks_per_sm";
+    let cols = columns(&mut reader, GEOMETRY, &["kernel", "blocks", "blocks_per_sm"], expected)?;
+    let mut out = BTreeMap::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| malformed(GEOMETRY, &e))?;
+        let line = record.position().map_or(0, |p| p.line());
+        let kernel = text(&record, cols[0], GEOMETRY, line, "kernel")?;
+        let positive = "a whole number, at least 1";
+        let blocks: u32 = number(&record, cols[1], GEOMETRY, line, "blocks", positive)?;
+        let blocks_per_sm: u32 = number(&record, cols[2], GEOMETRY, line, "blocks_per_sm", positive)?;
+        if blocks == 0 || blocks_per_sm == 0 {
+            return Err(bad(GEOMETRY, line, "blocks", "0", positive));
+        }
+        out.insert(kernel, Geometry { blocks, blocks_per_sm });
+    }
+    Ok(out)
+}
+
+/// Write samples in the design's format.
+pub fn write_samples(out: impl Write, set: &SampleSet) -> std::io::Result<()> {
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record(["kernel", "sms", "time_ns"])?;
+    for (kernel, sizes) in set {
+        for (sms, times) in sizes {
+            for t in times {
+                w.write_record([kernel.as_str(), &sms.to_string(), &t.to_string()])?;
+            }
+        }
+    }
+    w.flush()
+}
+
+fn columns<R: Read>(
+    reader: &mut csv::Reader<R>,
+    what: &'static str,
+    names: &[&'static str; 3],
+    expected: &'static str,
+) -> Result<[usize; 3], CsvError> {
+    let headers = reader.headers().map_err(|e| malformed(what, &e))?.clone();
+    let mut cols = [0; 3];
+    for (slot, &name) in cols.iter_mut().zip(names) {
+        *slot = headers
+            .iter()
+            .position(|h| h == name)
+            .ok_or(CsvError::MissingColumn { what, column: name, expected })?;
+    }
+    Ok(cols)
+}
+
+fn text(r: &csv::StringRecord, col: usize, what: &'static str, line: u64, field: &'static str) -> Result<String, CsvError> {
+    match r.get(col) {
+        Some(v) if !v.is_empty() => Ok(v.to_string()),
+        _ => Err(bad(what, line, field, "", "a non-empty name")),
+    }
+}
+
+fn number<T: std::str::FromStr>(
+    r: &csv::StringRecord,
+    col: usize,
+    what: &'static str,
+    line: u64,
+    field: &'static str,
+    accepted: &'static str,
+) -> Result<T, CsvError> {
+    let value = r.get(col).unwrap_or("");
+    value.parse().map_err(|_| bad(what, line, field, value, accepted))
+}
+
+fn bad(what: &'static str, line: u64, field: &'static str, value: &str, accepted: &'static str) -> CsvError {
+    CsvError::BadValue { what, line, field, value: value.to_string(), accepted }
+}
+
+fn malformed(what: &'static str, e: &csv::Error) -> CsvError {
+    let line = e.position().map_or(0, |p| p.line());
+    CsvError::Malformed { what, line, detail: e.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_rows_in_order_and_ignores_extra_columns() {
+        let csv = "run,kernel,sms,time_ns,note\n1,bfs,8,100,x\n1,bfs,8,90,y\n2,bfs,16,50,z\n";
+        let set = read_samples(csv.as_bytes()).unwrap();
+        assert_eq!(set["bfs"][&8], vec![100, 90]);
+        assert_eq!(set["bfs"][&16], vec![50]);
+    }
+
+    #[test]
+    fn bad_files_say_what_was_wrong_and_what_is_accepted() {
+        let cases = [
+            ("kernel,sms\nbfs,8\n", "missing column `time_ns`"),
+            ("kernel,sms,time_ns\nbfs,8,-5\n", "line 2: `time_ns` is `-5`"),
+            ("kernel,sms,time_ns\nbfs,8,fast\n", "accepted: a whole, non-negative number"),
+            ("kernel,sms,time_ns\nbfs,0,5\n", "`sms` is `0`"),
+            ("kernel,sms,time_ns\n,8,5\n", "`kernel` is ``"),
+            ("kernel,sms,time_ns\nbfs,8\n", "line 2"),
+            ("kernel,sms,time_ns\n", "no rows"),
+        ];
+        for (input, expected) in cases {
+            let err = read_samples(input.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains(expected), "{input:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn written_samples_read_back_the_same() {
+        let mut set = SampleSet::new();
+        set.entry("lud".into()).or_default().insert(8, vec![3, 1, 2]);
+        let mut buf = Vec::new();
+        write_samples(&mut buf, &set).unwrap();
+        assert_eq!(read_samples(buf.as_slice()).unwrap(), set);
+    }
+
+    #[test]
+    fn geometry_is_read_and_zero_refused() {
+        let g = read_geometry("kernel,blocks,blocks_per_sm\nlud,256,2\n".as_bytes()).unwrap();
+        assert_eq!(g["lud"], Geometry { blocks: 256, blocks_per_sm: 2 });
+        assert!(read_geometry("kernel,blocks,blocks_per_sm\nlud,0,2\n".as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,519 @@
+//! The daemon's state and job queue. No D-Bus types here: the bus face (`dbus.rs`) translates
+//! calls into these methods and [`ServiceError`]s back into bus errors.
+//!
+//! Queries read an immutable snapshot (`Arc<Calibration>`) behind a lock held only long enough to
+//! clone the `Arc`, so answering `GetBound` never waits on a calibration, a file or the GPU.
+//! Commands that touch the GPU go over a channel to one worker thread that owns the device: GPU
+//! campaigns are blocking and one-at-a-time by nature. The worker publishes a new snapshot, writes
+//! it to the store, and announces it as an [`Event`] only when a whole job has succeeded, so a
+//! failed or cancelled job leaves the old bounds in place.
+
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+use tokio::sync::broadcast;
+
+use crate::calibrate::{self, Recipe};
+use crate::gpu::{DeviceInfo, Gpu, Interference};
+use crate::kernels::{self, KernelSpec};
+use crate::model::BoundEntry;
+use crate::store::{Calibration, KernelCalibration, Store};
+
+/// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{0}")]
+    InvalidArgs(String),
+    #[error("{0}")]
+    UnknownKernel(String),
+    #[error("{0}")]
+    NotCalibrated(String),
+    #[error("{0}")]
+    InvalidPartition(String),
+    #[error("{0}")]
+    Infeasible(String),
+    #[error("{0}")]
+    Busy(String),
+    #[error("{0}")]
+    AccessDenied(String),
+}
+
+pub type Result<T> = std::result::Result<T, ServiceError>;
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct ServiceConfig {
+    pub recipe: Recipe,
+    /// Jobs that may wait behind the running one before `Recalibrate` answers `Busy`.
+    pub max_queued_jobs: usize,
+}
+
+impl Default for ServiceConfig {
+    fn default() -> Self {
+        ServiceConfig { recipe: Recipe::default(), max_queued_jobs: 16 }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Queued,
+    Running,
+    Done,
+    Failed,
+    Cancelled,
+}
+
+impl JobState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+
+    pub fn finished(self) -> bool {
+        matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct JobStatus {
+    pub state: JobState,
+    pub progress: f64,
+    pub message: String,
+    pub kernels: Vec<String>,
+}
+
+/// What the service announces; the bus face turns these into signals.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    JobProgress { job: u64, progress: f64 },
+    JobFinished { job: u64, state: JobState, message: String },
+    BoundsChanged { kernels: Vec<String> },
+    HealthChanged { health: String },
+}
+
+/// A bound with everything a caller may want to know about where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BoundInfo {
+    pub kernel: String,
+    pub entry: BoundEntry,
+    pub requested_sms: u32,
+    pub calibration_id: String,
+    pub calibrated_at: DateTime<Utc>,
+    pub stale: bool,
+    pub method: String,
+    pub law: String,
+    pub tail: String,
+    pub interference: Interference,
+    pub notes: Vec<String>,
+}
+
+struct Job {
+    id: u64,
+    kernels: Vec<KernelSpec>,
+    cancel: Arc<AtomicBool>,
+}
+
+struct Inner {
+    device: DeviceInfo,
+    snapshot: RwLock<Arc<Calibration>>,
+    jobs: Mutex<BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>>,
+    pending: AtomicU64,
+    next_job: AtomicU64,
+    health: RwLock<String>,
+    events: broadcast::Sender<Event>,
+    config: ServiceConfig,
+}
+
+/// The daemon's state, shared by the bus face and the GPU worker.
+#[derive(Clone)]
+pub struct Service {
+    inner: Arc<Inner>,
+    worker: mpsc::Sender<Job>,
+}
+
+impl Service {
+    /// Load what the store has for `gpu`, start the GPU worker, and queue a calibration of every
+    /// built-in kernel that has no bounds for this device yet (its job number is returned).
+    pub fn start(gpu: Box<dyn Gpu>, store: Store, config: ServiceConfig) -> (Service, Option<u64>) {
+        let device = gpu.info().clone();
+        let calibration = initial_calibration(&store, &device);
+        let (events, _) = broadcast::channel(1024);
+        let inner = Arc::new(Inner {
+            device,
+            snapshot: RwLock::new(Arc::new(calibration)),
+            jobs: Mutex::new(BTreeMap::new()),
+            pending: AtomicU64::new(0),
+            next_job: AtomicU64::new(1),
+            health: RwLock::new("ok".into()),
+            events,
+            config,
+        });
+        let (tx, rx) = mpsc::channel();
+        let worker_inner = Arc::clone(&inner);
+        std::thread::Builder::new()
+            .name("wcetd-gpu".into())
+            .spawn(move || worker_loop(gpu, store, worker_inner, rx))
+            .expect("spawning the GPU worker thread");
+        let service = Service { inner, worker: tx };
+        let missing: Vec<String> = kernels::builtin_suite()
+            .iter()
+            .filter(|k| service.needs_calibration(k.name))
+            .map(|k| k.name.to_string())
+            .collect();
+        let first = (!missing.is_empty()).then(|| service.recalibrate(&missing).ok()).flatten();
+        (service, first)
+    }
+
+    pub fn subscribe(&self) -> broadcast::Receiver<Event> {
+        self.inner.events.subscribe()
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        &self.inner.device
+    }
+
+    pub fn health(&self) -> String {
+        self.inner.health.read().expect("health lock").clone()
+    }
+
+    fn snapshot(&self) -> Arc<Calibration> {
+        Arc::clone(&self.inner.snapshot.read().expect("snapshot lock"))
+    }
+
+    fn needs_calibration(&self, kernel: &str) -> bool {
+        let snap = self.snapshot();
+        snap.kernels.get(kernel).is_none_or(|k| self.is_stale(k))
+    }
+
+    fn is_stale(&self, k: &KernelCalibration) -> bool {
+        k.environment().fingerprint != self.inner.device.fingerprint
+    }
+
+    /// Every kernel the daemon knows: the built-in suite and whatever has been calibrated.
+    pub fn list_kernels(&self) -> Vec<String> {
+        let snap = self.snapshot();
+        let mut names: Vec<String> = kernels::builtin_suite().iter().map(|k| k.name.to_string()).collect();
+        names.extend(snap.kernels.keys().cloned());
+        names.extend(snap.contended.keys().cloned());
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    fn known(&self, kernel: &str) -> Result<()> {
+        if kernel.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "kernel name is empty; accepted: one of {}",
+                self.list_kernels().join(", ")
+            )));
+        }
+        if self.list_kernels().iter().any(|k| k == kernel) {
+            Ok(())
+        } else {
+            Err(ServiceError::UnknownKernel(format!(
+                "no kernel named `{kernel}`; accepted: {}",
+                self.list_kernels().join(", ")
+            )))
+        }
+    }
+
+    /// The calibration of `kernel` under `tag`, or under the safer of the two when `tag` is None.
+    fn calibration_of(&self, kernel: &str, tag: Option<Interference>, sms: u32) -> Result<(KernelCalibration, Interference)> {
+        self.known(kernel)?;
+        let snap = self.snapshot();
+        let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k.clone(), i));
+        let found = match tag {
+            Some(i) => pick(i),
+            None => {
+                let bound = |c: &(KernelCalibration, Interference)| c.0.table.at_most(sms).map_or(0, |e| e.bound_ns);
+                [pick(Interference::Isolated), pick(Interference::Contended)]
+                    .into_iter()
+                    .flatten()
+                    .max_by_key(bound)
+            }
+        };
+        found.ok_or_else(|| {
+            let running = self.job_for(kernel).map(|j| format!(" (job {j} is calibrating it)")).unwrap_or_default();
+            let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
+            ServiceError::NotCalibrated(format!(
+                "kernel `{kernel}` has no {which}calibration yet{running}; call Recalibrate([\"{kernel}\"]) and wait for JobFinished"
+            ))
+        })
+    }
+
+    fn job_for(&self, kernel: &str) -> Option<u64> {
+        let jobs = self.inner.jobs.lock().expect("jobs lock");
+        jobs.iter()
+            .find(|(_, (s, _))| !s.state.finished() && s.kernels.iter().any(|k| k == kernel))
+            .map(|(&id, _)| id)
+    }
+
+    fn check_partition(&self, sms: u32) -> Result<u32> {
+        let sizes = &self.inner.device.partition_sizes;
+        self.inner.device.realisable_at_most(sms).ok_or_else(|| {
+            ServiceError::InvalidPartition(format!(
+                "{sms} SMs is below the smallest realisable partition; accepted: at least {} (realisable sizes: {})",
+                sizes.first().copied().unwrap_or(0),
+                join(sizes)
+            ))
+        })
+    }
+
+    /// The bound for `kernel` on `sms` SMs (the largest realisable size not above it).
+    pub fn bound_info(&self, kernel: &str, sms: u32, tag: Option<Interference>) -> Result<BoundInfo> {
+        let partition = self.check_partition(sms)?;
+        let (cal, interference) = self.calibration_of(kernel, tag, partition)?;
+        let entry = *cal.table.entry(partition).ok_or_else(|| {
+            ServiceError::NotCalibrated(format!(
+                "kernel `{kernel}` has no bound at {partition} SMs in calibration {}; recalibrate it",
+                cal.id
+            ))
+        })?;
+        Ok(BoundInfo {
+            kernel: kernel.to_string(),
+            entry,
+            requested_sms: sms,
+            stale: self.is_stale(&cal),
+            calibration_id: cal.id.clone(),
+            calibrated_at: cal.calibrated_at,
+            method: cal.table.method.to_string(),
+            law: cal.table.law.as_ref().map_or("none".into(), |l| l.law.to_string()),
+            tail: cal.table.tail.as_ref().map_or("none".into(), |t| t.kind.to_string()),
+            interference,
+            notes: cal.table.notes.clone(),
+        })
+    }
+
+    /// (size, bound) for every realisable size, ascending.
+    pub fn curve(&self, kernel: &str, tag: Option<Interference>) -> Result<Vec<(u32, u64)>> {
+        self.inner
+            .device
+            .partition_sizes
+            .iter()
+            .map(|&m| self.bound_info(kernel, m, tag).map(|b| (m, b.entry.bound_ns)))
+            .collect()
+    }
+
+    /// The smallest realisable size whose bound meets `deadline_ns`.
+    pub fn min_partition(&self, kernel: &str, deadline_ns: u64, tag: Option<Interference>) -> Result<(u32, u64)> {
+        if deadline_ns == 0 {
+            return Err(ServiceError::InvalidArgs(
+                "deadline_ns is 0; accepted: a positive number of nanoseconds".into(),
+            ));
+        }
+        let curve = self.curve(kernel, tag)?;
+        curve.iter().copied().find(|&(_, b)| b <= deadline_ns).ok_or_else(|| {
+            let (m, best) = curve.iter().copied().min_by_key(|&(_, b)| b).unwrap_or((0, 0));
+            ServiceError::Infeasible(format!(
+                "no partition of `{kernel}` meets a deadline of {deadline_ns} ns; the smallest bound is {best} ns at {m} SMs"
+            ))
+        })
+    }
+
+    /// Queue a recalibration of `kernels` (all built-in and calibrated kernels when empty).
+    pub fn recalibrate(&self, kernels: &[String]) -> Result<u64> {
+        let specs = self.kernel_specs(kernels)?;
+        let limit = self.inner.config.max_queued_jobs as u64;
+        if self.inner.pending.load(Ordering::SeqCst) >= limit {
+            return Err(ServiceError::Busy(format!(
+                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal"
+            )));
+        }
+        let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let status = JobStatus {
+            state: JobState::Queued,
+            progress: 0.0,
+            message: "queued".into(),
+            kernels: specs.iter().map(|k| k.name.to_string()).collect(),
+        };
+        self.inner.jobs.lock().expect("jobs lock").insert(id, (status, Arc::clone(&cancel)));
+        self.inner.pending.fetch_add(1, Ordering::SeqCst);
+        self.worker
+            .send(Job { id, kernels: specs, cancel })
+            .map_err(|_| ServiceError::Busy("the GPU worker has stopped; restart the daemon".into()))?;
+        tracing::info!(job = id, "recalibration queued");
+        Ok(id)
+    }
+
+    fn kernel_specs(&self, names: &[String]) -> Result<Vec<KernelSpec>> {
+        if names.is_empty() {
+            return Ok(kernels::builtin_suite());
+        }
+        let mut specs = Vec::new();
+        for name in names {
+            self.known(name)?;
+            let spec = kernels::find(name).ok_or_else(|| {
+                ServiceError::UnknownKernel(format!(
+                    "kernel `{name}` was calibrated elsewhere and has no source here; accepted for recalibration: {}",
+                    kernels::builtin_suite().iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            if !specs.contains(&spec) {
+                specs.push(spec);
+            }
+        }
+        Ok(specs)
+    }
+
+    pub fn job(&self, id: u64) -> Result<JobStatus> {
+        let jobs = self.inner.jobs.lock().expect("jobs lock");
+        jobs.get(&id).map(|(s, _)| s.clone()).ok_or_else(|| no_such_job(id, &jobs))
+    }
+
+    pub fn cancel_job(&self, id: u64) -> Result<()> {
+        let jobs = self.inner.jobs.lock().expect("jobs lock");
+        let (status, cancel) = jobs.get(&id).ok_or_else(|| no_such_job(id, &jobs))?;
+        if status.state.finished() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "job {id} has already finished ({}); accepted: a queued or running job",
+                status.state.as_str()
+            )));
+        }
+        cancel.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Names of kernels whose served calibration was made on another device (rule 3).
+    pub fn stale_kernels(&self) -> Vec<String> {
+        let snap = self.snapshot();
+        snap.kernels.iter().filter(|(_, k)| self.is_stale(k)).map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Calibrated kernels (isolated), for status displays.
+    pub fn calibrated_kernels(&self) -> Vec<String> {
+        self.snapshot().kernels.keys().cloned().collect()
+    }
+}
+
+fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> ServiceError {
+    let known: Vec<String> = jobs.keys().map(u64::to_string).collect();
+    ServiceError::InvalidArgs(format!(
+        "no job {id}; accepted: a job number returned by Recalibrate ({})",
+        if known.is_empty() { "none yet".into() } else { known.join(", ") }
+    ))
+}
+
+fn join(sizes: &[u32]) -> String {
+    sizes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+}
+
+/// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
+/// most recent one of another device, or nothing.
+fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
+    if let Some(cal) = store.load(&device.fingerprint) {
+        tracing::info!(kernels = cal.kernels.len(), "loaded calibration");
+        return cal;
+    }
+    match store.load_latest_other(&device.fingerprint) {
+        Some(old) => {
+            tracing::warn!(
+                old_device = %old.device.name,
+                "no calibration for this device fingerprint; serving the previous one as stale until recalibrated"
+            );
+            Calibration { device: device.clone(), ..old }
+        }
+        None => Calibration::new(device.clone()),
+    }
+}
+
+fn worker_loop(mut gpu: Box<dyn Gpu>, store: Store, inner: Arc<Inner>, jobs: mpsc::Receiver<Job>) {
+    while let Ok(job) = jobs.recv() {
+        // A bug in one job must not take the worker (and every later job) down with it.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_job(gpu.as_mut(), &store, &inner, &job)
+        }));
+        let (state, message) = outcome.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown".into());
+            fail(&inner, format!("internal error ({what}); bounds unchanged, please report it"))
+        });
+        inner.pending.fetch_sub(1, Ordering::SeqCst);
+        set_job(&inner, job.id, |s| {
+            s.state = state;
+            s.message = message.clone();
+            if state == JobState::Done {
+                s.progress = 1.0;
+            }
+        });
+        tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
+        let _ = inner.events.send(Event::JobFinished { job: job.id, state, message });
+    }
+}
+
+fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobState, String) {
+    if job.cancel.load(Ordering::SeqCst) {
+        return (JobState::Cancelled, "cancelled before it started; bounds unchanged".into());
+    }
+    set_job(inner, job.id, |s| {
+        s.state = JobState::Running;
+        s.message = "measuring".into();
+    });
+    let recipe = inner.config.recipe;
+    let n = job.kernels.len().max(1) as f64;
+    let mut results = Vec::new();
+    for (i, kernel) in job.kernels.iter().enumerate() {
+        let mut last_sent = -1.0;
+        let mut progress = |f: f64| {
+            let p = (i as f64 + f) / n;
+            if p - last_sent >= 0.01 || f >= 1.0 {
+                last_sent = p;
+                set_job(inner, job.id, |s| s.progress = p);
+                let _ = inner.events.send(Event::JobProgress { job: job.id, progress: p });
+            }
+        };
+        match calibrate::calibrate_kernel(gpu, kernel, &recipe, &job.cancel, &mut progress) {
+            Ok(cal) => results.push((kernel.name.to_string(), cal)),
+            Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
+                return (JobState::Cancelled, "cancelled; bounds unchanged".into());
+            }
+            Err(e) => return fail(inner, format!("calibrating {}: {e}; bounds unchanged", kernel.name)),
+        }
+    }
+    commit(store, inner, recipe.campaign.interference, results)
+}
+
+/// Publish the new bounds of a successful job: store first (so a crash after this leaves them on
+/// disk), then the snapshot, then the signal.
+fn commit(store: &Store, inner: &Inner, tag: Interference, results: Vec<(String, KernelCalibration)>) -> (JobState, String) {
+    let names: Vec<String> = results.iter().map(|(n, _)| n.clone()).collect();
+    let mut next = (**inner.snapshot.read().expect("snapshot lock")).clone();
+    next.device = inner.device.clone();
+    next.tables_mut(tag).extend(results);
+    if let Err(e) = store.save(&next) {
+        return fail(inner, format!("{e}; new bounds not published, old bounds kept"));
+    }
+    *inner.snapshot.write().expect("snapshot lock") = Arc::new(next);
+    set_health(inner, "ok".into());
+    let _ = inner.events.send(Event::BoundsChanged { kernels: names.clone() });
+    (JobState::Done, format!("calibrated {}", names.join(", ")))
+}
+
+fn fail(inner: &Inner, message: String) -> (JobState, String) {
+    tracing::error!(%message, "calibration job failed");
+    set_health(inner, format!("degraded: {message}"));
+    (JobState::Failed, message)
+}
+
+fn set_health(inner: &Inner, health: String) {
+    let mut current = inner.health.write().expect("health lock");
+    if *current != health {
+        *current = health.clone();
+        let _ = inner.events.send(Event::HealthChanged { health });
+    }
+}
+
+fn set_job(inner: &Inner, id: u64, update: impl FnOnce(&mut JobStatus)) {
+    if let Some((status, _)) = inner.jobs.lock().expect("jobs lock").get_mut(&id) {
+        update(status);
+    }
+}

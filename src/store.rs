@@ -1,0 +1,220 @@
+//! Calibrations on disk: one JSON file per device fingerprint, written atomically, loaded at start
+//! so bounds are served at once after a restart.
+//!
+//! Crash safety: a calibration is written to a temporary file in the same directory, fsynced,
+//! renamed over the old one, and the directory is fsynced, so at every instant the file on disk is
+//! either the old calibration or the new one, never a mix. Temporary files left by a crash are
+//! removed at the next start. A file that does not parse is moved aside (`*.corrupt-<time>`) with a
+//! log line and never half-applied; the daemon goes on with what it has.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::gpu::{DeviceInfo, Fingerprint, Interference};
+use crate::measure::{EnvironmentStamp, KernelCampaign};
+use crate::model::BoundTable;
+
+pub const FORMAT_VERSION: u32 = 1;
+
+/// Everything the daemon knows about one device: per kernel, its campaign and its bounds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub format: u32,
+    pub device: DeviceInfo,
+    pub kernels: BTreeMap<String, KernelCalibration>,
+    /// Calibrations made with a bandwidth stressor on the other SMs, by kernel.
+    #[serde(default)]
+    pub contended: BTreeMap<String, KernelCalibration>,
+}
+
+impl Calibration {
+    pub fn new(device: DeviceInfo) -> Self {
+        Calibration {
+            format: FORMAT_VERSION,
+            device,
+            kernels: BTreeMap::new(),
+            contended: BTreeMap::new(),
+        }
+    }
+
+    pub fn fingerprint(&self) -> &Fingerprint {
+        &self.device.fingerprint
+    }
+
+    pub fn tables(&self, interference: Interference) -> &BTreeMap<String, KernelCalibration> {
+        match interference {
+            Interference::Isolated => &self.kernels,
+            Interference::Contended => &self.contended,
+        }
+    }
+
+    pub fn tables_mut(&mut self, interference: Interference) -> &mut BTreeMap<String, KernelCalibration> {
+        match interference {
+            Interference::Isolated => &mut self.kernels,
+            Interference::Contended => &mut self.contended,
+        }
+    }
+}
+
+/// One kernel's calibration: the raw samples (so it can be refitted with another method), the
+/// conditions, and the bound table served from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelCalibration {
+    /// Identifies the calibration a bound came from (design rule 2).
+    pub id: String,
+    pub calibrated_at: DateTime<Utc>,
+    pub campaign: KernelCampaign,
+    pub table: BoundTable,
+}
+
+impl KernelCalibration {
+    pub fn environment(&self) -> &EnvironmentStamp {
+        &self.campaign.environment
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state directory {dir}: {source}")]
+    Dir { dir: PathBuf, source: std::io::Error },
+    #[error("writing {path}: {source}")]
+    Write { path: PathBuf, source: std::io::Error },
+}
+
+/// The state directory holding calibrations.
+#[derive(Debug, Clone)]
+pub struct Store {
+    dir: PathBuf,
+}
+
+impl Store {
+    /// Open (and create) the directory, removing temporary files a crash left behind.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Store, StoreError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|source| StoreError::Dir { dir: dir.clone(), source })?;
+        let store = Store { dir };
+        store.remove_stale_temporaries();
+        Ok(store)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn path_for(&self, fingerprint: &Fingerprint) -> PathBuf {
+        self.dir.join(format!("calibration-{}.json", fingerprint.digest()))
+    }
+
+    /// The calibration for `fingerprint`; `None` when there is none or it was corrupt (and moved
+    /// aside).
+    pub fn load(&self, fingerprint: &Fingerprint) -> Option<Calibration> {
+        self.load_file(&self.path_for(fingerprint))
+    }
+
+    /// The most recently written calibration of another fingerprint, if any: served as stale
+    /// while the current device is recalibrated.
+    pub fn load_latest_other(&self, fingerprint: &Fingerprint) -> Option<Calibration> {
+        let current = self.path_for(fingerprint);
+        let mut files: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&self.dir)
+            .ok()?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p != &current && is_calibration_file(p))
+            .filter_map(|p| Some((fs::metadata(&p).ok()?.modified().ok()?, p)))
+            .collect();
+        files.sort();
+        files.into_iter().rev().find_map(|(_, p)| self.load_file(&p))
+    }
+
+    fn load_file(&self, path: &Path) -> Option<Calibration> {
+        let bytes = match fs::read(path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::error!(path = %path.display(), error = %e, "calibration unreadable; ignoring it");
+                return None;
+            }
+        };
+        match serde_json::from_slice::<Calibration>(&bytes) {
+            Ok(cal) if cal.format == FORMAT_VERSION => Some(cal),
+            Ok(cal) => {
+                self.quarantine(path, &format!("format {} is not the supported {FORMAT_VERSION}", cal.format));
+                None
+            }
+            Err(e) => {
+                self.quarantine(path, &e.to_string());
+                None
+            }
+        }
+    }
+
+    /// Move a bad file aside so it is kept for inspection but never loaded again.
+    fn quarantine(&self, path: &Path, why: &str) {
+        let aside = path.with_extension(format!("json.corrupt-{}", Utc::now().format("%Y%m%dT%H%M%S%.3fZ")));
+        match fs::rename(path, &aside) {
+            Ok(()) => tracing::error!(
+                path = %path.display(), moved_to = %aside.display(), reason = why,
+                "calibration file is corrupt; moved aside, serving without it"
+            ),
+            Err(e) => tracing::error!(path = %path.display(), reason = why, error = %e,
+                "calibration file is corrupt and could not be moved aside"),
+        }
+    }
+
+    /// Write `cal` atomically: temporary file, fsync, rename, fsync of the directory.
+    pub fn save(&self, cal: &Calibration) -> Result<PathBuf, StoreError> {
+        let path = self.path_for(cal.fingerprint());
+        let tmp = self.dir.join(format!(".tmp-{}-{}", std::process::id(), path_name(&path)));
+        let write = |source| StoreError::Write { path: path.clone(), source };
+        let json = serde_json::to_vec_pretty(cal).map_err(|e| write(e.into()))?;
+        let result = (|| {
+            let mut file = File::create(&tmp)?;
+            file.write_all(&json)?;
+            file.sync_all()?;
+            fs::rename(&tmp, &path)?;
+            File::open(&self.dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(write)?;
+        Ok(path)
+    }
+
+    fn remove_stale_temporaries(&self) {
+        let Ok(entries) = fs::read_dir(&self.dir) else { return };
+        for entry in entries.filter_map(Result::ok) {
+            let name = entry.file_name();
+            if name.to_string_lossy().starts_with(".tmp-") {
+                tracing::warn!(file = %entry.path().display(), "removing a temporary file left by an interrupted write");
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+fn is_calibration_file(p: &Path) -> bool {
+    let name = path_name(p);
+    name.starts_with("calibration-") && name.ends_with(".json")
+}
+
+fn path_name(p: &Path) -> String {
+    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The default state directory: `$STATE_DIRECTORY` (set by systemd), else the XDG state
+/// directory, else `~/.local/state/wcetd`.
+pub fn default_state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("STATE_DIRECTORY").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir);
+    }
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("wcetd");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
+    PathBuf::from(home).join(".local/state/wcetd")
+}
