@@ -21,7 +21,11 @@ pub struct OperatorPolicy {
 
 impl OperatorPolicy {
     pub fn new(group: &str) -> Self {
-        OperatorPolicy { group: group.to_string(), gid: gid_of(group), own_uid: current_uid() }
+        OperatorPolicy {
+            group: group.to_string(),
+            gid: gid_of(group),
+            own_uid: current_uid(),
+        }
     }
 
     /// Whether `uid` with supplementary `groups` may operate.
@@ -30,7 +34,12 @@ impl OperatorPolicy {
     }
 
     /// Refuse the caller of `method` unless allowed.
-    pub async fn check(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<(), ServiceError> {
+    pub async fn check(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+    ) -> Result<(), ServiceError> {
         let denied = |who: String| {
             ServiceError::AccessDenied(format!(
                 "{method} is for operators; {who} is not root and not in group `{}`; accepted: root or a member of `{}`",
@@ -42,12 +51,21 @@ impl OperatorPolicy {
         };
         let creds = async {
             let proxy = DBusProxy::new(conn).await?;
-            proxy.get_connection_credentials(BusName::Unique(sender.clone())).await
+            proxy
+                .get_connection_credentials(BusName::Unique(sender.clone()))
+                .await
         }
         .await
-        .map_err(|e| ServiceError::AccessDenied(format!("cannot identify the caller of {method}: {e}")))?;
-        let uid = creds.unix_user_id().ok_or_else(|| denied(format!("{sender} (no UID)")))?;
-        let groups = creds.unix_group_ids().cloned().unwrap_or_else(|| groups_of(uid));
+        .map_err(|e| {
+            ServiceError::AccessDenied(format!("cannot identify the caller of {method}: {e}"))
+        })?;
+        let uid = creds
+            .unix_user_id()
+            .ok_or_else(|| denied(format!("{sender} (no UID)")))?;
+        let groups = creds
+            .unix_group_ids()
+            .cloned()
+            .unwrap_or_else(|| groups_of(uid));
         if self.allows(uid, &groups) {
             Ok(())
         } else {
@@ -97,12 +115,19 @@ mod tests {
 
     #[test]
     fn root_own_user_and_group_members_may_operate() {
-        let policy = OperatorPolicy { group: "wcetd".into(), gid: Some(970), own_uid: 1000 };
+        let policy = OperatorPolicy {
+            group: "wcetd".into(),
+            gid: Some(970),
+            own_uid: 1000,
+        };
         assert!(policy.allows(0, &[]));
         assert!(policy.allows(1000, &[]));
         assert!(policy.allows(1001, &[5, 970]));
         assert!(!policy.allows(1001, &[5]));
-        let no_group = OperatorPolicy { gid: None, ..policy };
+        let no_group = OperatorPolicy {
+            gid: None,
+            ..policy
+        };
         assert!(!no_group.allows(1001, &[970]));
     }
 }

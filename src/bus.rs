@@ -33,7 +33,8 @@ impl PrivateBus {
         let socket = dir.join("bus");
         let _ = std::fs::remove_file(&socket);
         let config = dir.join("bus.conf");
-        std::fs::write(&config, bus_config(&socket)).with_context(|| format!("writing {}", config.display()))?;
+        std::fs::write(&config, bus_config(&socket))
+            .with_context(|| format!("writing {}", config.display()))?;
         let mut child = Command::new("dbus-daemon")
             .arg(format!("--config-file={}", config.display()))
             .args(["--nofork", "--print-address"])
@@ -41,16 +42,24 @@ impl PrivateBus {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .context("starting dbus-daemon (install the `dbus` package, e.g. `apt-get install -y dbus`)")?;
+            .context(
+                "starting dbus-daemon (install the `dbus` package, e.g. `apt-get install -y dbus`)",
+            )?;
         let stdout = child.stdout.take().context("dbus-daemon stdout")?;
         let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).context("reading the private bus address")?;
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .context("reading the private bus address")?;
         let address = line.trim().to_string();
         if address.is_empty() {
             let _ = child.kill();
             bail!("dbus-daemon exited without printing an address");
         }
-        Ok(PrivateBus { child, address, dir: dir.to_path_buf() })
+        Ok(PrivateBus {
+            child,
+            address,
+            dir: dir.to_path_buf(),
+        })
     }
 
     pub fn address(&self) -> &str {
@@ -123,5 +132,8 @@ pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
             zbus::connection::Builder::system()
         }
     };
-    builder.build().await.with_context(|| format!("connecting to the bus ({choice:?})"))
+    builder
+        .build()
+        .await
+        .with_context(|| format!("connecting to the bus ({choice:?})"))
 }

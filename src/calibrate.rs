@@ -39,12 +39,31 @@ pub fn calibrate_kernel(
     let budget = recipe.campaign.max_sizes;
     let mut next = |c: &KernelCampaign| model::planner::next_size(&observations(c), &sizes, budget);
     let mut report = |done: u64, total: u64| progress(done as f64 / total.max(1) as f64);
-    let campaign = measure::run_campaign(gpu, kernel, &recipe.campaign, &mut next, cancel, &mut report)?;
-    let table = method::bound_table(&observations(&campaign), &sizes, recipe.method, &recipe.method_config)
-        .map_err(|source| CalibrateError::Model { kernel: kernel.name.to_string(), source })?;
+    let campaign = measure::run_campaign(
+        gpu,
+        kernel,
+        &recipe.campaign,
+        &mut next,
+        cancel,
+        &mut report,
+    )?;
+    let table = method::bound_table(
+        &observations(&campaign),
+        &sizes,
+        recipe.method,
+        &recipe.method_config,
+    )
+    .map_err(|source| CalibrateError::Model {
+        kernel: kernel.name.to_string(),
+        source,
+    })?;
     let calibrated_at = Utc::now();
     Ok(KernelCalibration {
-        id: format!("{}@{}", kernel.name, calibrated_at.format("%Y%m%dT%H%M%S%.3fZ")),
+        id: format!(
+            "{}@{}",
+            kernel.name,
+            calibrated_at.format("%Y%m%dT%H%M%S%.3fZ")
+        ),
         calibrated_at,
         campaign,
         table,
@@ -53,5 +72,8 @@ pub fn calibrate_kernel(
 
 /// A campaign's samples as the model takes them.
 pub fn observations(c: &KernelCampaign) -> Observations {
-    Observations { geometry: c.geometry, by_size: c.samples() }
+    Observations {
+        geometry: c.geometry,
+        by_size: c.samples(),
+    }
 }

@@ -36,13 +36,19 @@ impl From<ServiceError> for BusError {
             ServiceError::Infeasible(_) => "org.wcetd.Error.Infeasible",
             ServiceError::Busy(_) => "org.wcetd.Error.Busy",
         };
-        BusError { name, message: e.to_string() }
+        BusError {
+            name,
+            message: e.to_string(),
+        }
     }
 }
 
 impl From<zbus::Error> for BusError {
     fn from(e: zbus::Error) -> Self {
-        BusError { name: "org.freedesktop.DBus.Error.Failed", message: e.to_string() }
+        BusError {
+            name: "org.freedesktop.DBus.Error.Failed",
+            message: e.to_string(),
+        }
     }
 }
 
@@ -60,7 +66,6 @@ impl zbus::DBusError for BusError {
     }
 }
 
-
 /// `org.wcetd.Bounds1`: anyone may call.
 pub struct Bounds {
     pub service: Service,
@@ -76,7 +81,11 @@ impl Bounds {
         Ok(self.service.bound_info(kernel, sms, None)?.entry.bound_ns)
     }
 
-    fn get_bound_info(&self, kernel: &str, sms: u32) -> Result<HashMap<String, Variant<'static>>, BusError> {
+    fn get_bound_info(
+        &self,
+        kernel: &str,
+        sms: u32,
+    ) -> Result<HashMap<String, Variant<'static>>, BusError> {
         Ok(info_dict(&self.service.bound_info(kernel, sms, None)?))
     }
 
@@ -89,9 +98,18 @@ impl Bounds {
     }
 
     /// `GetBound` for one interference tag (`isolated` or `contended`): an extension.
-    fn get_bound_tagged(&self, kernel: &str, sms: u32, interference: &str) -> Result<u64, BusError> {
+    fn get_bound_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+    ) -> Result<u64, BusError> {
         let tag = parse_tag(interference)?;
-        Ok(self.service.bound_info(kernel, sms, Some(tag))?.entry.bound_ns)
+        Ok(self
+            .service
+            .bound_info(kernel, sms, Some(tag))?
+            .entry
+            .bound_ns)
     }
 
     /// A method that does nothing, so benchmarks can compare `GetBound` against the bus itself.
@@ -205,17 +223,36 @@ impl Calibration {
     }
 
     #[zbus(signal)]
-    async fn job_progress(emitter: &SignalEmitter<'_>, job: u64, progress: f64) -> zbus::Result<()>;
+    async fn job_progress(emitter: &SignalEmitter<'_>, job: u64, progress: f64)
+        -> zbus::Result<()>;
 
     #[zbus(signal)]
-    async fn job_finished(emitter: &SignalEmitter<'_>, job: u64, state: &str, message: &str) -> zbus::Result<()>;
+    async fn job_finished(
+        emitter: &SignalEmitter<'_>,
+        job: u64,
+        state: &str,
+        message: &str,
+    ) -> zbus::Result<()>;
 }
 
 /// Serve both interfaces on `conn`.
-pub async fn serve(conn: &Connection, service: Service, access: crate::access::OperatorPolicy) -> zbus::Result<()> {
+pub async fn serve(
+    conn: &Connection,
+    service: Service,
+    access: crate::access::OperatorPolicy,
+) -> zbus::Result<()> {
     let server = conn.object_server();
-    server.at(OBJECT_PATH, Bounds { service: service.clone() }).await?;
-    server.at(OBJECT_PATH, Calibration { service, access }).await?;
+    server
+        .at(
+            OBJECT_PATH,
+            Bounds {
+                service: service.clone(),
+            },
+        )
+        .await?;
+    server
+        .at(OBJECT_PATH, Calibration { service, access })
+        .await?;
     Ok(())
 }
 
@@ -223,13 +260,20 @@ pub async fn serve(conn: &Connection, service: Service, access: crate::access::O
 pub async fn forward_events(conn: Connection, service: Service) {
     let mut events = service.subscribe();
     let server = conn.object_server();
-    let Ok(bounds) = server.interface::<_, Bounds>(OBJECT_PATH).await else { return };
-    let Ok(calibration) = server.interface::<_, Calibration>(OBJECT_PATH).await else { return };
+    let Ok(bounds) = server.interface::<_, Bounds>(OBJECT_PATH).await else {
+        return;
+    };
+    let Ok(calibration) = server.interface::<_, Calibration>(OBJECT_PATH).await else {
+        return;
+    };
     loop {
         let event = match events.recv().await {
             Ok(e) => e,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                tracing::warn!(missed = n, "signal forwarder fell behind; some progress signals were skipped");
+                tracing::warn!(
+                    missed = n,
+                    "signal forwarder fell behind; some progress signals were skipped"
+                );
                 continue;
             }
             Err(_) => return,
@@ -238,15 +282,31 @@ pub async fn forward_events(conn: Connection, service: Service) {
             Event::JobProgress { job, progress } => {
                 Calibration::job_progress(calibration.signal_emitter(), job, progress).await
             }
-            Event::JobFinished { job, state, message } => {
-                Calibration::job_finished(calibration.signal_emitter(), job, state.as_str(), &message).await
+            Event::JobFinished {
+                job,
+                state,
+                message,
+            } => {
+                Calibration::job_finished(
+                    calibration.signal_emitter(),
+                    job,
+                    state.as_str(),
+                    &message,
+                )
+                .await
             }
             Event::BoundsChanged { kernels } => {
                 let emitter = bounds.signal_emitter();
                 let changed = bounds.get().await.stale_kernels_changed(emitter).await;
                 Bounds::bounds_changed(emitter, kernels).await.and(changed)
             }
-            Event::HealthChanged { .. } => bounds.get().await.health_changed(bounds.signal_emitter()).await,
+            Event::HealthChanged { .. } => {
+                bounds
+                    .get()
+                    .await
+                    .health_changed(bounds.signal_emitter())
+                    .await
+            }
         };
         if let Err(e) = sent {
             tracing::warn!(error = %e, "could not emit a signal");

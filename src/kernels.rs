@@ -52,14 +52,38 @@ macro_rules! kernel {
 /// The built-in suite, in the order tables list it.
 pub fn builtin_suite() -> Vec<KernelSpec> {
     vec![
-        kernel!("needle", "Needleman-Wunsch alignment, one anti-diagonal of blocks", 4096),
-        kernel!("backprop", "Neural-network layer forward pass and weight adjust", 65536),
+        kernel!(
+            "needle",
+            "Needleman-Wunsch alignment, one anti-diagonal of blocks",
+            4096
+        ),
+        kernel!(
+            "backprop",
+            "Neural-network layer forward pass and weight adjust",
+            65536
+        ),
         kernel!("gaussian", "Gaussian elimination, Fan1/Fan2 step", 2048),
-        kernel!("bfs", "Breadth-first search frontier expansion on a generated graph", 1 << 20),
+        kernel!(
+            "bfs",
+            "Breadth-first search frontier expansion on a generated graph",
+            1 << 20
+        ),
         kernel!("hotspot", "2-D thermal simulation stencil", 1024),
-        kernel!("lud", "LU decomposition, diagonal/perimeter/internal blocks", 2048),
-        kernel!("srad", "Speckle-reducing anisotropic diffusion, two passes", 2048),
-        kernel!("tmatch", "Template matching (normalised cross-correlation), in place of heartwall", 1024),
+        kernel!(
+            "lud",
+            "LU decomposition, diagonal/perimeter/internal blocks",
+            2048
+        ),
+        kernel!(
+            "srad",
+            "Speckle-reducing anisotropic diffusion, two passes",
+            2048
+        ),
+        kernel!(
+            "tmatch",
+            "Template matching (normalised cross-correlation), in place of heartwall",
+            1024
+        ),
     ]
 }
 
@@ -74,11 +98,18 @@ mod tests {
 
     #[test]
     fn waves_follow_the_ceiling_of_blocks_over_capacity() {
-        let g = Geometry { blocks: 528, blocks_per_sm: 2 };
+        let g = Geometry {
+            blocks: 528,
+            blocks_per_sm: 2,
+        };
         assert_eq!(g.waves(132), 2);
         assert_eq!(g.waves(128), 3);
         assert_eq!(g.waves(8), 33);
-        assert_eq!(g.waves(0), 264, "zero SMs is treated as one, never a division by zero");
+        assert_eq!(
+            g.waves(0),
+            264,
+            "zero SMs is treated as one, never a division by zero"
+        );
     }
 
     #[test]

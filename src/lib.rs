@@ -1,11 +1,45 @@
+//! # wcetd: worst-case execution-time bounds for CUDA kernels, per SM partition size
+//!
+//! A long-running daemon measures kernels at a few partition sizes, fits scaling laws with
+//! validated safety margins, and serves conservative bounds over D-Bus. Data flows one way, and
+//! each layer knows only the one below it:
+//!
+//! ```text
+//! gpu  ->  measure  ->  model  ->  store  ->  service  ->  dbus
+//! ```
+//!
+//! - [`gpu`]: the device as the daemon sees it. The [`gpu::Gpu`] trait runs a kernel N times on a
+//!   partition of m SMs and returns the times; [`gpu::sim`] is a physically motivated simulator
+//!   (thread-block waves, bandwidth roofs, contention, heavy-tailed jitter, throttling) and
+//!   [`gpu::cuda`] the real backend. Knows nothing of bounds.
+//! - [`kernels`]: the catalogue of kernels and their launch geometry.
+//! - [`measure`]: a calibration campaign: warm-up, timed launches in batches, telemetry around
+//!   each batch, every sample kept, the conditions stamped. Which sizes to measure is passed in.
+//! - [`model`]: from samples to bounds: scaling laws fitted with argmin, law choice and margin by
+//!   leave-one-out validation, a peaks-over-threshold tail bound, the calibration planner, the
+//!   published comparison methods, and the evaluation against held-out samples. Knows nothing of
+//!   the GPU or the bus.
+//! - [`calibrate`]: the one place where measurement and model meet, for one kernel.
+//! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically.
+//! - [`service`]: the daemon's state and job queue; queries read an immutable snapshot, GPU work
+//!   runs on one worker thread. No D-Bus types.
+//! - [`dbus`]: the bus face, thin: forwards to the service, maps errors to the design's names,
+//!   turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
+//! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
+//!   fitting and evaluation for `wcetctl`.
+//!
+//! The rule no layer may break: a bound is never below a sample observed at its size.
+
+pub mod access;
+pub mod bus;
 pub mod calibrate;
+pub mod client;
+pub mod dbus;
 pub mod gpu;
 pub mod kernels;
 pub mod measure;
 pub mod model;
+pub mod offline;
 pub mod samples;
 pub mod service;
 pub mod store;
-pub mod access;
-pub mod dbus;
-pub mod bus;

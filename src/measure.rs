@@ -74,7 +74,10 @@ pub struct KernelCampaign {
 impl KernelCampaign {
     /// Samples per size, as the model and the samples CSV take them.
     pub fn samples(&self) -> BTreeMap<u32, Vec<u64>> {
-        self.sizes.iter().map(|(&m, r)| (m, r.times_ns.clone())).collect()
+        self.sizes
+            .iter()
+            .map(|(&m, r)| (m, r.times_ns.clone()))
+            .collect()
     }
 }
 
@@ -109,7 +112,15 @@ pub fn run_campaign(
     while let Some(sms) = next_size(&campaign) {
         let done = campaign.sizes.len() as u64 * u64::from(settings.launches);
         let mut at_size = |n: u64| progress(done + n, planned);
-        let (record, geometry) = measure_size(gpu, kernel, sms, settings, cancel, &mut telemetry, &mut at_size)?;
+        let (record, geometry) = measure_size(
+            gpu,
+            kernel,
+            sms,
+            settings,
+            cancel,
+            &mut telemetry,
+            &mut at_size,
+        )?;
         campaign.geometry = campaign.geometry.or(geometry);
         campaign.sizes.insert(sms, record);
     }
@@ -128,7 +139,12 @@ fn measure_size(
     telemetry: &mut Vec<Telemetry>,
     progress: &mut dyn FnMut(u64),
 ) -> Result<(SizeRecord, Option<Geometry>), MeasureError> {
-    let mut record = SizeRecord { granted_sms: sms, times_ns: Vec::new(), batches: 0, throttled_batches: 0 };
+    let mut record = SizeRecord {
+        granted_sms: sms,
+        times_ns: Vec::new(),
+        batches: 0,
+        throttled_batches: 0,
+    };
     let mut geometry = None;
     let mut warmup = settings.warmup;
     while record.times_ns.len() < settings.launches as usize {
@@ -177,7 +193,10 @@ fn finish_stamp(env: &mut EnvironmentStamp, telemetry: &[Telemetry]) {
     env.sm_clock_mhz_min = clocks.clone().min();
     env.sm_clock_mhz_max = clocks.max();
     env.temperature_c_max = telemetry.iter().filter_map(|t| t.temperature_c).max();
-    let mut reasons: Vec<String> = telemetry.iter().flat_map(|t| t.throttle_reasons.clone()).collect();
+    let mut reasons: Vec<String> = telemetry
+        .iter()
+        .flat_map(|t| t.throttle_reasons.clone())
+        .collect();
     reasons.sort();
     reasons.dedup();
     env.throttle_reasons = reasons;
@@ -199,7 +218,11 @@ mod tests {
     fn a_campaign_keeps_every_sample_at_every_chosen_size() {
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
         let kernel = kernels::find("srad").unwrap();
-        let settings = CampaignSettings { launches: 120, batch: 50, ..Default::default() };
+        let settings = CampaignSettings {
+            launches: 120,
+            batch: 50,
+            ..Default::default()
+        };
         let mut plan = vec![132, 8];
         let mut last = (0, 0);
         let campaign = run_campaign(
@@ -211,8 +234,14 @@ mod tests {
             &mut |d, t| last = (d, t),
         )
         .unwrap();
-        assert_eq!(campaign.sizes.keys().copied().collect::<Vec<_>>(), vec![8, 132]);
-        assert!(campaign.sizes.values().all(|r| r.times_ns.len() == 120 && r.batches == 3));
+        assert_eq!(
+            campaign.sizes.keys().copied().collect::<Vec<_>>(),
+            vec![8, 132]
+        );
+        assert!(campaign
+            .sizes
+            .values()
+            .all(|r| r.times_ns.len() == 120 && r.batches == 3));
         assert!(campaign.geometry.is_some());
         assert_eq!(last.0, last.1);
     }

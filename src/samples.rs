@@ -16,11 +16,25 @@ pub type SampleSet = BTreeMap<String, BTreeMap<u32, Vec<u64>>>;
 #[derive(Debug, thiserror::Error)]
 pub enum CsvError {
     #[error("{what}: missing column `{column}`; the header must name {expected}")]
-    MissingColumn { what: &'static str, column: &'static str, expected: &'static str },
+    MissingColumn {
+        what: &'static str,
+        column: &'static str,
+        expected: &'static str,
+    },
     #[error("{what}, line {line}: `{field}` is `{value}`; accepted: {accepted}")]
-    BadValue { what: &'static str, line: u64, field: &'static str, value: String, accepted: &'static str },
+    BadValue {
+        what: &'static str,
+        line: u64,
+        field: &'static str,
+        value: String,
+        accepted: &'static str,
+    },
     #[error("{what}, line {line}: {detail}")]
-    Malformed { what: &'static str, line: u64, detail: String },
+    Malformed {
+        what: &'static str,
+        line: u64,
+        detail: String,
+    },
     #[error("{what}: no rows after the header")]
     Empty { what: &'static str },
 }
@@ -30,19 +44,50 @@ const GEOMETRY: &str = "geometry CSV";
 
 /// Read a samples CSV.
 pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
-    let cols = columns(&mut reader, SAMPLES, &["kernel", "sms", "time_ns"], "kernel,sms,time_ns")?;
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(input);
+    let cols = columns(
+        &mut reader,
+        SAMPLES,
+        &["kernel", "sms", "time_ns"],
+        "kernel,sms,time_ns",
+    )?;
     let mut set = SampleSet::new();
     for record in reader.records() {
         let record = record.map_err(|e| malformed(SAMPLES, &e))?;
         let line = record.position().map_or(0, |p| p.line());
         let kernel = text(&record, cols[0], SAMPLES, line, "kernel")?;
-        let sms: u32 = number(&record, cols[1], SAMPLES, line, "sms", "a whole number of SMs, at least 1")?;
+        let sms: u32 = number(
+            &record,
+            cols[1],
+            SAMPLES,
+            line,
+            "sms",
+            "a whole number of SMs, at least 1",
+        )?;
         if sms == 0 {
-            return Err(bad(SAMPLES, line, "sms", "0", "a whole number of SMs, at least 1"));
+            return Err(bad(
+                SAMPLES,
+                line,
+                "sms",
+                "0",
+                "a whole number of SMs, at least 1",
+            ));
         }
-        let time_ns: u64 = number(&record, cols[2], SAMPLES, line, "time_ns", "a whole, non-negative number of nanoseconds")?;
-        set.entry(kernel).or_default().entry(sms).or_default().push(time_ns);
+        let time_ns: u64 = number(
+            &record,
+            cols[2],
+            SAMPLES,
+            line,
+            "time_ns",
+            "a whole, non-negative number of nanoseconds",
+        )?;
+        set.entry(kernel)
+            .or_default()
+            .entry(sms)
+            .or_default()
+            .push(time_ns);
     }
     if set.is_empty() {
         return Err(CsvError::Empty { what: SAMPLES });
@@ -52,9 +97,16 @@ pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
 
 /// Read a geometry CSV.
 pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, CsvError> {
-    let mut reader = csv::ReaderBuilder::new().trim(csv::Trim::All).from_reader(input);
+    let mut reader = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(input);
     let expected = "kernel,blocks,blocks_per_sm";
-    let cols = columns(&mut reader, GEOMETRY, &["kernel", "blocks", "blocks_per_sm"], expected)?;
+    let cols = columns(
+        &mut reader,
+        GEOMETRY,
+        &["kernel", "blocks", "blocks_per_sm"],
+        expected,
+    )?;
     let mut out = BTreeMap::new();
     for record in reader.records() {
         let record = record.map_err(|e| malformed(GEOMETRY, &e))?;
@@ -62,11 +114,18 @@ pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, Csv
         let kernel = text(&record, cols[0], GEOMETRY, line, "kernel")?;
         let positive = "a whole number, at least 1";
         let blocks: u32 = number(&record, cols[1], GEOMETRY, line, "blocks", positive)?;
-        let blocks_per_sm: u32 = number(&record, cols[2], GEOMETRY, line, "blocks_per_sm", positive)?;
+        let blocks_per_sm: u32 =
+            number(&record, cols[2], GEOMETRY, line, "blocks_per_sm", positive)?;
         if blocks == 0 || blocks_per_sm == 0 {
             return Err(bad(GEOMETRY, line, "blocks", "0", positive));
         }
-        out.insert(kernel, Geometry { blocks, blocks_per_sm });
+        out.insert(
+            kernel,
+            Geometry {
+                blocks,
+                blocks_per_sm,
+            },
+        );
     }
     Ok(out)
 }
@@ -97,12 +156,22 @@ fn columns<R: Read>(
         *slot = headers
             .iter()
             .position(|h| h == name)
-            .ok_or(CsvError::MissingColumn { what, column: name, expected })?;
+            .ok_or(CsvError::MissingColumn {
+                what,
+                column: name,
+                expected,
+            })?;
     }
     Ok(cols)
 }
 
-fn text(r: &csv::StringRecord, col: usize, what: &'static str, line: u64, field: &'static str) -> Result<String, CsvError> {
+fn text(
+    r: &csv::StringRecord,
+    col: usize,
+    what: &'static str,
+    line: u64,
+    field: &'static str,
+) -> Result<String, CsvError> {
     match r.get(col) {
         Some(v) if !v.is_empty() => Ok(v.to_string()),
         _ => Err(bad(what, line, field, "", "a non-empty name")),
@@ -118,16 +187,34 @@ fn number<T: std::str::FromStr>(
     accepted: &'static str,
 ) -> Result<T, CsvError> {
     let value = r.get(col).unwrap_or("");
-    value.parse().map_err(|_| bad(what, line, field, value, accepted))
+    value
+        .parse()
+        .map_err(|_| bad(what, line, field, value, accepted))
 }
 
-fn bad(what: &'static str, line: u64, field: &'static str, value: &str, accepted: &'static str) -> CsvError {
-    CsvError::BadValue { what, line, field, value: value.to_string(), accepted }
+fn bad(
+    what: &'static str,
+    line: u64,
+    field: &'static str,
+    value: &str,
+    accepted: &'static str,
+) -> CsvError {
+    CsvError::BadValue {
+        what,
+        line,
+        field,
+        value: value.to_string(),
+        accepted,
+    }
 }
 
 fn malformed(what: &'static str, e: &csv::Error) -> CsvError {
     let line = e.position().map_or(0, |p| p.line());
-    CsvError::Malformed { what, line, detail: e.to_string() }
+    CsvError::Malformed {
+        what,
+        line,
+        detail: e.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -146,8 +233,14 @@ mod tests {
     fn bad_files_say_what_was_wrong_and_what_is_accepted() {
         let cases = [
             ("kernel,sms\nbfs,8\n", "missing column `time_ns`"),
-            ("kernel,sms,time_ns\nbfs,8,-5\n", "line 2: `time_ns` is `-5`"),
-            ("kernel,sms,time_ns\nbfs,8,fast\n", "accepted: a whole, non-negative number"),
+            (
+                "kernel,sms,time_ns\nbfs,8,-5\n",
+                "line 2: `time_ns` is `-5`",
+            ),
+            (
+                "kernel,sms,time_ns\nbfs,8,fast\n",
+                "accepted: a whole, non-negative number",
+            ),
             ("kernel,sms,time_ns\nbfs,0,5\n", "`sms` is `0`"),
             ("kernel,sms,time_ns\n,8,5\n", "`kernel` is ``"),
             ("kernel,sms,time_ns\nbfs,8\n", "line 2"),
@@ -162,7 +255,9 @@ mod tests {
     #[test]
     fn written_samples_read_back_the_same() {
         let mut set = SampleSet::new();
-        set.entry("lud".into()).or_default().insert(8, vec![3, 1, 2]);
+        set.entry("lud".into())
+            .or_default()
+            .insert(8, vec![3, 1, 2]);
         let mut buf = Vec::new();
         write_samples(&mut buf, &set).unwrap();
         assert_eq!(read_samples(buf.as_slice()).unwrap(), set);
@@ -171,7 +266,13 @@ mod tests {
     #[test]
     fn geometry_is_read_and_zero_refused() {
         let g = read_geometry("kernel,blocks,blocks_per_sm\nlud,256,2\n".as_bytes()).unwrap();
-        assert_eq!(g["lud"], Geometry { blocks: 256, blocks_per_sm: 2 });
+        assert_eq!(
+            g["lud"],
+            Geometry {
+                blocks: 256,
+                blocks_per_sm: 2
+            }
+        );
         assert!(read_geometry("kernel,blocks,blocks_per_sm\nlud,0,2\n".as_bytes()).is_err());
     }
 }

@@ -51,7 +51,10 @@ pub struct ServiceConfig {
 
 impl Default for ServiceConfig {
     fn default() -> Self {
-        ServiceConfig { recipe: Recipe::default(), max_queued_jobs: 16 }
+        ServiceConfig {
+            recipe: Recipe::default(),
+            max_queued_jobs: 16,
+        }
     }
 }
 
@@ -76,7 +79,10 @@ impl JobState {
     }
 
     pub fn finished(self) -> bool {
-        matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
+        matches!(
+            self,
+            JobState::Done | JobState::Failed | JobState::Cancelled
+        )
     }
 }
 
@@ -91,10 +97,21 @@ pub struct JobStatus {
 /// What the service announces; the bus face turns these into signals.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
-    JobProgress { job: u64, progress: f64 },
-    JobFinished { job: u64, state: JobState, message: String },
-    BoundsChanged { kernels: Vec<String> },
-    HealthChanged { health: String },
+    JobProgress {
+        job: u64,
+        progress: f64,
+    },
+    JobFinished {
+        job: u64,
+        state: JobState,
+        message: String,
+    },
+    BoundsChanged {
+        kernels: Vec<String>,
+    },
+    HealthChanged {
+        health: String,
+    },
 }
 
 /// A bound with everything a caller may want to know about where it came from.
@@ -166,7 +183,9 @@ impl Service {
             .filter(|k| service.needs_calibration(k.name))
             .map(|k| k.name.to_string())
             .collect();
-        let first = (!missing.is_empty()).then(|| service.recalibrate(&missing).ok()).flatten();
+        let first = (!missing.is_empty())
+            .then(|| service.recalibrate(&missing).ok())
+            .flatten();
         (service, first)
     }
 
@@ -198,7 +217,10 @@ impl Service {
     /// Every kernel the daemon knows: the built-in suite and whatever has been calibrated.
     pub fn list_kernels(&self) -> Vec<String> {
         let snap = self.snapshot();
-        let mut names: Vec<String> = kernels::builtin_suite().iter().map(|k| k.name.to_string()).collect();
+        let mut names: Vec<String> = kernels::builtin_suite()
+            .iter()
+            .map(|k| k.name.to_string())
+            .collect();
         names.extend(snap.kernels.keys().cloned());
         names.extend(snap.contended.keys().cloned());
         names.sort();
@@ -224,14 +246,21 @@ impl Service {
     }
 
     /// The calibration of `kernel` under `tag`, or under the safer of the two when `tag` is None.
-    fn calibration_of(&self, kernel: &str, tag: Option<Interference>, sms: u32) -> Result<(KernelCalibration, Interference)> {
+    fn calibration_of(
+        &self,
+        kernel: &str,
+        tag: Option<Interference>,
+        sms: u32,
+    ) -> Result<(KernelCalibration, Interference)> {
         self.known(kernel)?;
         let snap = self.snapshot();
         let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k.clone(), i));
         let found = match tag {
             Some(i) => pick(i),
             None => {
-                let bound = |c: &(KernelCalibration, Interference)| c.0.table.at_most(sms).map_or(0, |e| e.bound_ns);
+                let bound = |c: &(KernelCalibration, Interference)| {
+                    c.0.table.at_most(sms).map_or(0, |e| e.bound_ns)
+                };
                 [pick(Interference::Isolated), pick(Interference::Contended)]
                     .into_iter()
                     .flatten()
@@ -266,7 +295,12 @@ impl Service {
     }
 
     /// The bound for `kernel` on `sms` SMs (the largest realisable size not above it).
-    pub fn bound_info(&self, kernel: &str, sms: u32, tag: Option<Interference>) -> Result<BoundInfo> {
+    pub fn bound_info(
+        &self,
+        kernel: &str,
+        sms: u32,
+        tag: Option<Interference>,
+    ) -> Result<BoundInfo> {
         let partition = self.check_partition(sms)?;
         let (cal, interference) = self.calibration_of(kernel, tag, partition)?;
         let entry = *cal.table.entry(partition).ok_or_else(|| {
@@ -283,8 +317,16 @@ impl Service {
             calibration_id: cal.id.clone(),
             calibrated_at: cal.calibrated_at,
             method: cal.table.method.to_string(),
-            law: cal.table.law.as_ref().map_or("none".into(), |l| l.law.to_string()),
-            tail: cal.table.tail.as_ref().map_or("none".into(), |t| t.kind.to_string()),
+            law: cal
+                .table
+                .law
+                .as_ref()
+                .map_or("none".into(), |l| l.law.to_string()),
+            tail: cal
+                .table
+                .tail
+                .as_ref()
+                .map_or("none".into(), |t| t.kind.to_string()),
             interference,
             notes: cal.table.notes.clone(),
         })
@@ -296,12 +338,20 @@ impl Service {
             .device
             .partition_sizes
             .iter()
-            .map(|&m| self.bound_info(kernel, m, tag).map(|b| (m, b.entry.bound_ns)))
+            .map(|&m| {
+                self.bound_info(kernel, m, tag)
+                    .map(|b| (m, b.entry.bound_ns))
+            })
             .collect()
     }
 
     /// The smallest realisable size whose bound meets `deadline_ns`.
-    pub fn min_partition(&self, kernel: &str, deadline_ns: u64, tag: Option<Interference>) -> Result<(u32, u64)> {
+    pub fn min_partition(
+        &self,
+        kernel: &str,
+        deadline_ns: u64,
+        tag: Option<Interference>,
+    ) -> Result<(u32, u64)> {
         if deadline_ns == 0 {
             return Err(ServiceError::InvalidArgs(
                 "deadline_ns is 0; accepted: a positive number of nanoseconds".into(),
@@ -333,11 +383,21 @@ impl Service {
             message: "queued".into(),
             kernels: specs.iter().map(|k| k.name.to_string()).collect(),
         };
-        self.inner.jobs.lock().expect("jobs lock").insert(id, (status, Arc::clone(&cancel)));
+        self.inner
+            .jobs
+            .lock()
+            .expect("jobs lock")
+            .insert(id, (status, Arc::clone(&cancel)));
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
         self.worker
-            .send(Job { id, kernels: specs, cancel })
-            .map_err(|_| ServiceError::Busy("the GPU worker has stopped; restart the daemon".into()))?;
+            .send(Job {
+                id,
+                kernels: specs,
+                cancel,
+            })
+            .map_err(|_| {
+                ServiceError::Busy("the GPU worker has stopped; restart the daemon".into())
+            })?;
         tracing::info!(job = id, "recalibration queued");
         Ok(id)
     }
@@ -364,7 +424,9 @@ impl Service {
 
     pub fn job(&self, id: u64) -> Result<JobStatus> {
         let jobs = self.inner.jobs.lock().expect("jobs lock");
-        jobs.get(&id).map(|(s, _)| s.clone()).ok_or_else(|| no_such_job(id, &jobs))
+        jobs.get(&id)
+            .map(|(s, _)| s.clone())
+            .ok_or_else(|| no_such_job(id, &jobs))
     }
 
     pub fn cancel_job(&self, id: u64) -> Result<()> {
@@ -383,7 +445,11 @@ impl Service {
     /// Names of kernels whose served calibration was made on another device (rule 3).
     pub fn stale_kernels(&self) -> Vec<String> {
         let snap = self.snapshot();
-        snap.kernels.iter().filter(|(_, k)| self.is_stale(k)).map(|(n, _)| n.clone()).collect()
+        snap.kernels
+            .iter()
+            .filter(|(_, k)| self.is_stale(k))
+            .map(|(n, _)| n.clone())
+            .collect()
     }
 
     /// Calibrated kernels (isolated), for status displays.
@@ -396,12 +462,20 @@ fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> S
     let known: Vec<String> = jobs.keys().map(u64::to_string).collect();
     ServiceError::InvalidArgs(format!(
         "no job {id}; accepted: a job number returned by Recalibrate ({})",
-        if known.is_empty() { "none yet".into() } else { known.join(", ") }
+        if known.is_empty() {
+            "none yet".into()
+        } else {
+            known.join(", ")
+        }
     ))
 }
 
 fn join(sizes: &[u32]) -> String {
-    sizes.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+    sizes
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
@@ -417,7 +491,10 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
                 old_device = %old.device.name,
                 "no calibration for this device fingerprint; serving the previous one as stale until recalibrated"
             );
-            Calibration { device: device.clone(), ..old }
+            Calibration {
+                device: device.clone(),
+                ..old
+            }
         }
         None => Calibration::new(device.clone()),
     }
@@ -435,7 +512,10 @@ fn worker_loop(mut gpu: Box<dyn Gpu>, store: Store, inner: Arc<Inner>, jobs: mps
                 .cloned()
                 .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_else(|| "unknown".into());
-            fail(&inner, format!("internal error ({what}); bounds unchanged, please report it"))
+            fail(
+                &inner,
+                format!("internal error ({what}); bounds unchanged, please report it"),
+            )
         });
         inner.pending.fetch_sub(1, Ordering::SeqCst);
         set_job(&inner, job.id, |s| {
@@ -446,13 +526,20 @@ fn worker_loop(mut gpu: Box<dyn Gpu>, store: Store, inner: Arc<Inner>, jobs: mps
             }
         });
         tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
-        let _ = inner.events.send(Event::JobFinished { job: job.id, state, message });
+        let _ = inner.events.send(Event::JobFinished {
+            job: job.id,
+            state,
+            message,
+        });
     }
 }
 
 fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobState, String) {
     if job.cancel.load(Ordering::SeqCst) {
-        return (JobState::Cancelled, "cancelled before it started; bounds unchanged".into());
+        return (
+            JobState::Cancelled,
+            "cancelled before it started; bounds unchanged".into(),
+        );
     }
     set_job(inner, job.id, |s| {
         s.state = JobState::Running;
@@ -468,7 +555,10 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             if p - last_sent >= 0.01 || f >= 1.0 {
                 last_sent = p;
                 set_job(inner, job.id, |s| s.progress = p);
-                let _ = inner.events.send(Event::JobProgress { job: job.id, progress: p });
+                let _ = inner.events.send(Event::JobProgress {
+                    job: job.id,
+                    progress: p,
+                });
             }
         };
         match calibrate::calibrate_kernel(gpu, kernel, &recipe, &job.cancel, &mut progress) {
@@ -476,7 +566,12 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
                 return (JobState::Cancelled, "cancelled; bounds unchanged".into());
             }
-            Err(e) => return fail(inner, format!("calibrating {}: {e}; bounds unchanged", kernel.name)),
+            Err(e) => {
+                return fail(
+                    inner,
+                    format!("calibrating {}: {e}; bounds unchanged", kernel.name),
+                )
+            }
         }
     }
     commit(store, inner, recipe.campaign.interference, results)
@@ -484,17 +579,27 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
 
 /// Publish the new bounds of a successful job: store first (so a crash after this leaves them on
 /// disk), then the snapshot, then the signal.
-fn commit(store: &Store, inner: &Inner, tag: Interference, results: Vec<(String, KernelCalibration)>) -> (JobState, String) {
+fn commit(
+    store: &Store,
+    inner: &Inner,
+    tag: Interference,
+    results: Vec<(String, KernelCalibration)>,
+) -> (JobState, String) {
     let names: Vec<String> = results.iter().map(|(n, _)| n.clone()).collect();
     let mut next = (**inner.snapshot.read().expect("snapshot lock")).clone();
     next.device = inner.device.clone();
     next.tables_mut(tag).extend(results);
     if let Err(e) = store.save(&next) {
-        return fail(inner, format!("{e}; new bounds not published, old bounds kept"));
+        return fail(
+            inner,
+            format!("{e}; new bounds not published, old bounds kept"),
+        );
     }
     *inner.snapshot.write().expect("snapshot lock") = Arc::new(next);
     set_health(inner, "ok".into());
-    let _ = inner.events.send(Event::BoundsChanged { kernels: names.clone() });
+    let _ = inner.events.send(Event::BoundsChanged {
+        kernels: names.clone(),
+    });
     (JobState::Done, format!("calibrated {}", names.join(", ")))
 }
 

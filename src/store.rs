@@ -52,7 +52,10 @@ impl Calibration {
         }
     }
 
-    pub fn tables_mut(&mut self, interference: Interference) -> &mut BTreeMap<String, KernelCalibration> {
+    pub fn tables_mut(
+        &mut self,
+        interference: Interference,
+    ) -> &mut BTreeMap<String, KernelCalibration> {
         match interference {
             Interference::Isolated => &mut self.kernels,
             Interference::Contended => &mut self.contended,
@@ -80,9 +83,15 @@ impl KernelCalibration {
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("state directory {dir}: {source}")]
-    Dir { dir: PathBuf, source: std::io::Error },
+    Dir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("writing {path}: {source}")]
-    Write { path: PathBuf, source: std::io::Error },
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 /// The state directory holding calibrations.
@@ -95,7 +104,10 @@ impl Store {
     /// Open (and create) the directory, removing temporary files a crash left behind.
     pub fn open(dir: impl Into<PathBuf>) -> Result<Store, StoreError> {
         let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(|source| StoreError::Dir { dir: dir.clone(), source })?;
+        fs::create_dir_all(&dir).map_err(|source| StoreError::Dir {
+            dir: dir.clone(),
+            source,
+        })?;
         let store = Store { dir };
         store.remove_stale_temporaries();
         Ok(store)
@@ -106,7 +118,8 @@ impl Store {
     }
 
     pub fn path_for(&self, fingerprint: &Fingerprint) -> PathBuf {
-        self.dir.join(format!("calibration-{}.json", fingerprint.digest()))
+        self.dir
+            .join(format!("calibration-{}.json", fingerprint.digest()))
     }
 
     /// The calibration for `fingerprint`; `None` when there is none or it was corrupt (and moved
@@ -127,7 +140,10 @@ impl Store {
             .filter_map(|p| Some((fs::metadata(&p).ok()?.modified().ok()?, p)))
             .collect();
         files.sort();
-        files.into_iter().rev().find_map(|(_, p)| self.load_file(&p))
+        files
+            .into_iter()
+            .rev()
+            .find_map(|(_, p)| self.load_file(&p))
     }
 
     fn load_file(&self, path: &Path) -> Option<Calibration> {
@@ -142,7 +158,13 @@ impl Store {
         match serde_json::from_slice::<Calibration>(&bytes) {
             Ok(cal) if cal.format == FORMAT_VERSION => Some(cal),
             Ok(cal) => {
-                self.quarantine(path, &format!("format {} is not the supported {FORMAT_VERSION}", cal.format));
+                self.quarantine(
+                    path,
+                    &format!(
+                        "format {} is not the supported {FORMAT_VERSION}",
+                        cal.format
+                    ),
+                );
                 None
             }
             Err(e) => {
@@ -154,7 +176,10 @@ impl Store {
 
     /// Move a bad file aside so it is kept for inspection but never loaded again.
     fn quarantine(&self, path: &Path, why: &str) {
-        let aside = path.with_extension(format!("json.corrupt-{}", Utc::now().format("%Y%m%dT%H%M%S%.3fZ")));
+        let aside = path.with_extension(format!(
+            "json.corrupt-{}",
+            Utc::now().format("%Y%m%dT%H%M%S%.3fZ")
+        ));
         match fs::rename(path, &aside) {
             Ok(()) => tracing::error!(
                 path = %path.display(), moved_to = %aside.display(), reason = why,
@@ -168,8 +193,13 @@ impl Store {
     /// Write `cal` atomically: temporary file, fsync, rename, fsync of the directory.
     pub fn save(&self, cal: &Calibration) -> Result<PathBuf, StoreError> {
         let path = self.path_for(cal.fingerprint());
-        let tmp = self.dir.join(format!(".tmp-{}-{}", std::process::id(), path_name(&path)));
-        let write = |source| StoreError::Write { path: path.clone(), source };
+        let tmp = self
+            .dir
+            .join(format!(".tmp-{}-{}", std::process::id(), path_name(&path)));
+        let write = |source| StoreError::Write {
+            path: path.clone(),
+            source,
+        };
         let json = serde_json::to_vec_pretty(cal).map_err(|e| write(e.into()))?;
         let result = (|| {
             let mut file = File::create(&tmp)?;
@@ -186,7 +216,9 @@ impl Store {
     }
 
     fn remove_stale_temporaries(&self) {
-        let Ok(entries) = fs::read_dir(&self.dir) else { return };
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
         for entry in entries.filter_map(Result::ok) {
             let name = entry.file_name();
             if name.to_string_lossy().starts_with(".tmp-") {
@@ -203,7 +235,9 @@ fn is_calibration_file(p: &Path) -> bool {
 }
 
 fn path_name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// The default state directory: `$STATE_DIRECTORY` (set by systemd), else the XDG state

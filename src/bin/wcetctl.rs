@@ -1,1 +1,579 @@
-fn main() {}
+//! `wcetctl`: the operator's and scheduler author's command line. Online commands talk to the
+//! daemon over the bus; `fit`, `simulate`, `evaluate` and `plot` work on sample files offline.
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use wcetd::bus;
+use wcetd::client::{self, BoundsProxy, CalibrationProxy};
+use wcetd::gpu::sim::DeviceProfile;
+use wcetd::gpu::Interference;
+use wcetd::kernels::Geometry;
+use wcetd::model::evaluate::CalibrationSizes;
+use wcetd::model::{Method, MethodConfig};
+use wcetd::{offline, samples, store};
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Query and operate wcetd; fit and evaluate bounds offline"
+)]
+struct Cli {
+    /// Bus address of the daemon [default: $WCETD_BUS_ADDRESS, the daemon's private bus, the session bus, the system bus].
+    #[arg(long, global = true)]
+    bus_address: Option<String>,
+    /// The daemon's state directory, where a private bus address is recorded.
+    #[arg(long, global = true)]
+    state_dir: Option<PathBuf>,
+    /// Machine-readable JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Kernels the daemon knows.
+    List,
+    /// The bound of KERNEL on SMS SMs, with where it came from.
+    Bound { kernel: String, sms: u32 },
+    /// The bound of KERNEL at every realisable partition size.
+    Curve { kernel: String },
+    /// The smallest partition whose bound meets DEADLINE (ns).
+    MinPartition { kernel: String, deadline_ns: u64 },
+    /// Recalibrate KERNELs (all when none) and wait, with a progress bar.
+    Recalibrate { kernels: Vec<String> },
+    /// Device, health, and what is calibrated.
+    Status,
+    /// Fit bounds from a samples CSV; prints the bounds CSV (kernel,sms,bound_ns).
+    Fit {
+        #[arg(long)]
+        samples: PathBuf,
+        #[arg(long)]
+        geometry: Option<PathBuf>,
+        /// Sizes to bound, comma-separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        sizes: Vec<u32>,
+        #[arg(long, default_value = "wcetd")]
+        method: Method,
+    },
+    /// Write a simulated samples CSV: every built-in kernel at every partition size.
+    Simulate {
+        #[arg(long, default_value = "h200")]
+        profile: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 200)]
+        launches: u32,
+        #[arg(long)]
+        contended: bool,
+        /// Also write the geometry CSV here.
+        #[arg(long)]
+        geometry_out: Option<PathBuf>,
+    },
+    /// Calibrate on some sizes of a samples file and score every method on held-out samples.
+    Evaluate {
+        #[arg(long)]
+        samples: PathBuf,
+        /// Held-out samples (fresh runs); default: the samples file itself.
+        #[arg(long)]
+        holdout: Option<PathBuf>,
+        #[arg(long)]
+        geometry: Option<PathBuf>,
+        /// `planner` (the daemon's planner, budget 5) or comma-separated sizes.
+        #[arg(long, default_value = "planner")]
+        calibrate_at: String,
+        /// Methods to compare [default: all].
+        #[arg(long, value_delimiter = ',')]
+        methods: Vec<Method>,
+        /// Write one SVG per kernel into this directory.
+        #[arg(long)]
+        plot: Option<PathBuf>,
+    },
+    /// Plot one kernel's samples and every method's bound curve (SVG).
+    Plot {
+        kernel: String,
+        #[arg(long)]
+        samples: PathBuf,
+        #[arg(long)]
+        holdout: Option<PathBuf>,
+        #[arg(long)]
+        geometry: Option<PathBuf>,
+        #[arg(long, default_value = "planner")]
+        calibrate_at: String,
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("wcetctl: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Fit {
+            ref samples,
+            ref geometry,
+            ref sizes,
+            method,
+        } => fit(samples, geometry.as_deref(), sizes, method),
+        Command::Simulate {
+            ref profile,
+            seed,
+            launches,
+            contended,
+            ref geometry_out,
+        } => simulate(profile, seed, launches, contended, geometry_out.as_deref()),
+        Command::Evaluate {
+            ref samples,
+            ref holdout,
+            ref geometry,
+            ref calibrate_at,
+            ref methods,
+            ref plot,
+        } => evaluate(
+            cli.json,
+            samples,
+            holdout.as_deref(),
+            geometry.as_deref(),
+            calibrate_at,
+            methods,
+            plot.as_deref(),
+        ),
+        Command::Plot {
+            ref kernel,
+            ref samples,
+            ref holdout,
+            ref geometry,
+            ref calibrate_at,
+            ref out,
+        } => plot_one(
+            kernel,
+            samples,
+            holdout.as_deref(),
+            geometry.as_deref(),
+            calibrate_at,
+            out,
+        ),
+        _ => online(cli).await,
+    }
+}
+
+async fn online(cli: Cli) -> anyhow::Result<()> {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(store::default_state_dir);
+    let conn = bus::connect(&bus::client_address(cli.bus_address.as_deref(), &state_dir)).await?;
+    let bounds = BoundsProxy::new(&conn).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::List => print_list(json, bounds.list_kernels().await.map_err(explain)?),
+        Command::Bound { kernel, sms } => print_bound(json, &bounds, &kernel, sms).await,
+        Command::Curve { kernel } => print_curve(json, &bounds, &kernel).await,
+        Command::MinPartition {
+            kernel,
+            deadline_ns,
+        } => {
+            let sms = bounds
+                .min_partition(&kernel, deadline_ns)
+                .await
+                .map_err(explain)?;
+            let bound = bounds.get_bound(&kernel, sms).await.map_err(explain)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"kernel": kernel, "deadline_ns": deadline_ns, "sms": sms, "bound_ns": bound})
+                );
+            } else {
+                println!("{kernel}: {sms} SMs (bound {bound} ns <= deadline {deadline_ns} ns)");
+            }
+            Ok(())
+        }
+        Command::Recalibrate { kernels } => recalibrate(json, &conn, &kernels).await,
+        Command::Status => status(json, &bounds).await,
+        _ => unreachable!("offline commands are handled before connecting"),
+    }
+}
+
+/// A bus error as the daemon phrased it: its name and its message, nothing else.
+fn explain(e: zbus::Error) -> anyhow::Error {
+    match e {
+        zbus::Error::MethodError(name, Some(msg), _) => anyhow::anyhow!("{msg} ({name})"),
+        zbus::Error::FDO(e) => {
+            let name = zbus::DBusError::name(&*e).to_string();
+            anyhow::anyhow!(
+                "{} ({name})",
+                zbus::DBusError::description(&*e).unwrap_or("")
+            )
+        }
+        e => anyhow::anyhow!(e),
+    }
+}
+
+fn print_list(json: bool, kernels: Vec<String>) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(&kernels)?);
+    } else {
+        kernels.iter().for_each(|k| println!("{k}"));
+    }
+    Ok(())
+}
+
+async fn print_bound(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    sms: u32,
+) -> anyhow::Result<()> {
+    let info = bounds.get_bound_info(kernel, sms).await.map_err(explain)?;
+    let mut sorted: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for (k, v) in info {
+        sorted.insert(k, variant_json(&v));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&sorted)?);
+    } else {
+        for (k, v) in &sorted {
+            println!(
+                "{k:>16}  {}",
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
+fn variant_json(v: &zbus::OwnedVariant) -> serde_json::Value {
+    if let Ok(x) = u64::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = u32::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = bool::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = <&str>::try_from(v) {
+        return x.into();
+    }
+    serde_json::Value::String(format!("{v:?}"))
+}
+
+async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyhow::Result<()> {
+    let curve = bounds.get_curve(kernel).await.map_err(explain)?;
+    let mut rows = Vec::new();
+    for (sms, bound) in &curve {
+        let info = bounds.get_bound_info(kernel, *sms).await.map_err(explain)?;
+        let text = |k: &str| info.get(k).map(variant_json).unwrap_or_default();
+        rows.push((
+            *sms,
+            *bound,
+            text("provenance"),
+            text("observed_max_ns"),
+            text("samples"),
+        ));
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|r| serde_json::json!({"sms": r.0, "bound_ns": r.1, "provenance": r.2, "observed_max_ns": r.3, "samples": r.4}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>15}  {:>7}",
+        "SMs", "bound_ns", "provenance", "observed_max_ns", "samples"
+    );
+    for (sms, bound, prov, max, n) in rows {
+        let prov = prov.as_str().unwrap_or("").to_string();
+        println!("{sms:>5}  {bound:>14}  {prov:<12}  {max:>15}  {n:>7}");
+    }
+    Ok(())
+}
+
+async fn recalibrate(
+    json: bool,
+    conn: &zbus::Connection,
+    kernels: &[String],
+) -> anyhow::Result<()> {
+    let calibration = CalibrationProxy::new(conn).await?;
+    let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
+    let job = calibration.recalibrate(&names).await.map_err(explain)?;
+    let bar = (!json).then(|| {
+        let bar = indicatif::ProgressBar::new(1000);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("job {msg} [{bar:40}] {percent:>3}% {elapsed}")
+                .expect("progress template")
+                .progress_chars("=> "),
+        );
+        bar.set_message(job.to_string());
+        bar
+    });
+    let (state, message) = client::wait_for_job(&calibration, job, |p| {
+        if let Some(b) = &bar {
+            b.set_position((p * 1000.0) as u64);
+        }
+    })
+    .await?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"job": job, "state": state, "message": message})
+        );
+    } else {
+        println!("job {job}: {state}: {message}");
+    }
+    if state != "done" {
+        bail!("job {job} ended {state}");
+    }
+    Ok(())
+}
+
+async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
+    let device = bounds.device().await?;
+    let backend = bounds.backend().await?;
+    let total = bounds.total_sms().await?;
+    let sizes = bounds.partition_sizes().await?;
+    let health = bounds.health().await?;
+    let stale = bounds.stale_kernels().await?;
+    let mut calibrated = Vec::new();
+    for k in bounds.list_kernels().await? {
+        let ok = bounds
+            .get_bound(&k, sizes.first().copied().unwrap_or(0))
+            .await
+            .is_ok();
+        calibrated.push((k, ok));
+    }
+    if json {
+        let kernels: BTreeMap<_, _> = calibrated.iter().cloned().collect();
+        println!(
+            "{}",
+            serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
+                "health": health, "stale_kernels": stale, "calibrated": kernels})
+        );
+        return Ok(());
+    }
+    println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
+    for (k, ok) in calibrated {
+        let state = if stale.contains(&k) {
+            "stale"
+        } else if ok {
+            "calibrated"
+        } else {
+            "not calibrated"
+        };
+        println!("  {k:<10} {state}");
+    }
+    Ok(())
+}
+
+fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    samples::read_samples(file).with_context(|| format!("reading {}", path.display()))
+}
+
+fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometry>> {
+    let Some(path) = path else {
+        return Ok(BTreeMap::new());
+    };
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    samples::read_geometry(file).with_context(|| format!("reading {}", path.display()))
+}
+
+fn fit(
+    samples_path: &Path,
+    geometry: Option<&Path>,
+    sizes: &[u32],
+    method: Method,
+) -> anyhow::Result<()> {
+    if sizes.contains(&0) {
+        bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
+    }
+    let mut sizes = sizes.to_vec();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let set = read_samples(samples_path)?;
+    let csv = offline::fit_csv(
+        &set,
+        &read_geometry(geometry)?,
+        &sizes,
+        method,
+        &MethodConfig::default(),
+    )?;
+    print!("{csv}");
+    Ok(())
+}
+
+fn simulate(
+    profile: &str,
+    seed: u64,
+    launches: u32,
+    contended: bool,
+    geometry_out: Option<&Path>,
+) -> anyhow::Result<()> {
+    let tag = if contended {
+        Interference::Contended
+    } else {
+        Interference::Isolated
+    };
+    let (set, geometry) = offline::simulate(&DeviceProfile::load(profile)?, seed, launches, tag)?;
+    samples::write_samples(std::io::stdout().lock(), &set)?;
+    if let Some(path) = geometry_out {
+        let mut text = String::from("kernel,blocks,blocks_per_sm\n");
+        for (k, g) in geometry {
+            text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn calibration_sizes(spec: &str) -> anyhow::Result<CalibrationSizes> {
+    if spec == "planner" {
+        return Ok(CalibrationSizes::Planner(5));
+    }
+    let sizes: Result<Vec<u32>, _> = spec.split(',').map(|s| s.trim().parse::<u32>()).collect();
+    match sizes {
+        Ok(s) if !s.is_empty() && !s.contains(&0) => Ok(CalibrationSizes::Fixed(s)),
+        _ => bail!("--calibrate-at `{spec}`; accepted: `planner` or comma-separated SM counts, each at least 1"),
+    }
+}
+
+fn evaluate(
+    json: bool,
+    samples_path: &Path,
+    holdout: Option<&Path>,
+    geometry: Option<&Path>,
+    calibrate_at: &str,
+    methods: &[Method],
+    plot_dir: Option<&Path>,
+) -> anyhow::Result<()> {
+    let methods = if methods.is_empty() {
+        Method::ALL.to_vec()
+    } else {
+        methods.to_vec()
+    };
+    let calibration = read_samples(samples_path)?;
+    let held = match holdout {
+        Some(p) => read_samples(p)?,
+        None => calibration.clone(),
+    };
+    let geometry = read_geometry(geometry)?;
+    let sizes = calibration_sizes(calibrate_at)?;
+    let evals = offline::evaluate_all(
+        &calibration,
+        &held,
+        &geometry,
+        &sizes,
+        &methods,
+        &MethodConfig::default(),
+    );
+    if let Some(dir) = plot_dir {
+        std::fs::create_dir_all(dir)?;
+        for kernel in calibration.keys().filter(|k| held.contains_key(*k)) {
+            let mine: Vec<_> = evals.iter().filter(|e| &e.kernel == kernel).collect();
+            offline::plot(
+                kernel,
+                &held[kernel],
+                &mine,
+                &dir.join(format!("{kernel}.svg")),
+            )?;
+        }
+    }
+    let pooled = offline::pooled(&evals, &methods);
+    if json {
+        let overall: Vec<_> = pooled
+            .iter()
+            .map(|(m, s, f)| serde_json::json!({"method": m, "score": s, "failed_kernels": f}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"kernels": evals, "overall": overall})
+            )?
+        );
+        return Ok(());
+    }
+    let mut rows: Vec<_> = evals
+        .iter()
+        .map(|e| (e.kernel.clone(), e.method, e.score.clone()))
+        .collect();
+    rows.extend(
+        pooled
+            .iter()
+            .map(|(m, s, _)| ("ALL".to_string(), *m, s.clone())),
+    );
+    print!("{}", offline::score_table(&rows));
+    for e in evals.iter().filter(|e| e.error.is_some()) {
+        println!(
+            "note: {} / {}: {}",
+            e.kernel,
+            e.method,
+            e.error.as_deref().unwrap_or("")
+        );
+    }
+    let mut seen = Vec::new();
+    for e in &evals {
+        if !seen.contains(&e.kernel) {
+            println!("calibrated {} at {:?}", e.kernel, e.calibrated_at);
+            seen.push(e.kernel.clone());
+        }
+    }
+    Ok(())
+}
+
+fn plot_one(
+    kernel: &str,
+    samples_path: &Path,
+    holdout: Option<&Path>,
+    geometry: Option<&Path>,
+    calibrate_at: &str,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let calibration = read_samples(samples_path)?;
+    let held = match holdout {
+        Some(p) => read_samples(p)?,
+        None => calibration.clone(),
+    };
+    let (Some(cal), Some(hold)) = (calibration.get(kernel), held.get(kernel)) else {
+        bail!(
+            "kernel `{kernel}` is not in both sample files; accepted: {}",
+            calibration.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    };
+    let single: wcetd::samples::SampleSet = [(kernel.to_string(), cal.clone())].into();
+    let evals = offline::evaluate_all(
+        &single,
+        &held,
+        &read_geometry(geometry)?,
+        &calibration_sizes(calibrate_at)?,
+        &Method::ALL,
+        &MethodConfig::default(),
+    );
+    let refs: Vec<_> = evals.iter().collect();
+    offline::plot(kernel, hold, &refs, out)?;
+    println!("wrote {}", out.display());
+    Ok(())
+}

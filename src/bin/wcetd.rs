@@ -15,7 +15,10 @@ use wcetd::service::{Service, ServiceConfig};
 use wcetd::{access::OperatorPolicy, dbus, store};
 
 #[derive(Parser, Debug)]
-#[command(version, about = "Serve conservative WCET bounds for CUDA kernels over D-Bus")]
+#[command(
+    version,
+    about = "Serve conservative WCET bounds for CUDA kernels over D-Bus"
+)]
 struct Args {
     /// GPU backend.
     #[arg(long, value_enum, default_value = "auto")]
@@ -105,17 +108,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
         GpuError::NoDriver => anyhow::anyhow!("{e}; use --backend sim to run on the simulated GPU"),
         e => e.into(),
     })?;
-    let state_dir = args.state_dir.clone().unwrap_or_else(store::default_state_dir);
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(store::default_state_dir);
     let store = store::Store::open(&state_dir)?;
     let config = service_config(&args);
     let (service, first_job) = if args.no_initial_calibration {
-        let (s, _) = Service::start(gpu, store, ServiceConfig { max_queued_jobs: 0, ..config.clone() });
+        let (s, _) = Service::start(
+            gpu,
+            store,
+            ServiceConfig {
+                max_queued_jobs: 0,
+                ..config.clone()
+            },
+        );
         (s, None)
     } else {
         Service::start(gpu, store, config)
     };
     let (conn, private) = connect(&args, &state_dir).await?;
-    dbus::serve(&conn, service.clone(), OperatorPolicy::new(&args.operator_group)).await?;
+    dbus::serve(
+        &conn,
+        service.clone(),
+        OperatorPolicy::new(&args.operator_group),
+    )
+    .await?;
     tokio::spawn(dbus::forward_events(conn.clone(), service.clone()));
     conn.request_name(dbus::BUS_NAME)
         .await
@@ -131,7 +149,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 fn service_config(args: &Args) -> ServiceConfig {
-    let interference = if args.contended { Interference::Contended } else { Interference::Isolated };
+    let interference = if args.contended {
+        Interference::Contended
+    } else {
+        Interference::Isolated
+    };
     ServiceConfig {
         recipe: Recipe {
             campaign: CampaignSettings {
@@ -141,14 +163,20 @@ fn service_config(args: &Args) -> ServiceConfig {
                 ..CampaignSettings::default()
             },
             method: args.method,
-            method_config: MethodConfig { exceedance: args.exceedance, ..MethodConfig::default() },
+            method_config: MethodConfig {
+                exceedance: args.exceedance,
+                ..MethodConfig::default()
+            },
         },
         ..ServiceConfig::default()
     }
 }
 
 /// Connect as asked; with nothing asked and no bus reachable, start a private one.
-async fn connect(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<(zbus::Connection, Option<PrivateBus>)> {
+async fn connect(
+    args: &Args,
+    state_dir: &std::path::Path,
+) -> anyhow::Result<(zbus::Connection, Option<PrivateBus>)> {
     let choice = match (&args.bus_address, args.system, args.session) {
         (Some(a), _, _) => BusChoice::Address(a.clone()),
         (None, true, _) => BusChoice::System,
@@ -179,15 +207,32 @@ fn runtime_dir() -> PathBuf {
     base.join(format!("wcetd-{}", std::process::id()))
 }
 
-fn announce(service: &Service, conn: &zbus::Connection, private: Option<&PrivateBus>, state_dir: &std::path::Path, job: Option<u64>) {
+fn announce(
+    service: &Service,
+    conn: &zbus::Connection,
+    private: Option<&PrivateBus>,
+    state_dir: &std::path::Path,
+    job: Option<u64>,
+) {
     let device = service.device();
-    println!("wcetd: serving {} on {}", dbus::BUS_NAME, private.map_or("the bus".to_string(), |p| p.address().to_string()));
+    println!(
+        "wcetd: serving {} on {}",
+        dbus::BUS_NAME,
+        private.map_or("the bus".to_string(), |p| p.address().to_string())
+    );
     if let Some(p) = private {
-        println!("wcetd: private bus; in another shell: export WCETD_BUS_ADDRESS='{}'", p.address());
+        println!(
+            "wcetd: private bus; in another shell: export WCETD_BUS_ADDRESS='{}'",
+            p.address()
+        );
     }
     println!(
         "wcetd: device {} ({} backend, {} SMs, partitions {:?}); state in {}",
-        device.name, device.backend, device.total_sms, device.partition_sizes, state_dir.display()
+        device.name,
+        device.backend,
+        device.total_sms,
+        device.partition_sizes,
+        state_dir.display()
     );
     if let Some(job) = job {
         println!("wcetd: calibrating the built-in suite as job {job}; bounds are served as each job finishes");

@@ -84,7 +84,11 @@ pub struct DeviceInfo {
 impl DeviceInfo {
     /// The largest realisable size not above `sms`, or `None` when `sms` is below the smallest.
     pub fn realisable_at_most(&self, sms: u32) -> Option<PartitionSize> {
-        self.partition_sizes.iter().rev().copied().find(|&p| p <= sms)
+        self.partition_sizes
+            .iter()
+            .rev()
+            .copied()
+            .find(|&p| p <= sms)
     }
 }
 
@@ -106,7 +110,9 @@ impl Telemetry {
 }
 
 /// What the neighbours of the measured partition do while it is timed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, PartialOrd, Ord,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Interference {
     /// The rest of the GPU is idle.
@@ -215,14 +221,18 @@ pub fn open(
     sim_profile: sim::DeviceProfile,
     sim_options: sim::SimOptions,
 ) -> Result<Box<dyn Gpu>, GpuError> {
-    let simulated = || Box::new(sim::SimGpu::new(sim_profile.clone(), sim_options.clone())) as Box<dyn Gpu>;
+    let simulated =
+        || Box::new(sim::SimGpu::new(sim_profile.clone(), sim_options.clone())) as Box<dyn Gpu>;
     match choice {
         BackendChoice::Sim => Ok(simulated()),
         BackendChoice::Cuda => cuda::open(0),
         BackendChoice::Auto => match cuda::open(0) {
             Ok(gpu) => Ok(gpu),
             Err(e) => {
-                tracing::warn!("CUDA backend unavailable ({e}); using the simulated GPU `{}`", sim_profile.name);
+                tracing::warn!(
+                    "CUDA backend unavailable ({e}); using the simulated GPU `{}`",
+                    sim_profile.name
+                );
                 Ok(simulated())
             }
         },

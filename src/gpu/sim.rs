@@ -1,11 +1,10 @@
 //! The simulated GPU: a physically motivated model of how long a kernel takes on m SMs, so that
 //! everything above the GPU layer runs end to end, deterministically, on a machine without a GPU.
 //!
-//! One launch on m SMs takes
-//! `launch + max(wave * ceil(blocks / (m * blocks_per_sm)), bytes / min(m * sm_bw, roof_bw))
-//!  + contention * max(0, m - onset)`,
-//! times per-launch jitter: a truncated half-normal body plus, rarely, a capped Pareto delay (the
-//! heavy tail). Some batches run through a clock-throttling episode. With a stressor on the other
+//! One launch on m SMs takes `launch + max(compute, memory) + contention`, where compute is
+//! `wave * ceil(blocks / (m * blocks_per_sm))`, memory is `bytes / min(m * sm_bw, roof_bw)` and
+//! contention is `per_sm * max(0, m - onset)`, multiplied by per-launch jitter: a truncated
+//! half-normal body plus, rarely, a capped Pareto delay (the heavy tail). Some batches run through a clock-throttling episode. With a stressor on the other
 //! SMs, the memory time grows with the share of the device the stressor holds.
 //!
 //! Profiles live in `calibration/profiles/*.toml` and are compiled in; `--sim-profile FILE` loads
@@ -299,7 +298,9 @@ impl Gpu for SimGpu {
         for i in 0..request.launches {
             self.check_fault()?;
             let clock = match episode {
-                Some((start, end)) if (start..end).contains(&i) => self.profile.throttle.clock_factor,
+                Some((start, end)) if (start..end).contains(&i) => {
+                    self.profile.throttle.clock_factor
+                }
                 _ => 1.0,
             };
             let t = ideal * jitter_factor(&mut rng, &physics.jitter) / clock;
@@ -346,7 +347,11 @@ fn jitter_factor(rng: &mut ChaCha8Rng, j: &Jitter) -> f64 {
 }
 
 /// The launches, if any, that run at a throttled clock in this batch.
-fn throttle_episode(rng: &mut ChaCha8Rng, t: &ThrottleProfile, launches: u32) -> Option<(u32, u32)> {
+fn throttle_episode(
+    rng: &mut ChaCha8Rng,
+    t: &ThrottleProfile,
+    launches: u32,
+) -> Option<(u32, u32)> {
     if launches == 0 || rng.random::<f64>() >= t.batch_probability {
         return None;
     }
@@ -390,14 +395,23 @@ mod tests {
         assert_eq!(h200.len(), 17);
         assert_eq!(h200.first(), Some(&8));
         assert_eq!(h200.last(), Some(&132));
-        assert_eq!(DeviceProfile::embedded().partition_sizes(), vec![2, 4, 6, 8, 10, 12, 14, 16]);
+        assert_eq!(
+            DeviceProfile::embedded().partition_sizes(),
+            vec![2, 4, 6, 8, 10, 12, 14, 16]
+        );
     }
 
     #[test]
     fn same_seed_same_samples_other_seed_other_samples() {
         let k = kernels::find("hotspot").unwrap();
         let run = |seed| {
-            let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions { seed, ..Default::default() });
+            let mut gpu = SimGpu::new(
+                DeviceProfile::h200(),
+                SimOptions {
+                    seed,
+                    ..Default::default()
+                },
+            );
             gpu.run(&k, &request(64)).unwrap().times_ns
         };
         assert_eq!(run(1), run(1));
@@ -411,9 +425,16 @@ mod tests {
         // 1156 blocks, 8 per SM: 48 SMs need 4 waves like 40 SMs do, so no gain from 40 to 48.
         assert_eq!(hotspot.ideal_ns(40, 0.0), hotspot.ideal_ns(48, 0.0));
         let backprop = &p.kernels["backprop"];
-        assert_eq!(backprop.ideal_ns(64, 0.0), backprop.ideal_ns(128, 0.0), "past the roof");
+        assert_eq!(
+            backprop.ideal_ns(64, 0.0),
+            backprop.ideal_ns(128, 0.0),
+            "past the roof"
+        );
         let bfs = &p.kernels["bfs"];
-        assert!(bfs.ideal_ns(132, 0.0) > bfs.ideal_ns(64, 0.0), "more SMs can be slower");
+        assert!(
+            bfs.ideal_ns(132, 0.0) > bfs.ideal_ns(64, 0.0),
+            "more SMs can be slower"
+        );
     }
 
     #[test]
@@ -440,11 +461,20 @@ mod tests {
     fn unrealisable_sizes_and_injected_faults_are_errors() {
         let k = kernels::find("needle").unwrap();
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-        assert!(matches!(gpu.run(&k, &request(12)), Err(GpuError::InvalidPartition { .. })));
+        assert!(matches!(
+            gpu.run(&k, &request(12)),
+            Err(GpuError::InvalidPartition { .. })
+        ));
         let mut faulty = SimGpu::new(
             DeviceProfile::h200(),
-            SimOptions { fault_after_launches: Some(50), ..Default::default() },
+            SimOptions {
+                fault_after_launches: Some(50),
+                ..Default::default()
+            },
         );
-        assert!(matches!(faulty.run(&k, &request(8)), Err(GpuError::Fault(_))));
+        assert!(matches!(
+            faulty.run(&k, &request(8)),
+            Err(GpuError::Fault(_))
+        ));
     }
 }

@@ -1,1 +1,190 @@
-//! How a bound method fares against held-out samples (filled in with `wcetctl evaluate`).
+//! How a bound method fares against held-out samples: violations (a bound below the held-out
+//! maximum at its size), worst under-prediction, pessimism (bound / held-out max - 1), and the
+//! error metrics of the published comparison (MAE, Max AE, MSE, RMSE, R², MAPE) between the bound
+//! and the held-out maximum, in microseconds.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+use super::method::{self, Method, MethodConfig};
+use super::{planner, ModelError, Observations};
+
+/// One method on one kernel (or pooled over kernels).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Score {
+    pub sizes: usize,
+    pub violations: usize,
+    /// Largest (held-out max - bound) / held-out max over violated sizes; 0 when none.
+    pub worst_under_prediction: f64,
+    pub mean_pessimism: f64,
+    pub max_pessimism: f64,
+    pub mae_us: f64,
+    pub max_ae_us: f64,
+    pub mse_us2: f64,
+    pub rmse_us: f64,
+    pub r2: f64,
+    pub mape: f64,
+}
+
+/// A (bound, held-out maximum) pair at one size, in nanoseconds.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Pair {
+    pub sms: u32,
+    pub bound_ns: u64,
+    pub holdout_max_ns: u64,
+}
+
+impl Score {
+    pub fn of(pairs: &[Pair]) -> Score {
+        let n = pairs.len();
+        if n == 0 {
+            return Score::default();
+        }
+        let nf = n as f64;
+        let us = |ns: u64| ns as f64 / 1000.0;
+        let errs: Vec<f64> = pairs
+            .iter()
+            .map(|p| us(p.bound_ns) - us(p.holdout_max_ns))
+            .collect();
+        let pess: Vec<f64> = pairs
+            .iter()
+            .map(|p| p.bound_ns as f64 / p.holdout_max_ns.max(1) as f64 - 1.0)
+            .collect();
+        let mean_truth = pairs.iter().map(|p| us(p.holdout_max_ns)).sum::<f64>() / nf;
+        let ss_tot: f64 = pairs
+            .iter()
+            .map(|p| (us(p.holdout_max_ns) - mean_truth).powi(2))
+            .sum();
+        let mse = errs.iter().map(|e| e * e).sum::<f64>() / nf;
+        Score {
+            sizes: n,
+            violations: pairs
+                .iter()
+                .filter(|p| p.bound_ns < p.holdout_max_ns)
+                .count(),
+            worst_under_prediction: pess.iter().map(|p| -p).fold(0.0, f64::max),
+            mean_pessimism: pess.iter().sum::<f64>() / nf,
+            max_pessimism: pess.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            mae_us: errs.iter().map(|e| e.abs()).sum::<f64>() / nf,
+            max_ae_us: errs.iter().map(|e| e.abs()).fold(0.0, f64::max),
+            mse_us2: mse,
+            rmse_us: mse.sqrt(),
+            r2: if ss_tot > 0.0 {
+                1.0 - mse * nf / ss_tot
+            } else {
+                0.0
+            },
+            mape: pess.iter().map(|p| p.abs()).sum::<f64>() / nf,
+        }
+    }
+}
+
+/// The result of evaluating one method on one kernel.
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelEvaluation {
+    pub kernel: String,
+    pub method: Method,
+    pub calibrated_at: Vec<u32>,
+    pub pairs: Vec<Pair>,
+    pub score: Score,
+    /// Why the method produced no table, if it did not.
+    pub error: Option<String>,
+}
+
+/// Which sizes to calibrate on.
+#[derive(Debug, Clone)]
+pub enum CalibrationSizes {
+    /// The sizes the planner picks among those in the calibration data, with this budget.
+    Planner(usize),
+    Fixed(Vec<u32>),
+}
+
+impl CalibrationSizes {
+    pub fn choose(&self, calibration: &Observations) -> Vec<u32> {
+        match self {
+            CalibrationSizes::Fixed(s) => s
+                .iter()
+                .copied()
+                .filter(|m| calibration.by_size.contains_key(m))
+                .collect(),
+            CalibrationSizes::Planner(budget) => {
+                let candidates: Vec<u32> = calibration.by_size.keys().copied().collect();
+                let mut chosen = Observations {
+                    geometry: calibration.geometry,
+                    by_size: BTreeMap::new(),
+                };
+                while let Some(m) = planner::next_size(&chosen, &candidates, *budget) {
+                    chosen.by_size.insert(m, calibration.by_size[&m].clone());
+                }
+                chosen.by_size.keys().copied().collect()
+            }
+        }
+    }
+}
+
+/// Calibrate `method` on `calibration` at `sizes` and score it on every size of `holdout`.
+pub fn evaluate(
+    kernel: &str,
+    calibration: &Observations,
+    holdout: &BTreeMap<u32, Vec<u64>>,
+    sizes: &[u32],
+    method: Method,
+    config: &MethodConfig,
+) -> KernelEvaluation {
+    let all: Vec<u32> = holdout.keys().copied().collect();
+    let table = method::bound_table(&calibration.restricted_to(sizes), &all, method, config);
+    let (pairs, error) = match table {
+        Ok(t) => (
+            t.entries
+                .iter()
+                .filter_map(|e| {
+                    let max = holdout.get(&e.sms)?.iter().max()?;
+                    Some(Pair {
+                        sms: e.sms,
+                        bound_ns: e.bound_ns,
+                        holdout_max_ns: *max,
+                    })
+                })
+                .collect(),
+            None,
+        ),
+        Err(e) => (Vec::new(), Some(describe(&e))),
+    };
+    KernelEvaluation {
+        kernel: kernel.to_string(),
+        method,
+        calibrated_at: sizes.to_vec(),
+        score: Score::of(&pairs),
+        pairs,
+        error,
+    }
+}
+
+fn describe(e: &ModelError) -> String {
+    e.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_violation_is_counted_and_sized() {
+        let pairs = [
+            Pair {
+                sms: 8,
+                bound_ns: 90,
+                holdout_max_ns: 100,
+            },
+            Pair {
+                sms: 16,
+                bound_ns: 60,
+                holdout_max_ns: 50,
+            },
+        ];
+        let s = Score::of(&pairs);
+        assert_eq!(s.violations, 1);
+        assert!((s.worst_under_prediction - 0.1).abs() < 1e-12);
+        assert!((s.max_pessimism - 0.2).abs() < 1e-12);
+    }
+}

@@ -127,8 +127,14 @@ pub struct FittedLaw {
 
 impl FittedLaw {
     pub fn predict(&self, sms: u32) -> f64 {
-        let basis = self.law.basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
-        basis.iter().zip(&self.coefficients).map(|(b, c)| b * c).sum()
+        let basis = self
+            .law
+            .basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
+        basis
+            .iter()
+            .zip(&self.coefficients)
+            .map(|(b, c)| b * c)
+            .sum()
     }
 }
 
@@ -143,7 +149,11 @@ pub struct Point {
 /// parameters (an exactly determined fit says nothing about the law's validity, but is allowed).
 pub fn fit(law: Law, points: &[Point], geometry: Option<Geometry>) -> Option<FittedLaw> {
     let params = law.parameters(geometry)?;
-    if points.len() < params || points.iter().any(|p| !(p.time_ns > 0.0) || p.sms == 0) {
+    if points.len() < params
+        || points
+            .iter()
+            .any(|p| p.time_ns.is_nan() || p.time_ns <= 0.0 || p.sms == 0)
+    {
         return None;
     }
     let lo = f64::from(points.iter().map(|p| p.sms).min()?);
@@ -178,7 +188,9 @@ fn wave_capacity(pts: &[Point], lo: f64, hi: f64) -> f64 {
         .iter()
         .flat_map(|p| {
             let m = f64::from(p.sms);
-            (1..).map(move |k| k as f64 * m).take_while(move |&q| q <= hi)
+            (1..)
+                .map(move |k| k as f64 * m)
+                .take_while(move |&q| q <= hi)
         })
         .filter(|&q| q >= lo)
         .collect();
@@ -187,7 +199,10 @@ fn wave_capacity(pts: &[Point], lo: f64, hi: f64) -> f64 {
     breakpoints
         .into_iter()
         .map(|q| (q, nnls_relative(Law::Wave, pts, q, None).1))
-        .fold((lo, f64::INFINITY), |best, (q, c)| if c < best.1 { (q, c) } else { best })
+        .fold(
+            (lo, f64::INFINITY),
+            |best, (q, c)| if c < best.1 { (q, c) } else { best },
+        )
         .0
 }
 
@@ -196,16 +211,21 @@ fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f6
     const CELLS: usize = 48;
     let cost = |q: f64| nnls_relative(law, pts, q, g).1;
     let step = (hi - lo) / CELLS as f64;
-    let (best_i, _) = (0..=CELLS)
-        .map(|i| (i, cost(lo + step * i as f64)))
-        .fold((0, f64::INFINITY), |acc, (i, c)| if c < acc.1 { (i, c) } else { acc });
+    let (best_i, _) = (0..=CELLS).map(|i| (i, cost(lo + step * i as f64))).fold(
+        (0, f64::INFINITY),
+        |acc, (i, c)| if c < acc.1 { (i, c) } else { acc },
+    );
     let grid_best = lo + step * best_i as f64;
     let a = (grid_best - step).max(lo);
     let b = (grid_best + step).min(hi);
     if b - a <= f64::EPSILON {
         return grid_best;
     }
-    let problem = NonlinearCost { law, points: pts, geometry: g };
+    let problem = NonlinearCost {
+        law,
+        points: pts,
+        geometry: g,
+    };
     let refined = Executor::new(problem, BrentOpt::new(a, b))
         .configure(|state| state.max_iters(40))
         .run()
@@ -247,7 +267,9 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
     let mut best = (vec![0.0; cols], f64::INFINITY);
     for mask in 1u32..(1 << cols) {
         let active: Vec<usize> = (0..cols).filter(|c| mask & (1 << c) != 0).collect();
-        let Some(sol) = least_squares(&rows, &active) else { continue };
+        let Some(sol) = least_squares(&rows, &active) else {
+            continue;
+        };
         if sol.iter().any(|&c| c < 0.0) {
             continue;
         }
@@ -292,12 +314,14 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
         }
         a.swap(col, pivot);
         b.swap(col, pivot);
-        for row in col + 1..n {
-            let f = a[row][col] / a[col][col];
-            for k in col..n {
-                a[row][k] -= f * a[col][k];
+        let (pivot_rows, rest) = a.split_at_mut(col + 1);
+        let pivot_row = &pivot_rows[col];
+        for (offset, row) in rest.iter_mut().enumerate() {
+            let f = row[col] / pivot_row[col];
+            for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
+                *x -= f * p;
             }
-            b[row] -= f * b[col];
+            b[col + 1 + offset] -= f * b[col];
         }
     }
     let mut x = vec![0.0; n];
@@ -313,7 +337,13 @@ mod tests {
     use super::*;
 
     fn points(f: impl Fn(u32) -> f64, sizes: &[u32]) -> Vec<Point> {
-        sizes.iter().map(|&m| Point { sms: m, time_ns: f(m) }).collect()
+        sizes
+            .iter()
+            .map(|&m| Point {
+                sms: m,
+                time_ns: f(m),
+            })
+            .collect()
     }
 
     #[test]
@@ -325,25 +355,37 @@ mod tests {
 
     #[test]
     fn roof_finds_its_knee() {
-        let pts = points(|m| 5000.0 + 1e6 / f64::from(m.min(50)), &[8, 24, 40, 64, 96, 132]);
+        let pts = points(
+            |m| 5000.0 + 1e6 / f64::from(m.min(50)),
+            &[8, 24, 40, 64, 96, 132],
+        );
         let fitted = fit(Law::Roof, &pts, None).unwrap();
-        assert!((fitted.predict(112) / (5000.0 + 20000.0) - 1.0).abs() < 0.01, "{fitted:?}");
+        assert!(
+            (fitted.predict(112) / (5000.0 + 20000.0) - 1.0).abs() < 0.01,
+            "{fitted:?}"
+        );
     }
 
     #[test]
     fn wave_law_with_unknown_capacity_finds_the_steps() {
-        let g = Geometry { blocks: 1156, blocks_per_sm: 8 };
+        let g = Geometry {
+            blocks: 1156,
+            blocks_per_sm: 8,
+        };
         let truth = |m: u32| 4000.0 + 9000.0 * f64::from(g.waves(m));
         let pts = points(truth, &[8, 16, 32, 56, 80, 104, 132]);
         let fitted = fit(Law::Wave, &pts, None).unwrap();
         for m in [24, 48, 72, 128] {
-            assert!((fitted.predict(m) / truth(m) - 1.0).abs() < 0.02, "m={m} {fitted:?}");
+            assert!(
+                (fitted.predict(m) / truth(m) - 1.0).abs() < 0.02,
+                "m={m} {fitted:?}"
+            );
         }
     }
 
     #[test]
     fn too_few_points_or_missing_geometry_give_no_fit() {
-        let pts = points(|m| f64::from(m), &[8, 16]);
+        let pts = points(f64::from, &[8, 16]);
         assert!(fit(Law::Roof, &pts, None).is_none());
         assert!(fit(Law::SmallGrid, &pts, None).is_none());
     }

@@ -67,10 +67,14 @@ impl fmt::Display for Method {
 impl FromStr for Method {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Method::ALL.iter().copied().find(|m| m.name() == s).ok_or_else(|| {
-            let names: Vec<_> = Method::ALL.iter().map(|m| m.name()).collect();
-            format!("unknown method `{s}`; accepted: {}", names.join(", "))
-        })
+        Method::ALL
+            .iter()
+            .copied()
+            .find(|m| m.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = Method::ALL.iter().map(|m| m.name()).collect();
+                format!("unknown method `{s}`; accepted: {}", names.join(", "))
+            })
     }
 }
 
@@ -85,6 +89,8 @@ pub struct MethodConfig {
     pub max_validation_error: f64,
     /// Extra margin outside the measured sizes.
     pub extrapolation_margin: f64,
+    /// Extra margin between measured sizes of a kernel seen to get slower with more SMs.
+    pub non_monotone_margin: f64,
 }
 
 impl Default for MethodConfig {
@@ -94,6 +100,7 @@ impl Default for MethodConfig {
             base_margin: 0.01,
             max_validation_error: 0.15,
             extrapolation_margin: 0.10,
+            non_monotone_margin: 0.03,
         }
     }
 }
@@ -116,13 +123,21 @@ pub fn bound_table(
 }
 
 /// The project's method (see the module documentation).
-fn wcetd(obs: &Observations, sizes: &[u32], config: &MethodConfig) -> Result<BoundTable, ModelError> {
+fn wcetd(
+    obs: &Observations,
+    sizes: &[u32],
+    config: &MethodConfig,
+) -> Result<BoundTable, ModelError> {
     let medians = obs.median_points();
     let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
     let tail = tail::tail_bound(&per_size, config.exceedance);
-    let monotone = is_monotone(&medians);
-    let validated = validate::select(&medians, obs.geometry)
-        .filter(|v| v.error <= config.max_validation_error);
+    let validated =
+        validate::select(&medians, obs.geometry).filter(|v| v.error <= config.max_validation_error);
+    // Monotone only if the measurements say so and the validated law sees no bump between them.
+    let monotone = is_monotone(&medians)
+        && validated
+            .as_ref()
+            .is_none_or(|v| law_is_monotone(&v.fitted, sizes));
     let law_margin = validated
         .as_ref()
         .map_or(0.0, |v| v.under_prediction + config.base_margin);
@@ -207,11 +222,19 @@ impl Shape<'_> {
             let (lo, hi) = (l.time_ns.min(r.time_ns), l.time_ns.max(r.time_ns));
             return law.unwrap_or(hi).clamp(lo, hi);
         }
+        // Without monotonicity a bump between measured sizes (a wave step meeting rising
+        // contention) is visible only to the law, so the law gets the extra margin too.
+        let extra = 1.0 + self.config.non_monotone_margin;
         let step = l.time_ns.max(r.time_ns) * (1.0 + self.config.extrapolation_margin);
-        law.unwrap_or(step)
+        law.map_or(step, |v| v * extra)
     }
 
-    fn below(&self, m: u32, law: Option<f64>, first: &Point) -> Result<(f64, Provenance), ModelError> {
+    fn below(
+        &self,
+        m: u32,
+        law: Option<f64>,
+        first: &Point,
+    ) -> Result<(f64, Provenance), ModelError> {
         let extra = 1.0 + self.config.extrapolation_margin;
         match law {
             Some(v) => Ok((v.max(first.time_ns) * extra, Provenance::Extrapolated)),
@@ -219,7 +242,12 @@ impl Shape<'_> {
         }
     }
 
-    fn above(&self, m: u32, law: Option<f64>, last: &Point) -> Result<(f64, Provenance), ModelError> {
+    fn above(
+        &self,
+        m: u32,
+        law: Option<f64>,
+        last: &Point,
+    ) -> Result<(f64, Provenance), ModelError> {
         let extra = 1.0 + self.config.extrapolation_margin;
         match law {
             _ if self.monotone => Ok((last.time_ns, Provenance::Extrapolated)),
@@ -240,7 +268,16 @@ impl Shape<'_> {
 
 /// Medians never rise by more than 1% from one measured size to the next.
 fn is_monotone(medians: &[Point]) -> bool {
-    medians.windows(2).all(|w| w[1].time_ns <= w[0].time_ns * 1.01)
+    medians
+        .windows(2)
+        .all(|w| w[1].time_ns <= w[0].time_ns * 1.01)
+}
+
+/// The law's curve never rises by more than 0.5% from one size to the next.
+fn law_is_monotone(law: &FittedLaw, sizes: &[u32]) -> bool {
+    sizes
+        .windows(2)
+        .all(|w| law.predict(w[1]) <= law.predict(w[0]) * 1.005)
 }
 
 /// Raise bounds so that a larger partition never has a larger bound (safe: only raises).
@@ -254,7 +291,11 @@ fn make_non_increasing(entries: &mut [BoundEntry]) {
 fn entry(obs: &Observations, m: u32, bound: f64, provenance: Provenance) -> BoundEntry {
     let observed = obs.observed_max(m).unwrap_or(0);
     let samples = obs.by_size.get(&m).map_or(0, |s| s.len() as u64);
-    let bound_ns = if bound.is_finite() { bound.ceil() as u64 } else { u64::MAX };
+    let bound_ns = if bound.is_finite() {
+        bound.ceil() as u64
+    } else {
+        u64::MAX
+    };
     BoundEntry {
         sms: m,
         bound_ns: bound_ns.max(observed).max(1),
@@ -291,9 +332,17 @@ fn envelope(obs: &Observations, sizes: &[u32]) -> Result<BoundTable, ModelError>
 }
 
 /// The published strategies: Amdahl fitted to per-size maxima, with their margins and offsets.
-fn amdahl_on_maxima(obs: &Observations, sizes: &[u32], method: Method) -> Result<BoundTable, ModelError> {
+fn amdahl_on_maxima(
+    obs: &Observations,
+    sizes: &[u32],
+    method: Method,
+) -> Result<BoundTable, ModelError> {
     let maxima = obs.max_points();
-    let too_few = || ModelError::TooFewSizes { method, needed: 2, got: maxima.len() };
+    let too_few = || ModelError::TooFewSizes {
+        method,
+        needed: 2,
+        got: maxima.len(),
+    };
     let (fitted, bound_of): (FittedLaw, Box<dyn Fn(f64) -> f64>) = match method {
         Method::FixedMargin => {
             let f = law::fit(Law::Amdahl, &maxima, None).ok_or_else(too_few)?;
@@ -323,7 +372,11 @@ fn amdahl_on_maxima(obs: &Observations, sizes: &[u32], method: Method) -> Result
 /// 3%, then +2% at a time up to 13%, until every calibration maximum is covered.
 fn incremental_margin(f: &FittedLaw, maxima: &[Point]) -> f64 {
     let mut margin = 0.03;
-    while margin < 0.13 && maxima.iter().any(|p| f.predict(p.sms) * (1.0 + margin) < p.time_ns) {
+    while margin < 0.13
+        && maxima
+            .iter()
+            .any(|p| f.predict(p.sms) * (1.0 + margin) < p.time_ns)
+    {
         margin += 0.02;
     }
     margin.min(0.13)
@@ -345,15 +398,34 @@ fn best_subset(maxima: &[Point], fewest: bool) -> Option<(FittedLaw, f64)> {
         if k < 2 || k > max_k {
             continue;
         }
-        let subset: Vec<Point> = (0..n).filter(|i| mask & (1 << i) != 0).map(|i| maxima[i]).collect();
-        let Some(f) = law::fit(Law::Amdahl, &subset, None) else { continue };
-        let offset_on = |pts: &[Point]| pts.iter().map(|p| p.time_ns - f.predict(p.sms)).fold(0.0, f64::max);
-        let offset = if fewest { offset_on(&subset) } else { offset_on(maxima) };
-        let safe = maxima.iter().all(|p| f.predict(p.sms) + offset >= p.time_ns);
+        let subset: Vec<Point> = (0..n)
+            .filter(|i| mask & (1 << i) != 0)
+            .map(|i| maxima[i])
+            .collect();
+        let Some(f) = law::fit(Law::Amdahl, &subset, None) else {
+            continue;
+        };
+        let offset_on = |pts: &[Point]| {
+            pts.iter()
+                .map(|p| p.time_ns - f.predict(p.sms))
+                .fold(0.0, f64::max)
+        };
+        let offset = if fewest {
+            offset_on(&subset)
+        } else {
+            offset_on(maxima)
+        };
+        let safe = maxima
+            .iter()
+            .all(|p| f.predict(p.sms) + offset >= p.time_ns);
         if !safe {
             continue;
         }
-        let mean = maxima.iter().map(|p| f.predict(p.sms) + offset).sum::<f64>() / n as f64;
+        let mean = maxima
+            .iter()
+            .map(|p| f.predict(p.sms) + offset)
+            .sum::<f64>()
+            / n as f64;
         let key = if fewest { k } else { 0 };
         if best.as_ref().is_none_or(|b| (key, mean) < (b.0, b.1)) {
             best = Some((key, mean, f, offset));
@@ -361,12 +433,20 @@ fn best_subset(maxima: &[Point], fewest: bool) -> Option<(FittedLaw, f64)> {
     }
     best.map(|(_, _, f, o)| (f, o)).or_else(|| {
         let f = law::fit(Law::Amdahl, maxima, None)?;
-        let o = maxima.iter().map(|p| p.time_ns - f.predict(p.sms)).fold(0.0, f64::max);
+        let o = maxima
+            .iter()
+            .map(|p| p.time_ns - f.predict(p.sms))
+            .fold(0.0, f64::max);
         Some((f, o))
     })
 }
 
-fn simple_table(method: Method, law: Option<FittedLaw>, margin: f64, entries: Vec<BoundEntry>) -> BoundTable {
+fn simple_table(
+    method: Method,
+    law: Option<FittedLaw>,
+    margin: f64,
+    entries: Vec<BoundEntry>,
+) -> BoundTable {
     BoundTable {
         method,
         law,
@@ -387,18 +467,28 @@ mod tests {
     fn obs(samples: &[(u32, &[u64])]) -> Observations {
         Observations {
             geometry: None,
-            by_size: samples.iter().map(|(m, s)| (*m, s.to_vec())).collect::<BTreeMap<_, _>>(),
+            by_size: samples
+                .iter()
+                .map(|(m, s)| (*m, s.to_vec()))
+                .collect::<BTreeMap<_, _>>(),
         }
     }
 
     #[test]
     fn every_method_covers_every_observed_sample() {
-        let o = obs(&[(8, &[100, 105, 300]), (16, &[60, 62, 61]), (32, &[40, 41, 90])]);
+        let o = obs(&[
+            (8, &[100, 105, 300]),
+            (16, &[60, 62, 61]),
+            (32, &[40, 41, 90]),
+        ]);
         for method in Method::ALL {
             let t = bound_table(&o, &[8, 16, 24, 32], method, &MethodConfig::default()).unwrap();
             for (&m, s) in &o.by_size {
                 let e = t.entry(m).unwrap();
-                assert!(e.bound_ns >= *s.iter().max().unwrap(), "{method} at {m}: {e:?}");
+                assert!(
+                    e.bound_ns >= *s.iter().max().unwrap(),
+                    "{method} at {m}: {e:?}"
+                );
                 assert_eq!(e.provenance, Provenance::Measured);
             }
             assert_eq!(t.entry(24).unwrap().provenance, Provenance::Fitted);
@@ -407,8 +497,19 @@ mod tests {
 
     #[test]
     fn monotone_kernels_get_bounds_between_their_neighbours() {
-        let o = obs(&[(8, &[1000; 50]), (16, &[500; 50]), (32, &[300; 50]), (64, &[300; 50])]);
-        let t = bound_table(&o, &[8, 16, 24, 32, 48, 64], Method::Wcetd, &MethodConfig::default()).unwrap();
+        let o = obs(&[
+            (8, &[1000; 50]),
+            (16, &[500; 50]),
+            (32, &[300; 50]),
+            (64, &[300; 50]),
+        ]);
+        let t = bound_table(
+            &o,
+            &[8, 16, 24, 32, 48, 64],
+            Method::Wcetd,
+            &MethodConfig::default(),
+        )
+        .unwrap();
         assert!(t.monotone);
         let b24 = t.entry(24).unwrap().bound_ns;
         assert!((300..=500).contains(&b24), "{t:?}");
@@ -418,7 +519,10 @@ mod tests {
     #[test]
     fn unknown_method_names_list_the_accepted_ones() {
         let err = "nope".parse::<Method>().unwrap_err();
-        assert!(err.contains("wcetd") && err.contains("fixed-margin"), "{err}");
+        assert!(
+            err.contains("wcetd") && err.contains("fixed-margin"),
+            "{err}"
+        );
     }
 
     #[test]

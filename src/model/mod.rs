@@ -86,7 +86,16 @@ pub enum ModelError {
     #[error("no samples: at least one measured size with at least one sample is needed")]
     NoSamples,
     #[error("refusing to extrapolate to {sms} SMs: measured sizes span {lo}..={hi} and {why}")]
-    WontExtrapolate { sms: u32, lo: u32, hi: u32, why: String },
+    WontExtrapolate {
+        sms: u32,
+        lo: u32,
+        hi: u32,
+        why: String,
+    },
     #[error("method {method} needs at least {needed} measured sizes, got {got}")]
-    TooFewSizes { method: Method, needed: usize, got: usize },
+    TooFewSizes {
+        method: Method,
+        needed: usize,
+        got: usize,
+    },
 }

@@ -16,7 +16,12 @@
 //!   samples fail the Ljung-Box independence check. An exponential tail is fitted at each of several
 //!   thresholds and the largest quantile is used, which is the conservative choice of
 //!   measurement-based probabilistic timing analysis.
+//! - `heavy-tail`: the shape is more than two standard errors above 0 at some threshold. The
+//!   quantile at 1e-9 would be thousands of times the median, so the bound is stated at 1e-4 per
+//!   launch (reported in `exceedance`), and is at least the exponential envelope and twice the
+//!   worst excess observed.
 //! - `observed`: too few samples for any model; the ratio of the largest sample is used.
+//!
 //! In every case the result is never below the largest observed ratio.
 
 use serde::{Deserialize, Serialize};
@@ -27,6 +32,8 @@ use serde::{Deserialize, Serialize};
 pub enum TailKind {
     GpdBounded,
     ExponentialEnvelope,
+    /// The shape is significantly positive: no probability is claimed.
+    HeavyTail,
     Observed,
 }
 
@@ -53,12 +60,15 @@ impl std::fmt::Display for TailKind {
         f.write_str(match self {
             TailKind::GpdBounded => "gpd-bounded",
             TailKind::ExponentialEnvelope => "exponential-envelope",
+            TailKind::HeavyTail => "heavy-tail",
             TailKind::Observed => "observed",
         })
     }
 }
 
 const MIN_EXCEEDANCES: usize = 10;
+/// The exceedance a heavy-tailed bound is stated at: about what a few thousand launches support.
+const HEAVY_TAIL_EXCEEDANCE: f64 = 1e-4;
 const THRESHOLDS: [f64; 4] = [0.90, 0.95, 0.98, 0.99];
 
 /// Tail bound from per-size sample sequences (in launch order).
@@ -107,22 +117,53 @@ fn choose(bound: &mut TailBound, sorted: &[f64]) {
     bound.fit_accepted = gpd.ks_passes(sorted);
     let envelope = exponential_envelope(sorted, p);
     if !bound.independent {
-        bound.notes.push("samples are autocorrelated (Ljung-Box, lag 10, 1%)".into());
+        bound
+            .notes
+            .push("samples are autocorrelated (Ljung-Box, lag 10, 1%)".into());
     }
     if gpd.shape > 0.0 {
-        bound.notes.push(format!("heavy tail: GPD shape {:.2} > 0", gpd.shape));
+        bound
+            .notes
+            .push(format!("heavy tail: GPD shape {:.2} > 0", gpd.shape));
     }
     if !bound.fit_accepted {
-        bound.notes.push("GPD fit rejected by Kolmogorov-Smirnov at 5%".into());
+        bound
+            .notes
+            .push("GPD fit rejected by Kolmogorov-Smirnov at 5%".into());
     }
-    if bound.independent && bound.fit_accepted && gpd.shape <= 0.0 {
+    let heavy = THRESHOLDS
+        .iter()
+        .map(|&q| GpdFit::at(sorted, q))
+        .filter(|g| g.excess.len() >= MIN_EXCEEDANCES && g.significantly_heavy())
+        .max_by(|a, b| a.shape.total_cmp(&b.shape));
+    if let Some(tail) = heavy {
+        // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the median,
+        // which no scheduler can use. State the bound at the smallest probability a campaign's
+        // few hundred samples can support instead, and say so.
+        let p = bound.exceedance.max(HEAVY_TAIL_EXCEEDANCE);
+        bound.kind = TailKind::HeavyTail;
+        bound.shape = tail.shape;
+        bound.exceedance = p;
+        bound.ratio = envelope
+            .max(tail.quantile(p, tail.shape))
+            .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
+        bound.notes.push(format!(
+            "heavy tail (GPD shape {:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
+            tail.shape
+        ));
+    } else if bound.independent && bound.fit_accepted && gpd.shape <= 0.0 {
         bound.kind = TailKind::GpdBounded;
         bound.ratio = gpd.cautious_quantile(p);
-        bound.notes.push(format!("bounded tail (GPD shape {:.2}); quantile at {p:e}", gpd.shape));
+        bound.notes.push(format!(
+            "bounded tail (GPD shape {:.2}); quantile at {p:e}",
+            gpd.shape
+        ));
     } else {
         bound.kind = TailKind::ExponentialEnvelope;
         bound.ratio = envelope;
-        bound.notes.push(format!("exponential envelope over thresholds; quantile at {p:e}"));
+        bound.notes.push(format!(
+            "exponential envelope over thresholds; quantile at {p:e}"
+        ));
     }
 }
 
@@ -205,6 +246,12 @@ impl GpdFit {
         self.quantile(p, (self.shape + 2.0 * se).min(0.0))
     }
 
+    /// A shape more than two standard errors above 0.
+    fn significantly_heavy(&self) -> bool {
+        let se = (1.0 - self.shape).abs() / (self.excess.len() as f64).sqrt();
+        self.shape - 2.0 * se > 0.0
+    }
+
     /// Kolmogorov-Smirnov against the fitted GPD at 5% (critical value 1.36 / sqrt(n)).
     fn ks_passes(&self, _sorted: &[f64]) -> bool {
         let n = self.excess.len() as f64;
@@ -241,7 +288,10 @@ fn ljung_box_passes(seq: &[f64], lags: usize) -> bool {
     }
     let q: f64 = (1..=lags)
         .map(|k| {
-            let rho = (k..n).map(|t| (seq[t] - mean) * (seq[t - k] - mean)).sum::<f64>() / var;
+            let rho = (k..n)
+                .map(|t| (seq[t] - mean) * (seq[t - k] - mean))
+                .sum::<f64>()
+                / var;
             rho * rho / (n - k) as f64
         })
         .sum::<f64>()
@@ -288,11 +338,14 @@ mod tests {
     }
 
     #[test]
-    fn heavy_tails_fall_back_to_the_exponential_envelope() {
-        let s = draw(1000, 2, |r| 1.0 + 0.02 * (r.random::<f64>().powf(-1.0 / 1.2) - 1.0));
+    fn heavy_tails_are_flagged_and_stated_at_a_supported_probability() {
+        let s = draw(1000, 2, |r| {
+            1.0 + 0.02 * (r.random::<f64>().powf(-1.0 / 1.2) - 1.0)
+        });
         let b = tail_bound(&[&s], 1e-9);
-        assert_eq!(b.kind, TailKind::ExponentialEnvelope, "{b:?}");
+        assert_eq!(b.kind, TailKind::HeavyTail, "{b:?}");
         assert!(b.shape > 0.0);
+        assert_eq!(b.exceedance, HEAVY_TAIL_EXCEEDANCE);
         assert!(b.ratio >= b.observed_max_ratio);
     }
 

@@ -1,0 +1,82 @@
+//! Typed clients of the bus API, for `wcetctl`, tests and benchmarks.
+
+use std::collections::HashMap;
+use zbus::{proxy, OwnedVariant};
+
+#[proxy(
+    interface = "org.wcetd.Bounds1",
+    default_service = "org.wcetd.Wcetd1",
+    default_path = "/org/wcetd/Wcetd1"
+)]
+pub trait Bounds {
+    fn list_kernels(&self) -> zbus::Result<Vec<String>>;
+    fn get_bound(&self, kernel: &str, sms: u32) -> zbus::Result<u64>;
+    fn get_bound_info(&self, kernel: &str, sms: u32)
+        -> zbus::Result<HashMap<String, OwnedVariant>>;
+    fn get_curve(&self, kernel: &str) -> zbus::Result<Vec<(u32, u64)>>;
+    fn min_partition(&self, kernel: &str, deadline_ns: u64) -> zbus::Result<u32>;
+    fn ping(&self) -> zbus::Result<()>;
+    #[zbus(property)]
+    fn device(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn backend(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn total_sms(&self) -> zbus::Result<u32>;
+    #[zbus(property)]
+    fn partition_sizes(&self) -> zbus::Result<Vec<u32>>;
+    #[zbus(property)]
+    fn health(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn stale_kernels(&self) -> zbus::Result<Vec<String>>;
+    #[zbus(signal)]
+    fn bounds_changed(&self, kernels: Vec<String>) -> zbus::Result<()>;
+}
+
+#[proxy(
+    interface = "org.wcetd.Calibration1",
+    default_service = "org.wcetd.Wcetd1",
+    default_path = "/org/wcetd/Wcetd1"
+)]
+pub trait Calibration {
+    fn recalibrate(&self, kernels: &[&str]) -> zbus::Result<u64>;
+    fn get_job(&self, job: u64) -> zbus::Result<(String, f64, String)>;
+    fn cancel_job(&self, job: u64) -> zbus::Result<()>;
+    #[zbus(signal)]
+    fn job_progress(&self, job: u64, progress: f64) -> zbus::Result<()>;
+    #[zbus(signal)]
+    fn job_finished(&self, job: u64, state: String, message: String) -> zbus::Result<()>;
+}
+
+/// Wait for `job` to finish, reporting progress; returns (state, message). Subscribes to the
+/// signals before asking for the job's state, so a job that finishes in between is not missed.
+pub async fn wait_for_job(
+    calibration: &CalibrationProxy<'_>,
+    job: u64,
+    mut on_progress: impl FnMut(f64),
+) -> zbus::Result<(String, String)> {
+    use futures_util::StreamExt;
+    let mut finished = calibration.receive_job_finished().await?;
+    let mut progress = calibration.receive_job_progress().await?;
+    let (state, p, message) = calibration.get_job(job).await?;
+    if matches!(state.as_str(), "done" | "failed" | "cancelled") {
+        return Ok((state, message));
+    }
+    on_progress(p);
+    loop {
+        tokio::select! {
+            Some(signal) = finished.next() => {
+                let args = signal.args()?;
+                if args.job == job {
+                    return Ok((args.state, args.message));
+                }
+            }
+            Some(signal) = progress.next() => {
+                let args = signal.args()?;
+                if args.job == job {
+                    on_progress(args.progress);
+                }
+            }
+            else => return calibration.get_job(job).await.map(|(s, _, m)| (s, m)),
+        }
+    }
+}

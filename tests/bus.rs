@@ -1,0 +1,225 @@
+//! The bus API end to end: a private dbus-daemon, the real wcetd on the simulated GPU, and calls
+//! over the bus — answers, signals and every error path of the design notes.
+
+mod common;
+
+use common::{error_name, wcetctl, Daemon};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_bounds_after_calibrating_the_suite() {
+    let d = Daemon::start(&[]).await;
+    let (state, message) = d.wait_job(1).await;
+    assert_eq!(state, "done", "{message}");
+    let bounds = d.bounds().await;
+    let kernels = bounds.list_kernels().await.unwrap();
+    assert_eq!(kernels.len(), 8, "{kernels:?}");
+    assert_eq!(bounds.backend().await.unwrap(), "sim");
+    assert_eq!(bounds.total_sms().await.unwrap(), 132);
+    let sizes = bounds.partition_sizes().await.unwrap();
+    for k in &kernels {
+        let curve = bounds.get_curve(k).await.unwrap();
+        assert_eq!(curve.iter().map(|c| c.0).collect::<Vec<_>>(), sizes, "{k}");
+        assert!(curve.iter().all(|c| c.1 > 0));
+    }
+    // A size that is not realisable gets the bound of the largest realisable size below it.
+    assert_eq!(
+        bounds.get_bound("needle", 63).await.unwrap(),
+        bounds.get_bound("needle", 56).await.unwrap()
+    );
+    let info = bounds.get_bound_info("hotspot", 63).await.unwrap();
+    for key in [
+        "bound_ns",
+        "partition_sms",
+        "provenance",
+        "calibrated_at",
+        "stale",
+        "samples",
+        "observed_max_ns",
+    ] {
+        assert!(info.contains_key(key), "GetBoundInfo lacks {key}: {info:?}");
+    }
+    assert_eq!(u32::try_from(&info["partition_sms"]).unwrap(), 56);
+    assert!(!bool::try_from(&info["stale"]).unwrap());
+}
+
+/// Rule 1, checked against the samples the daemon itself recorded (read back from its store).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_served_bound_is_below_a_recorded_sample() {
+    let d = Daemon::start(&[]).await;
+    assert_eq!(d.wait_job(1).await.0, "done");
+    let bounds = d.bounds().await;
+    let file = std::fs::read_dir(d.state_dir())
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("calibration-"))
+        .expect("a calibration file");
+    let cal: wcetd::store::Calibration =
+        serde_json::from_slice(&std::fs::read(file.path()).unwrap()).unwrap();
+    let mut checked = 0;
+    for (kernel, k) in &cal.kernels {
+        for (&sms, record) in &k.campaign.sizes {
+            let max = *record.times_ns.iter().max().unwrap();
+            let served = bounds.get_bound(kernel, sms).await.unwrap();
+            assert!(
+                served >= max,
+                "{kernel} at {sms}: bound {served} < sample {max}"
+            );
+            let info = bounds.get_bound_info(kernel, sms).await.unwrap();
+            assert_eq!(u64::try_from(&info["observed_max_ns"]).unwrap(), max);
+            assert_eq!(<&str>::try_from(&info["provenance"]).unwrap(), "measured");
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8 * 3, "only {checked} measured sizes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_the_design_error_names_and_say_what_is_accepted() {
+    let d = Daemon::start(&[]).await;
+    assert_eq!(d.wait_job(1).await.0, "done");
+    let b = d.bounds().await;
+    let cases: Vec<(zbus::Error, &str, &str)> = vec![
+        (
+            b.get_bound("nope", 64).await.unwrap_err(),
+            "org.wcetd.Error.UnknownKernel",
+            "accepted",
+        ),
+        (
+            b.get_bound("", 64).await.unwrap_err(),
+            "org.freedesktop.DBus.Error.InvalidArgs",
+            "accepted",
+        ),
+        (
+            b.get_bound("needle", 4).await.unwrap_err(),
+            "org.wcetd.Error.InvalidPartition",
+            "at least 8",
+        ),
+        (
+            b.get_bound("needle", 0).await.unwrap_err(),
+            "org.wcetd.Error.InvalidPartition",
+            "accepted",
+        ),
+        (
+            b.min_partition("needle", 0).await.unwrap_err(),
+            "org.freedesktop.DBus.Error.InvalidArgs",
+            "positive",
+        ),
+        (
+            b.min_partition("needle", 1).await.unwrap_err(),
+            "org.wcetd.Error.Infeasible",
+            "smallest bound",
+        ),
+        (
+            b.get_curve("nope").await.unwrap_err(),
+            "org.wcetd.Error.UnknownKernel",
+            "accepted",
+        ),
+    ];
+    for (err, name, text) in cases {
+        assert_eq!(error_name(&err), name, "{err}");
+        assert!(
+            err.to_string().contains(text),
+            "{err} should mention `{text}`"
+        );
+    }
+    // An absurdly generous deadline is fine: the smallest partition meets it.
+    assert_eq!(b.min_partition("needle", u64::MAX).await.unwrap(), 8);
+    // Wrong argument types are refused by the bus layer with InvalidArgs.
+    let reply = d
+        .conn
+        .call_method(
+            Some(wcetd::dbus::BUS_NAME),
+            wcetd::dbus::OBJECT_PATH,
+            Some("org.wcetd.Bounds1"),
+            "GetBound",
+            &(5i32,),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&reply), "org.freedesktop.DBus.Error.InvalidArgs");
+    // And the daemon keeps serving.
+    assert!(b.get_bound("needle", 64).await.is_ok());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recalibration_is_a_job_with_signals_and_queries_keep_answering() {
+    use futures_util::StreamExt;
+    let d = Daemon::start(&["--sim-pace-us", "300"]).await;
+    assert_eq!(d.wait_job(1).await.0, "done");
+    let bounds = d.bounds().await;
+    let cal = d.calibration().await;
+    let mut changed = bounds.receive_bounds_changed().await.unwrap();
+    let before = bounds.get_curve("lud").await.unwrap();
+    let job = cal.recalibrate(&["lud"]).await.unwrap();
+    // While it runs (paced), queries are answered with the old bounds.
+    let (state, _, _) = cal.get_job(job).await.unwrap();
+    assert!(["queued", "running"].contains(&state.as_str()), "{state}");
+    assert_eq!(bounds.get_curve("lud").await.unwrap(), before);
+    let (state, message) = d.wait_job(job).await;
+    assert_eq!(state, "done", "{message}");
+    let signal = tokio::time::timeout(common::WAIT, changed.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(signal.args().unwrap().kernels, vec!["lud".to_string()]);
+    assert_eq!(cal.get_job(job).await.unwrap().1, 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_job_keeps_the_old_bounds() {
+    let d = Daemon::start(&["--sim-pace-us", "500"]).await;
+    assert_eq!(d.wait_job(1).await.0, "done");
+    let bounds = d.bounds().await;
+    let cal = d.calibration().await;
+    let before = bounds.get_curve("srad").await.unwrap();
+    let job = cal.recalibrate(&["srad"]).await.unwrap();
+    cal.cancel_job(job).await.unwrap();
+    assert_eq!(d.wait_job(job).await.0, "cancelled");
+    assert_eq!(bounds.get_curve("srad").await.unwrap(), before);
+    let again = cal.cancel_job(job).await.unwrap_err();
+    assert_eq!(error_name(&again), "org.freedesktop.DBus.Error.InvalidArgs");
+    let unknown = cal.get_job(9999).await.unwrap_err();
+    assert_eq!(
+        error_name(&unknown),
+        "org.freedesktop.DBus.Error.InvalidArgs"
+    );
+    let bad_kernel = cal.recalibrate(&["nope"]).await.unwrap_err();
+    assert_eq!(error_name(&bad_kernel), "org.wcetd.Error.UnknownKernel");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_survive_a_restart_without_recalibrating() {
+    let mut d = Daemon::start(&[]).await;
+    assert_eq!(d.wait_job(1).await.0, "done");
+    let before = d.bounds().await.get_curve("bfs").await.unwrap();
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &[]);
+    d.wait_for_name().await;
+    // Served at once: no job was needed, so job 1 does not exist.
+    assert_eq!(d.bounds().await.get_curve("bfs").await.unwrap(), before);
+    assert!(d.calibration().await.get_job(1).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wcetctl_talks_to_the_daemon() {
+    let d = Daemon::start(&[]).await;
+    assert_eq!(d.wait_job(1).await.0, "done");
+    let addr = d.bus.address().to_string();
+    let (ok, out, err) = wcetctl(&addr, &["curve", "needle"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("measured") && out.contains("132"), "{out}");
+    let (ok, out, _) = wcetctl(&addr, &["--json", "bound", "hotspot", "64"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["bound_ns"].as_u64().unwrap() > 0);
+    let (ok, out, _) = wcetctl(&addr, &["recalibrate", "needle"]);
+    assert!(ok && out.contains("done"), "{out}");
+    let (ok, out, _) = wcetctl(&addr, &["status"]);
+    assert!(ok && out.contains("health      ok"), "{out}");
+    let (ok, _, err) = wcetctl(&addr, &["bound", "nope", "64"]);
+    assert!(
+        !ok && err.contains("org.wcetd.Error.UnknownKernel"),
+        "{err}"
+    );
+}
