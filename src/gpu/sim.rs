@@ -2,8 +2,8 @@
 //! everything above the GPU layer runs end to end, deterministically, on a machine without a GPU.
 //!
 //! One launch on m SMs takes
-//! `launch + max(wave * ceil(blocks / (m * blocks_per_sm)), bytes / min(m * sm_bw, roof_bw))
-//!  + contention * max(0, m - onset)`,
+//! `launch + max(wave * ceil(blocks / (m * blocks_per_sm)), bytes / min(m * sm_bw, roof_bw)) +
+//!  contention * max(0, m - onset)`,
 //! times per-launch jitter: a truncated half-normal body plus, rarely, a capped Pareto delay (the
 //! heavy tail). Some batches run through a clock-throttling episode. With a stressor on the other
 //! SMs, the memory time grows with the share of the device the stressor holds.

@@ -1,1 +1,0 @@
-//! The CUDA backend (placeholder until the CUDA backend lands).
