@@ -225,9 +225,9 @@ pub fn open(
         || Box::new(sim::SimGpu::new(sim_profile.clone(), sim_options.clone())) as Box<dyn Gpu>;
     match choice {
         BackendChoice::Sim => Ok(simulated()),
-        BackendChoice::Cuda => cuda::open(0),
-        BackendChoice::Auto => match cuda::open(0) {
-            Ok(gpu) => Ok(gpu),
+        BackendChoice::Cuda => Ok(Box::new(cuda::CudaGpu::open(0)?)),
+        BackendChoice::Auto => match cuda::CudaGpu::open(0) {
+            Ok(gpu) => Ok(Box::new(gpu)),
             Err(e) => {
                 tracing::warn!(
                     "CUDA backend unavailable ({e}); using the simulated GPU `{}`",
