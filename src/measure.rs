@@ -22,6 +22,9 @@ pub struct CampaignSettings {
     pub batch: u32,
     /// Most sizes the planner may choose per kernel.
     pub max_sizes: usize,
+    /// Launches per size when the tail turns out heavy: a heavy tail needs more samples to be
+    /// located at all, so the campaign goes back to each measured size for more.
+    pub heavy_tail_launches: u32,
     pub interference: Interference,
 }
 
@@ -32,6 +35,7 @@ impl Default for CampaignSettings {
             launches: 200,
             batch: 50,
             max_sizes: 5,
+            heavy_tail_launches: 1000,
             interference: Interference::Isolated,
         }
     }
@@ -112,11 +116,22 @@ pub fn run_campaign(
     while let Some(sms) = next_size(&campaign) {
         let done = campaign.sizes.len() as u64 * u64::from(settings.launches);
         let mut at_size = |n: u64| progress(done + n, planned);
-        let (record, geometry) = measure_size(
+        let mut record = SizeRecord {
+            granted_sms: sms,
+            times_ns: Vec::new(),
+            batches: 0,
+            throttled_batches: 0,
+        };
+        let target = Target {
+            sms,
+            launches: settings.launches,
+        };
+        let geometry = measure_size(
             gpu,
             kernel,
-            sms,
+            target,
             settings,
+            &mut record,
             cancel,
             &mut telemetry,
             &mut at_size,
@@ -129,29 +144,67 @@ pub fn run_campaign(
     Ok(campaign)
 }
 
-/// Warm up, then time `settings.launches` launches at `sms` in batches.
+/// Bring every measured size of `campaign` up to `launches` samples, appending to what is there.
+pub fn extend_campaign(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    settings: &CampaignSettings,
+    campaign: &mut KernelCampaign,
+    launches: u32,
+    cancel: &AtomicBool,
+    progress: Progress<'_>,
+) -> Result<(), MeasureError> {
+    let missing = |r: &SizeRecord| u64::from(launches).saturating_sub(r.times_ns.len() as u64);
+    let planned: u64 = campaign.sizes.values().map(missing).sum();
+    let mut done = 0;
+    let mut telemetry = Vec::new();
+    for (&sms, record) in campaign.sizes.iter_mut() {
+        let before = record.times_ns.len() as u64;
+        let mut at_size = |n: u64| progress(done + n.saturating_sub(before), planned);
+        let target = Target { sms, launches };
+        measure_size(
+            gpu,
+            kernel,
+            target,
+            settings,
+            record,
+            cancel,
+            &mut telemetry,
+            &mut at_size,
+        )?;
+        done += (record.times_ns.len() as u64).saturating_sub(before);
+    }
+    finish_stamp(&mut campaign.environment, &telemetry);
+    Ok(())
+}
+
+/// Where to measure and how many samples to end with.
+#[derive(Clone, Copy)]
+struct Target {
+    sms: PartitionSize,
+    launches: u32,
+}
+
+/// Warm up, then time launches in batches until `record` holds `target.launches` samples.
+#[allow(clippy::too_many_arguments)]
 fn measure_size(
     gpu: &mut dyn Gpu,
     kernel: &KernelSpec,
-    sms: PartitionSize,
+    target: Target,
     settings: &CampaignSettings,
+    record: &mut SizeRecord,
     cancel: &AtomicBool,
     telemetry: &mut Vec<Telemetry>,
     progress: &mut dyn FnMut(u64),
-) -> Result<(SizeRecord, Option<Geometry>), MeasureError> {
-    let mut record = SizeRecord {
-        granted_sms: sms,
-        times_ns: Vec::new(),
-        batches: 0,
-        throttled_batches: 0,
-    };
+) -> Result<Option<Geometry>, MeasureError> {
+    let Target { sms, launches } = target;
     let mut geometry = None;
     let mut warmup = settings.warmup;
-    while record.times_ns.len() < settings.launches as usize {
+    while record.times_ns.len() < launches as usize {
         if cancel.load(Ordering::Relaxed) {
             return Err(MeasureError::Cancelled);
         }
-        let left = settings.launches - record.times_ns.len() as u32;
+        let left = launches - record.times_ns.len() as u32;
         let request = RunRequest {
             sms,
             warmup,
@@ -169,7 +222,7 @@ fn measure_size(
         telemetry.push(batch.telemetry_after);
         progress(record.times_ns.len() as u64);
     }
-    Ok((record, geometry))
+    Ok(geometry)
 }
 
 fn stamp(gpu: &mut dyn Gpu, interference: Interference) -> EnvironmentStamp {
@@ -189,6 +242,9 @@ fn stamp(gpu: &mut dyn Gpu, interference: Interference) -> EnvironmentStamp {
 
 fn finish_stamp(env: &mut EnvironmentStamp, telemetry: &[Telemetry]) {
     env.finished_at = Utc::now();
+    if telemetry.is_empty() {
+        return;
+    }
     let clocks = telemetry.iter().filter_map(|t| t.sm_clock_mhz);
     env.sm_clock_mhz_min = clocks.clone().min();
     env.sm_clock_mhz_max = clocks.max();

@@ -84,6 +84,7 @@ pub fn evaluate_all(
     sizes: &CalibrationSizes,
     methods: &[Method],
     config: &MethodConfig,
+    budget: evaluate::SampleBudget,
 ) -> Vec<KernelEvaluation> {
     let mut out = Vec::new();
     for (kernel, by_size) in calibration {
@@ -94,7 +95,8 @@ pub fn evaluate_all(
             geometry: geometry.get(kernel).copied(),
             by_size: by_size.clone(),
         };
-        let chosen = sizes.choose(&obs);
+        let chosen = sizes.choose(&obs.truncated(budget.launches));
+        let obs = evaluate::campaign_view(&obs, &chosen, budget, config);
         for &m in methods {
             out.push(evaluate::evaluate(kernel, &obs, held, &chosen, m, config));
         }

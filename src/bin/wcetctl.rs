@@ -11,7 +11,7 @@ use wcetd::client::{self, BoundsProxy, CalibrationProxy};
 use wcetd::gpu::sim::DeviceProfile;
 use wcetd::gpu::Interference;
 use wcetd::kernels::Geometry;
-use wcetd::model::evaluate::CalibrationSizes;
+use wcetd::model::evaluate::{CalibrationSizes, SampleBudget};
 use wcetd::model::{Method, MethodConfig};
 use wcetd::{offline, samples, store};
 
@@ -92,6 +92,12 @@ enum Command {
         /// Write one SVG per kernel into this directory.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Samples per size a calibration uses (the first ones in the file), as the daemon's --launches.
+        #[arg(long, default_value_t = 200)]
+        launches: usize,
+        /// Samples per size used instead when the tail is heavy, as the daemon does.
+        #[arg(long, default_value_t = 1000)]
+        heavy_tail_launches: usize,
     },
     /// Plot one kernel's samples and every method's bound curve (SVG).
     Plot {
@@ -146,6 +152,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref calibrate_at,
             ref methods,
             ref plot,
+            launches,
+            heavy_tail_launches,
         } => evaluate(
             cli.json,
             samples,
@@ -154,6 +162,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             calibrate_at,
             methods,
             plot.as_deref(),
+            SampleBudget {
+                launches,
+                heavy_tail_launches,
+            },
         ),
         Command::Plot {
             ref kernel,
@@ -461,6 +473,7 @@ fn calibration_sizes(spec: &str) -> anyhow::Result<CalibrationSizes> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn evaluate(
     json: bool,
     samples_path: &Path,
@@ -469,6 +482,7 @@ fn evaluate(
     calibrate_at: &str,
     methods: &[Method],
     plot_dir: Option<&Path>,
+    budget: SampleBudget,
 ) -> anyhow::Result<()> {
     let methods = if methods.is_empty() {
         Method::ALL.to_vec()
@@ -489,6 +503,7 @@ fn evaluate(
         &sizes,
         &methods,
         &MethodConfig::default(),
+        budget,
     );
     if let Some(dir) = plot_dir {
         std::fs::create_dir_all(dir)?;
@@ -571,6 +586,7 @@ fn plot_one(
         &calibration_sizes(calibrate_at)?,
         &Method::ALL,
         &MethodConfig::default(),
+        SampleBudget::default(),
     );
     let refs: Vec<_> = evals.iter().collect();
     offline::plot(kernel, hold, &refs, out)?;

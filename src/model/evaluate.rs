@@ -89,6 +89,8 @@ pub struct KernelEvaluation {
     pub score: Score,
     /// Why the method produced no table, if it did not.
     pub error: Option<String>,
+    /// How the table was made (law, margins, tail model), as the daemon would report it.
+    pub notes: Vec<String>,
 }
 
 /// Which sizes to calibrate on.
@@ -122,6 +124,40 @@ impl CalibrationSizes {
     }
 }
 
+/// How many samples per size a calibration may use, as the daemon's campaign would take them.
+#[derive(Debug, Clone, Copy)]
+pub struct SampleBudget {
+    pub launches: usize,
+    /// Used instead when the tail of the first `launches` is heavy.
+    pub heavy_tail_launches: usize,
+}
+
+impl Default for SampleBudget {
+    fn default() -> Self {
+        SampleBudget {
+            launches: 200,
+            heavy_tail_launches: 1000,
+        }
+    }
+}
+
+/// The samples a daemon campaign at `sizes` would have taken: the first `launches` per size, or
+/// the first `heavy_tail_launches` when those show a heavy tail.
+pub fn campaign_view(
+    calibration: &Observations,
+    sizes: &[u32],
+    budget: SampleBudget,
+    config: &MethodConfig,
+) -> Observations {
+    let chosen = calibration.restricted_to(sizes);
+    let base = chosen.truncated(budget.launches);
+    if budget.heavy_tail_launches > budget.launches && super::tail::is_heavy(&base, config) {
+        chosen.truncated(budget.heavy_tail_launches)
+    } else {
+        base
+    }
+}
+
 /// Calibrate `method` on `calibration` at `sizes` and score it on every size of `holdout`.
 pub fn evaluate(
     kernel: &str,
@@ -133,6 +169,7 @@ pub fn evaluate(
 ) -> KernelEvaluation {
     let all: Vec<u32> = holdout.keys().copied().collect();
     let table = method::bound_table(&calibration.restricted_to(sizes), &all, method, config);
+    let notes = table.as_ref().map(|t| t.notes.clone()).unwrap_or_default();
     let (pairs, error) = match table {
         Ok(t) => (
             t.entries
@@ -157,6 +194,7 @@ pub fn evaluate(
         score: Score::of(&pairs),
         pairs,
         error,
+        notes,
     }
 }
 

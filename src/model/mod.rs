@@ -66,6 +66,18 @@ impl Observations {
         self.by_size.get(&sms).and_then(|s| s.iter().max().copied())
     }
 
+    /// Only the first `launches` samples of each size.
+    pub fn truncated(&self, launches: usize) -> Observations {
+        Observations {
+            geometry: self.geometry,
+            by_size: self
+                .by_size
+                .iter()
+                .map(|(&m, s)| (m, s[..s.len().min(launches)].to_vec()))
+                .collect(),
+        }
+    }
+
     /// Only the sizes in `keep`.
     pub fn restricted_to(&self, keep: &[u32]) -> Observations {
         Observations {

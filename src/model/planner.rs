@@ -1,10 +1,10 @@
 //! The active calibration planner: which partition size to measure next.
 //!
 //! It starts from the extremes (the smallest and the whole device, so that the daemon never has
-//! to extrapolate), then adds the size where the candidate laws disagree most, weighted by the distance to the
-//! nearest measured size: that is where a wrong choice of law would cost the most. It
-//! stops when the budget of sizes is spent, or when at least four sizes are measured and the best
-//! law's leave-one-out error has converged below 1%.
+//! to extrapolate), then adds the size where the candidate laws disagree most, weighted by the distance (in log m)
+//! to the nearest measured size: that is where a wrong choice of law would cost the most. It
+//! stops when the budget of sizes is spent, or when at least four sizes are measured, no gap between
+//! them is wider than a factor of 2, and the best law's leave-one-out error is below 1%.
 
 use super::law::{self, Law, Point};
 use super::{validate, Observations};
@@ -28,7 +28,13 @@ pub fn next_size(obs: &Observations, candidates: &[u32], budget: usize) -> Optio
         return Some(last);
     }
     let points = obs.median_points();
-    if points.len() >= 4 {
+    // Converged only if no gap is wider than a factor of 2 (leave-one-out cannot see into one)
+    // and the best law predicts left-out sizes within 1%.
+    let widest_gap = points
+        .windows(2)
+        .map(|w| f64::from(w[1].sms) / f64::from(w[0].sms))
+        .fold(1.0, f64::max);
+    if points.len() >= 4 && widest_gap <= 2.0 {
         if let Some(best) = validate::select(&points, obs.geometry) {
             if best.error < 0.01 {
                 return None;
@@ -49,7 +55,13 @@ pub fn next_size(obs: &Observations, candidates: &[u32], budget: usize) -> Optio
 /// Relative spread of the fitted laws' predictions at `m`, weighted by how far `m` is from the
 /// nearest measured size (a gap bisected teaches more than a point next to one already known).
 fn disagreement(m: u32, points: &[Point], fitted: &[law::FittedLaw]) -> f64 {
-    let gap = points.iter().map(|p| p.sms.abs_diff(m)).min().unwrap_or(0) as f64;
+    // Gaps in log(m): the laws are multiplicative in m (1/m, waves), so 8 -> 16 SMs is as big a
+    // step as 64 -> 128.
+    let ln = |x: u32| f64::from(x.max(1)).ln();
+    let gap = points
+        .iter()
+        .map(|p| (ln(p.sms) - ln(m)).abs())
+        .fold(f64::INFINITY, f64::min);
     let preds: Vec<f64> = fitted
         .iter()
         .map(|f| f.predict(m))
@@ -57,11 +69,14 @@ fn disagreement(m: u32, points: &[Point], fitted: &[law::FittedLaw]) -> f64 {
         .collect();
     let lo = preds.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = preds.iter().copied().fold(0.0, f64::max);
-    if lo.is_finite() && lo > 0.0 {
-        (hi / lo - 1.0 + 1e-3) * gap
+    // Disagreement beyond 10% all means "unknown here": past that, the wider gap wins, so the
+    // planner bisects where every law is unsure and focuses only where they nearly agree.
+    let spread = if lo.is_finite() && lo > 0.0 {
+        hi / lo - 1.0
     } else {
-        gap
-    }
+        0.1
+    };
+    (spread.min(0.1) + 1e-3) * gap
 }
 
 #[cfg(test)]

@@ -12,8 +12,10 @@
 //! - `gpd-bounded`: the shape is not positive and the fit passes a Kolmogorov-Smirnov check; the
 //!   quantile at the target probability is used, with the shape raised by two standard errors so
 //!   that estimation noise cannot shrink the bound.
-//! - `exponential-envelope`: the shape is positive (a heavy tail), the fit fails its check, or the
-//!   samples fail the Ljung-Box independence check. An exponential tail is fitted at each of several
+//!   Samples that fail the Ljung-Box independence check (a throttling episode is a run of slow
+//!   launches) are declustered first: the fit uses the maximum of each cluster of exceedances.
+//! - `exponential-envelope`: the shape is positive but not significantly so, or the fit fails its
+//!   check. An exponential tail is fitted at each of several
 //!   thresholds and the largest quantile is used, which is the conservative choice of
 //!   measurement-based probabilistic timing analysis.
 //! - `heavy-tail`: the shape is more than two standard errors above 0 at some threshold. The
@@ -67,13 +69,22 @@ impl std::fmt::Display for TailKind {
 }
 
 const MIN_EXCEEDANCES: usize = 10;
+/// Exceedances closer than this many launches belong to one cluster.
+const DECLUSTER_RUN: usize = 10;
 /// The exceedance a heavy-tailed bound is stated at: about what a few thousand launches support.
 const HEAVY_TAIL_EXCEEDANCE: f64 = 1e-4;
 const THRESHOLDS: [f64; 4] = [0.90, 0.95, 0.98, 0.99];
 
+/// Whether the pooled tail of `obs` is heavy (a campaign then takes more samples).
+pub fn is_heavy(obs: &super::Observations, config: &super::MethodConfig) -> bool {
+    let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
+    tail_bound(&per_size, config.exceedance).kind == TailKind::HeavyTail
+}
+
 /// Tail bound from per-size sample sequences (in launch order).
 pub fn tail_bound(per_size: &[&[u64]], exceedance: f64) -> TailBound {
     let mut ratios = Vec::new();
+    let mut sequences = Vec::new();
     let mut independent = true;
     for samples in per_size {
         let median = quantile_u64(samples, 0.5);
@@ -82,7 +93,8 @@ pub fn tail_bound(per_size: &[&[u64]], exceedance: f64) -> TailBound {
         }
         let seq: Vec<f64> = samples.iter().map(|&t| t as f64 / median).collect();
         independent &= ljung_box_passes(&seq, 10);
-        ratios.extend(seq);
+        ratios.extend_from_slice(&seq);
+        sequences.push(seq);
     }
     ratios.sort_by(f64::total_cmp);
     let observed_max_ratio = ratios.last().copied().unwrap_or(1.0);
@@ -105,21 +117,32 @@ pub fn tail_bound(per_size: &[&[u64]], exceedance: f64) -> TailBound {
         ));
         return bound;
     }
-    choose(&mut bound, &ratios);
+    choose(&mut bound, &ratios, &sequences);
     bound.ratio = bound.ratio.max(observed_max_ratio);
+    bound.notes.push(format!(
+        "tail bound x{:.4} of the median (largest observed x{:.4}, {} samples)",
+        bound.ratio, observed_max_ratio, bound.samples
+    ));
     bound
 }
 
-fn choose(bound: &mut TailBound, sorted: &[f64]) {
+fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
     let p = bound.exceedance;
-    let gpd = GpdFit::at(sorted, THRESHOLDS[0]);
+    // Dependent samples (a throttling episode is a run of slow launches) are declustered: the
+    // tail is fitted to the maximum of each cluster of exceedances (Coles 2001, section 5.3).
+    let gpd = if bound.independent {
+        GpdFit::at(sorted, THRESHOLDS[0])
+    } else {
+        GpdFit::declustered(sorted, sequences, THRESHOLDS[0])
+    };
     bound.shape = gpd.shape;
     bound.fit_accepted = gpd.ks_passes(sorted);
     let envelope = exponential_envelope(sorted, p);
     if !bound.independent {
-        bound
-            .notes
-            .push("samples are autocorrelated (Ljung-Box, lag 10, 1%)".into());
+        bound.notes.push(format!(
+            "samples are autocorrelated (Ljung-Box, lag 10, 1%): tail fitted to {} cluster maxima (runs declustering, run length {DECLUSTER_RUN})",
+            gpd.excess.len()
+        ));
     }
     if gpd.shape > 0.0 {
         bound
@@ -134,7 +157,7 @@ fn choose(bound: &mut TailBound, sorted: &[f64]) {
     let heavy = THRESHOLDS
         .iter()
         .map(|&q| GpdFit::at(sorted, q))
-        .filter(|g| g.excess.len() >= MIN_EXCEEDANCES && g.significantly_heavy())
+        .filter(|g| g.excess.len() >= 2 * MIN_EXCEEDANCES && g.significantly_heavy())
         .max_by(|a, b| a.shape.total_cmp(&b.shape));
     if let Some(tail) = heavy {
         // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the median,
@@ -151,7 +174,7 @@ fn choose(bound: &mut TailBound, sorted: &[f64]) {
             "heavy tail (GPD shape {:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
             tail.shape
         ));
-    } else if bound.independent && bound.fit_accepted && gpd.shape <= 0.0 {
+    } else if gpd.excess.len() >= MIN_EXCEEDANCES && bound.fit_accepted && gpd.shape <= 0.0 {
         bound.kind = TailKind::GpdBounded;
         bound.ratio = gpd.cautious_quantile(p);
         bound.notes.push(format!(
@@ -192,9 +215,42 @@ struct GpdFit {
 }
 
 impl GpdFit {
-    /// Probability-weighted-moment estimates (Hosking & Wallis 1987).
+    /// Fit to the exceedances of the pooled, sorted ratios over their quantile `q`.
     fn at(sorted: &[f64], q: f64) -> GpdFit {
         let (threshold, excess) = exceedances(sorted, q);
+        let zeta = excess.len() as f64 / sorted.len() as f64;
+        GpdFit::from_excess(threshold, excess, zeta)
+    }
+
+    /// Fit to cluster maxima: within each launch-order sequence, exceedances of the threshold
+    /// separated by fewer than [`DECLUSTER_RUN`] launches form one cluster. The exceedance rate
+    /// becomes clusters per launch, which is what a bound per launch needs.
+    fn declustered(sorted: &[f64], sequences: &[Vec<f64>], q: f64) -> GpdFit {
+        let threshold = quantile_sorted(sorted, q);
+        let mut maxima = Vec::new();
+        for seq in sequences {
+            let mut current: Option<(f64, usize)> = None;
+            for (i, &r) in seq.iter().enumerate() {
+                if r > threshold {
+                    current = match current {
+                        Some((m, last)) if i - last < DECLUSTER_RUN => Some((m.max(r), i)),
+                        Some((m, _)) => {
+                            maxima.push(m - threshold);
+                            Some((r, i))
+                        }
+                        None => Some((r, i)),
+                    };
+                }
+            }
+            maxima.extend(current.map(|(m, _)| m - threshold));
+        }
+        maxima.sort_by(f64::total_cmp);
+        let zeta = maxima.len() as f64 / sorted.len().max(1) as f64;
+        GpdFit::from_excess(threshold, maxima, zeta)
+    }
+
+    /// Probability-weighted-moment estimates (Hosking & Wallis 1987) from sorted excesses.
+    fn from_excess(threshold: f64, excess: Vec<f64>, zeta: f64) -> GpdFit {
         let n = excess.len() as f64;
         let a0 = excess.iter().sum::<f64>() / n;
         let a1 = excess
@@ -212,7 +268,7 @@ impl GpdFit {
         };
         GpdFit {
             threshold,
-            zeta: excess.len() as f64 / sorted.len() as f64,
+            zeta,
             shape,
             scale,
             excess,
@@ -238,12 +294,15 @@ impl GpdFit {
         self.threshold + excess
     }
 
-    /// Quantile with the shape raised by two approximate standard errors (capped at 0: a bounded
-    /// tail claim is only made when the data support it, and then the most cautious one).
+    /// Quantile with the shape raised by 1.5 approximate standard errors (capped at 0), so that
+    /// estimation noise in the shape cannot shrink the bound below what the data support.
     fn cautious_quantile(&self, p: f64) -> f64 {
         let n = self.excess.len() as f64;
-        let se = (1.0 - self.shape) / n.sqrt();
-        self.quantile(p, (self.shape + 2.0 * se).min(0.0))
+        // Below -0.5 the estimators are irregular and a short bounded tail is an artefact of few
+        // clusters more often than a fact, so the shape is not taken below it.
+        let shape = self.shape.max(-0.5);
+        let se = (1.0 - shape) / n.sqrt();
+        self.quantile(p, (shape + 1.5 * se).min(0.0))
     }
 
     /// A shape more than two standard errors above 0.

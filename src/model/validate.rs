@@ -21,16 +21,25 @@ pub struct Validated {
     pub under_prediction: f64,
 }
 
-/// The law with the smallest validation error (fewer parameters on ties), if any can be validated.
+/// Validation errors this close to the best count as ties.
+const TIE: f64 = 0.01;
+
+/// The simplest law whose validation error is within [`TIE`] of the best, if any validates. A
+/// flexible law fitted to noise (a contention term on a flat roof, say) would otherwise win by a
+/// hair and claim the kernel gets slower with more SMs.
 pub fn select(points: &[Point], geometry: Option<Geometry>) -> Option<Validated> {
-    Law::ALL
+    let candidates: Vec<(usize, Validated)> = Law::ALL
         .iter()
-        .filter_map(|&l| validate(l, points, geometry).map(|v| (l.parameters(geometry), v)))
-        .min_by(|(pa, a), (pb, b)| {
-            a.error
-                .total_cmp(&b.error)
-                .then(pa.unwrap_or(usize::MAX).cmp(&pb.unwrap_or(usize::MAX)))
-        })
+        .filter_map(|&l| Some((l.parameters(geometry)?, validate(l, points, geometry)?)))
+        .collect();
+    let best = candidates
+        .iter()
+        .map(|(_, v)| v.error)
+        .fold(f64::INFINITY, f64::min);
+    candidates
+        .into_iter()
+        .filter(|(_, v)| v.error <= best + TIE)
+        .min_by(|(pa, a), (pb, b)| pa.cmp(pb).then(a.error.total_cmp(&b.error)))
         .map(|(_, v)| v)
 }
 
