@@ -162,6 +162,9 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("tail", b.tail.clone().into());
     put("interference", b.interference.to_string().into());
     put("notes", b.notes.join("; ").into());
+    put("clock_scaled", b.clock.scaled.into());
+    put("calibrated_clock_mhz", b.clock.calibrated_mhz.into());
+    put("current_clock_mhz", b.clock.current_mhz.into());
     d
 }
 
@@ -215,6 +218,7 @@ impl Calibration {
 pub async fn serve(conn: &Connection, service: Service, access: crate::access::OperatorPolicy) -> zbus::Result<()> {
     let server = conn.object_server();
     server.at(OBJECT_PATH, Bounds { service: service.clone() }).await?;
+    server.at(OBJECT_PATH, crate::admission_bus::Admission { service: service.clone() }).await?;
     server.at(OBJECT_PATH, Calibration { service, access }).await?;
     Ok(())
 }

@@ -9,3 +9,6 @@ pub mod store;
 pub mod access;
 pub mod dbus;
 pub mod bus;
+pub mod admission;
+pub mod admission_bus;
+pub mod taskset;
