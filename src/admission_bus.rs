@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use std::path::Path;
-use zbus::{interface, proxy, Connection};
+use zbus::{interface, proxy, Connection, DBusError};
 
 use crate::admission::{self, Task, Unsized, Verdict};
 use crate::dbus::BusError;
@@ -134,6 +134,8 @@ pub async fn admit_file(conn: &Connection, path: &Path, shared: bool) -> anyhow:
 fn describe(e: zbus::Error) -> String {
     match e {
         zbus::Error::MethodError(name, Some(message), _) => format!("{name}: {message}"),
+        // zbus turns org.freedesktop.DBus.Error.* replies into its own `fdo::Error`.
+        zbus::Error::FDO(e) => format!("{}: {}", e.name(), e.description().unwrap_or_default()),
         other => other.to_string(),
     }
 }
