@@ -180,6 +180,9 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("tail", b.tail.clone().into());
     put("interference", b.interference.to_string().into());
     put("notes", b.notes.join("; ").into());
+    put("clock_scaled", b.clock.scaled.into());
+    put("calibrated_clock_mhz", b.clock.calibrated_mhz.into());
+    put("current_clock_mhz", b.clock.current_mhz.into());
     d
 }
 
@@ -246,6 +249,14 @@ pub async fn serve(
         .at(
             OBJECT_PATH,
             Bounds {
+                service: service.clone(),
+            },
+        )
+        .await?;
+    server
+        .at(
+            OBJECT_PATH,
+            crate::admission_bus::Admission {
                 service: service.clone(),
             },
         )

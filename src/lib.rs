@@ -25,12 +25,16 @@
 //!   runs on one worker thread. No D-Bus types.
 //! - [`dbus`]: the bus face, thin: forwards to the service, maps errors to the design's names,
 //!   turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
+//! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`) and [`taskset`]
+//!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
 //!   fitting and evaluation for `wcetctl`.
 //!
 //! The rule no layer may break: a bound is never below a sample observed at its size.
 
 pub mod access;
+pub mod admission;
+pub mod admission_bus;
 pub mod bus;
 pub mod calibrate;
 pub mod client;
@@ -43,3 +47,4 @@ pub mod offline;
 pub mod samples;
 pub mod service;
 pub mod store;
+pub mod taskset;

@@ -10,7 +10,7 @@
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 use tokio::sync::broadcast;
 
@@ -128,7 +128,22 @@ pub struct BoundInfo {
     pub tail: String,
     pub interference: Interference,
     pub notes: Vec<String>,
+    pub clock: ClockScaling,
 }
+
+/// How a bound relates to the SM clock: it is valid at the clock it was calibrated at, and is
+/// scaled by calibrated/current (rounded up) while the device runs slower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClockScaling {
+    /// Highest SM clock seen while measuring (0 when unknown).
+    pub calibrated_mhz: u32,
+    /// Last SM clock read from the device (0 when it cannot be read).
+    pub current_mhz: u32,
+    pub scaled: bool,
+}
+
+/// How often the GPU worker reads the clock while idle: a clock drop shows in bounds within this.
+const CLOCK_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Job {
     id: u64,
@@ -145,6 +160,8 @@ struct Inner {
     health: RwLock<String>,
     events: broadcast::Sender<Event>,
     config: ServiceConfig,
+    /// SM clock in MHz as last read by the GPU worker, 0 when unreadable.
+    current_clock_mhz: AtomicU32,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -157,8 +174,13 @@ pub struct Service {
 impl Service {
     /// Load what the store has for `gpu`, start the GPU worker, and queue a calibration of every
     /// built-in kernel that has no bounds for this device yet (its job number is returned).
-    pub fn start(gpu: Box<dyn Gpu>, store: Store, config: ServiceConfig) -> (Service, Option<u64>) {
+    pub fn start(
+        mut gpu: Box<dyn Gpu>,
+        store: Store,
+        config: ServiceConfig,
+    ) -> (Service, Option<u64>) {
         let device = gpu.info().clone();
+        let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
         let calibration = initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
         let inner = Arc::new(Inner {
@@ -170,6 +192,7 @@ impl Service {
             health: RwLock::new("ok".into()),
             events,
             config,
+            current_clock_mhz: AtomicU32::new(clock),
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -303,12 +326,14 @@ impl Service {
     ) -> Result<BoundInfo> {
         let partition = self.check_partition(sms)?;
         let (cal, interference) = self.calibration_of(kernel, tag, partition)?;
-        let entry = *cal.table.entry(partition).ok_or_else(|| {
+        let mut entry = *cal.table.entry(partition).ok_or_else(|| {
             ServiceError::NotCalibrated(format!(
                 "kernel `{kernel}` has no bound at {partition} SMs in calibration {}; recalibrate it",
                 cal.id
             ))
         })?;
+        let mut notes = cal.table.notes.clone();
+        let clock = self.scale_for_clock(&cal, &mut entry, &mut notes);
         Ok(BoundInfo {
             kernel: kernel.to_string(),
             entry,
@@ -328,8 +353,43 @@ impl Service {
                 .as_ref()
                 .map_or("none".into(), |t| t.kind.to_string()),
             interference,
-            notes: cal.table.notes.clone(),
+            notes,
+            clock,
         })
+    }
+
+    /// The SM clock last read from the device, in MHz; `None` when it cannot be read.
+    pub fn current_clock_mhz(&self) -> Option<u32> {
+        Some(self.inner.current_clock_mhz.load(Ordering::SeqCst)).filter(|&c| c > 0)
+    }
+
+    /// A bound measured at a higher clock than the device runs at now is stretched by the ratio:
+    /// kernel time scales at worst inversely with the SM clock.
+    fn scale_for_clock(
+        &self,
+        cal: &KernelCalibration,
+        entry: &mut BoundEntry,
+        notes: &mut Vec<String>,
+    ) -> ClockScaling {
+        let calibrated = cal
+            .environment()
+            .sm_clock_mhz_max
+            .unwrap_or(self.inner.device.sm_clock_mhz);
+        let current = self.current_clock_mhz().unwrap_or(0);
+        let scaled = current > 0 && calibrated > current;
+        if scaled {
+            let stretched =
+                (u128::from(entry.bound_ns) * u128::from(calibrated)).div_ceil(u128::from(current));
+            entry.bound_ns = u64::try_from(stretched).unwrap_or(u64::MAX);
+            notes.push(format!("bound scaled by {calibrated}/{current} MHz: the SM clock is below the calibrated one"));
+        } else if current == 0 {
+            notes.push(format!("current SM clock unreadable; bound assumes the calibrated clock ({calibrated} MHz)"));
+        }
+        ClockScaling {
+            calibrated_mhz: calibrated,
+            current_mhz: current,
+            scaled,
+        }
     }
 
     /// (size, bound) for every realisable size, ascending.
@@ -500,8 +560,22 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
     }
 }
 
+/// Only the worker touches the GPU, so it also reads the clock: between jobs and while idle.
+fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
+    let mhz = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
+    inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
+}
+
 fn worker_loop(mut gpu: Box<dyn Gpu>, store: Store, inner: Arc<Inner>, jobs: mpsc::Receiver<Job>) {
-    while let Ok(job) = jobs.recv() {
+    loop {
+        let job = match jobs.recv_timeout(CLOCK_POLL) {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                read_clock(gpu.as_mut(), &inner);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_job(gpu.as_mut(), &store, &inner, &job)
@@ -525,6 +599,7 @@ fn worker_loop(mut gpu: Box<dyn Gpu>, store: Store, inner: Arc<Inner>, jobs: mps
                 s.progress = 1.0;
             }
         });
+        read_clock(gpu.as_mut(), &inner);
         tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
         let _ = inner.events.send(Event::JobFinished {
             job: job.id,

@@ -48,6 +48,13 @@ enum Command {
     Recalibrate { kernels: Vec<String> },
     /// Device, health, and what is calibrated.
     Status,
+    /// Admission check of a task-set TOML file (see calibration/tasksets/example.toml).
+    Admit {
+        file: PathBuf,
+        /// The tasks share one partition (non-preemptive fixed priority, file order = priority).
+        #[arg(long)]
+        shared: bool,
+    },
     /// Fit bounds from a samples CSV; prints the bounds CSV (kernel,sms,bound_ns).
     Fit {
         #[arg(long)]
@@ -219,6 +226,13 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Recalibrate { kernels } => recalibrate(json, &conn, &kernels).await,
         Command::Status => status(json, &bounds).await,
+        Command::Admit { file, shared } => {
+            print!(
+                "{}",
+                wcetd::admission_bus::admit_file(&conn, &file, shared).await?
+            );
+            Ok(())
+        }
         _ => unreachable!("offline commands are handled before connecting"),
     }
 }

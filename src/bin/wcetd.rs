@@ -65,6 +65,9 @@ struct Args {
     /// Simulator: sleep this many microseconds per launch, so jobs take visible time.
     #[arg(long, default_value_t = 0)]
     sim_pace_us: u64,
+    /// Simulator: report this SM clock while idle, as if it dropped after calibration.
+    #[arg(long, hide = true)]
+    sim_clock_mhz: Option<u32>,
     /// Do not calibrate missing kernels at start.
     #[arg(long)]
     no_initial_calibration: bool,
@@ -103,6 +106,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         seed: args.seed,
         fault_after_launches: args.sim_fault_after,
         pace_us_per_launch: args.sim_pace_us,
+        clock_mhz_override: args.sim_clock_mhz,
     };
     let gpu = gpu::open(args.backend, profile, sim).map_err(|e| match e {
         GpuError::NoDriver => anyhow::anyhow!("{e}; use --backend sim to run on the simulated GPU"),

@@ -198,6 +198,9 @@ pub struct SimOptions {
     pub fault_after_launches: Option<u64>,
     /// Really sleep this long per launch, so that jobs take observable time in tests and demos.
     pub pace_us_per_launch: u64,
+    /// Report this SM clock from `telemetry()` (batches still run at the nominal clock): models a
+    /// clock drop after calibration, for testing clock-scaled bounds.
+    pub clock_mhz_override: Option<u32>,
 }
 
 pub struct SimGpu {
@@ -330,7 +333,11 @@ impl Gpu for SimGpu {
     }
 
     fn telemetry(&mut self) -> Telemetry {
-        self.nominal_telemetry()
+        let mut now = self.nominal_telemetry();
+        if let Some(mhz) = self.options.clock_mhz_override {
+            now.sm_clock_mhz = Some(mhz);
+        }
+        now
     }
 }
 

@@ -1,0 +1,170 @@
+//! Task-set files: the TOML format `wcetctl admit` reads, with errors that name the task and the
+//! field. Checks here are only about the file; the daemon checks values against the device.
+//!
+//! ```toml
+//! [[task]]
+//! name = "camera"
+//! kernels = ["needle", "bfs"]   # launched in this order by every job
+//! sms = 64                      # partition size (optional for Suggest)
+//! period_ns = 10_000_000
+//! deadline_ns = 8_000_000       # at most period_ns
+//! ```
+
+use anyhow::{anyhow, bail, Context};
+use std::path::Path;
+
+use crate::admission_bus::{WireTask, WireUnsized};
+
+/// One `[[task]]` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSpec {
+    pub name: String,
+    pub kernels: Vec<String>,
+    pub sms: Option<u32>,
+    pub period_ns: u64,
+    pub deadline_ns: u64,
+}
+
+impl TaskSpec {
+    /// The task for `Check`/`CheckShared`, which need a partition size.
+    pub fn to_wire(&self) -> anyhow::Result<WireTask> {
+        let sms = self.sms.ok_or_else(|| {
+            anyhow!(
+                "task `{}`, field sms: missing; accepted: a partition size in SMs, e.g. sms = 64",
+                self.name
+            )
+        })?;
+        Ok((
+            self.name.clone(),
+            self.kernels.clone(),
+            sms,
+            self.period_ns,
+            self.deadline_ns,
+        ))
+    }
+
+    /// The task for `Suggest`, which chooses the partition size itself.
+    pub fn to_wire_unsized(&self) -> WireUnsized {
+        (
+            self.name.clone(),
+            self.kernels.clone(),
+            self.period_ns,
+            self.deadline_ns,
+        )
+    }
+}
+
+/// Read a task-set file.
+pub fn load(path: &Path) -> anyhow::Result<Vec<TaskSpec>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading task set {}", path.display()))?;
+    parse(&text).with_context(|| format!("task set {}", path.display()))
+}
+
+/// Parse a task set, one task at a time so that an error names the task it is in.
+pub fn parse(text: &str) -> anyhow::Result<Vec<TaskSpec>> {
+    let doc: toml::Table = toml::from_str(text).context("not valid TOML")?;
+    if let Some(key) = doc.keys().find(|k| *k != "task") {
+        bail!("unknown top-level key `{key}`; accepted: [[task]] tables only");
+    }
+    let Some(list) = doc.get("task") else {
+        bail!("no tasks; accepted: one or more [[task]] tables");
+    };
+    let list = list
+        .as_array()
+        .context("`task` must be an array of tables; write each as [[task]]")?;
+    if list.is_empty() {
+        bail!("no tasks; accepted: one or more [[task]] tables");
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, value)| parse_task(i, value))
+        .collect()
+}
+
+fn parse_task(index: usize, value: &toml::Value) -> anyhow::Result<TaskSpec> {
+    let label = match value.get("name").and_then(toml::Value::as_str) {
+        Some(name) => format!("task `{name}` (number {})", index + 1),
+        None => format!("task number {}", index + 1),
+    };
+    let table = value
+        .as_table()
+        .ok_or_else(|| anyhow!("{label}: not a table; write it as [[task]]"))?;
+    const FIELDS: [&str; 5] = ["name", "kernels", "sms", "period_ns", "deadline_ns"];
+    if let Some(key) = table.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        bail!(
+            "{label}, field {key}: unknown; accepted: {}",
+            FIELDS.join(", ")
+        );
+    }
+    let spec = TaskSpec {
+        name: required(table, "name", &label)?,
+        kernels: required(table, "kernels", &label)?,
+        sms: field(table, "sms", &label)?,
+        period_ns: required(table, "period_ns", &label)?,
+        deadline_ns: required(table, "deadline_ns", &label)?,
+    };
+    if spec.kernels.is_empty() {
+        bail!("{label}, field kernels: empty; accepted: at least one kernel name");
+    }
+    Ok(spec)
+}
+
+/// One field, deserialised on its own so that a type error names it.
+fn field<T: serde::de::DeserializeOwned>(
+    table: &toml::Table,
+    key: &str,
+    label: &str,
+) -> anyhow::Result<Option<T>> {
+    table
+        .get(key)
+        .map(|v| {
+            T::deserialize(v.clone()).map_err(|e| anyhow!("{label}, field {key}: {}", e.message()))
+        })
+        .transpose()
+}
+
+fn required<T: serde::de::DeserializeOwned>(
+    table: &toml::Table,
+    key: &str,
+    label: &str,
+) -> anyhow::Result<T> {
+    field(table, key, label)?.ok_or_else(|| anyhow!("{label}, field {key}: missing"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_file_parses() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/tasksets/example.toml");
+        let tasks = load(&path).unwrap();
+        assert!(tasks.len() >= 2);
+        assert!(tasks
+            .iter()
+            .all(|t| t.sms.is_some() && t.deadline_ns <= t.period_ns));
+    }
+
+    #[test]
+    fn errors_name_the_task_and_field() {
+        let text = "[[task]]\nname = \"a\"\nkernels = [\"needle\"]\nsms = 8\nperiod_ns = 10\ndeadline_ns = 10\n\
+                    [[task]]\nname = \"b\"\nkernels = [\"needle\"]\nperiod_ns = \"soon\"\ndeadline_ns = 10\n";
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.contains("task `b`") && e.contains("period_ns"), "{e}");
+        let e = parse("[[task]]\nname = \"c\"\nkernels = []\nperiod_ns = 1\ndeadline_ns = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("task `c`") && e.contains("kernels"), "{e}");
+        let e = parse("[[task]]\nname = \"d\"\nkernels = [\"x\"]\nperiod = 1\n")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("task `d`") && e.contains("period"), "{e}");
+        let spec =
+            &parse("[[task]]\nname = \"e\"\nkernels = [\"x\"]\nperiod_ns = 1\ndeadline_ns = 1\n")
+                .unwrap()[0];
+        let e = spec.to_wire().unwrap_err().to_string();
+        assert!(e.contains("task `e`") && e.contains("sms"), "{e}");
+        assert!(parse("").unwrap_err().to_string().contains("no tasks"));
+    }
+}

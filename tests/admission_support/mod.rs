@@ -1,0 +1,183 @@
+//! Support for the admission and client tests: a private `dbus-daemon` and the real `wcetd` on it
+//! (simulated GPU), with waits that poll a condition under a deadline, never a fixed sleep.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use wcetd::bus::PrivateBus;
+use zbus::OwnedVariant;
+use zbus::{Connection, DBusError};
+
+pub const NAME: &str = "org.wcetd.Wcetd1";
+pub const PATH: &str = "/org/wcetd/Wcetd1";
+const DEADLINE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(20);
+
+/// A private bus and a state directory that daemons started from it share.
+pub struct Env {
+    pub bus: PrivateBus,
+    pub state: PathBuf,
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let bus = PrivateBus::start(&dir.path().join("bus")).expect("private dbus-daemon");
+        Env {
+            bus,
+            state: dir.path().join("state"),
+            dir,
+        }
+    }
+
+    /// Start `wcetd --backend sim` on this bus and state, and wait until it owns its name.
+    pub async fn daemon(&self, extra: &[&str]) -> Daemon {
+        let child = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+            .args([
+                "--backend",
+                "sim",
+                "--bus-address",
+                self.bus.address(),
+                "--state-dir",
+            ])
+            .arg(&self.state)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("starting wcetd");
+        let mut daemon = Daemon {
+            child,
+            conn: self.connect().await,
+        };
+        daemon.wait_for_name().await;
+        daemon
+    }
+
+    pub async fn connect(&self) -> Connection {
+        zbus::connection::Builder::address(self.bus.address())
+            .build()
+            .await
+            .expect("connecting to the private bus")
+    }
+
+    pub fn address(&self) -> &str {
+        self.bus.address()
+    }
+}
+
+/// A running `wcetd`, stopped with SIGTERM when dropped.
+pub struct Daemon {
+    child: Child,
+    pub conn: Connection,
+}
+
+impl Daemon {
+    async fn wait_for_name(&mut self) {
+        let dbus = zbus::fdo::DBusProxy::new(&self.conn).await.unwrap();
+        let start = Instant::now();
+        loop {
+            if dbus.name_has_owner(NAME.try_into().unwrap()).await.unwrap() {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("wcetd exited ({status}) before owning {NAME}");
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "wcetd did not own {NAME} within {DEADLINE:?}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Wait until `job` has finished, and insist that it succeeded.
+    pub async fn wait_job(&self, job: u64) {
+        let start = Instant::now();
+        loop {
+            let (state, _, message): (String, f64, String) = self
+                .call("org.wcetd.Calibration1", "GetJob", &(job,))
+                .await
+                .unwrap();
+            match state.as_str() {
+                "done" => return,
+                "failed" | "cancelled" => panic!("job {job} {state}: {message}"),
+                _ => {}
+            }
+            assert!(
+                start.elapsed() < DEADLINE,
+                "job {job} did not finish within {DEADLINE:?}"
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// Call a method of the daemon; a D-Bus error comes back as (error name, message).
+    pub async fn call<B, R>(
+        &self,
+        interface: &str,
+        method: &str,
+        body: &B,
+    ) -> Result<R, (String, String)>
+    where
+        B: serde::Serialize + zbus::zvariant::DynamicType,
+        R: for<'d> zbus::zvariant::DynamicDeserialize<'d>,
+    {
+        let reply = self
+            .conn
+            .call_method(Some(NAME), PATH, Some(interface), method, body)
+            .await;
+        match reply {
+            Ok(msg) => Ok(msg
+                .body()
+                .deserialize::<R>()
+                .expect("reply of the expected type")),
+            Err(zbus::Error::MethodError(name, message, _)) => {
+                Err((name.to_string(), message.unwrap_or_default()))
+            }
+            // zbus turns org.freedesktop.DBus.Error.* replies into its own `fdo::Error`.
+            Err(zbus::Error::FDO(e)) => Err((
+                e.name().to_string(),
+                e.description().unwrap_or_default().to_string(),
+            )),
+            Err(e) => panic!("calling {method}: {e}"),
+        }
+    }
+
+    pub async fn bound(&self, kernel: &str, sms: u32) -> u64 {
+        self.call("org.wcetd.Bounds1", "GetBound", &(kernel, sms))
+            .await
+            .unwrap()
+    }
+
+    pub async fn bound_info(&self, kernel: &str, sms: u32) -> HashMap<String, OwnedVariant> {
+        self.call("org.wcetd.Bounds1", "GetBoundInfo", &(kernel, sms))
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SIGTERM lets the daemon release its name; it exits within moments, so waiting is bounded.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+    }
+}
+
+/// An isolated daemon that has finished its start-up calibration (job 1).
+pub async fn calibrated(env: &Env, extra: &[&str]) -> Daemon {
+    let d = env.daemon(extra).await;
+    d.wait_job(1).await;
+    d
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
