@@ -35,10 +35,13 @@ pub enum Law {
     WaveContention,
     /// a + b / min(m, k) + c * max(0, m - k): past the roof, more SMs only add contention.
     RoofContention,
+    /// a + b / min(m, k) + d / m: past the roof, a part that still scales (a neighbour's
+    /// bandwidth share shrinking as this partition grows, or work that is not memory-bound).
+    RoofAmdahl,
 }
 
 impl Law {
-    pub const ALL: [Law; 7] = [
+    pub const ALL: [Law; 8] = [
         Law::Amdahl,
         Law::Wave,
         Law::Roof,
@@ -46,6 +49,7 @@ impl Law {
         Law::SmallGrid,
         Law::WaveContention,
         Law::RoofContention,
+        Law::RoofAmdahl,
     ];
 
     pub fn name(self) -> &'static str {
@@ -57,6 +61,7 @@ impl Law {
             Law::SmallGrid => "small-grid",
             Law::WaveContention => "wave-contention",
             Law::RoofContention => "roof-contention",
+            Law::RoofAmdahl => "roof-amdahl",
         }
     }
 
@@ -74,6 +79,7 @@ impl Law {
             (Law::WaveContention, Some(_)) => Some(4),
             (Law::WaveContention, None) => None,
             (Law::RoofContention, _) => Some(4),
+            (Law::RoofAmdahl, _) => Some(4),
         }
     }
 
@@ -95,6 +101,7 @@ impl Law {
             }
             Law::WaveContention => vec![1.0, waves(m), (m - q).max(0.0)],
             Law::RoofContention => vec![1.0, 1.0 / m.min(q), (m - q).max(0.0)],
+            Law::RoofAmdahl => vec![1.0, 1.0 / m.min(q), 1.0 / m],
         }
     }
 
@@ -102,7 +109,7 @@ impl Law {
     fn nonlinear_range(self, lo: f64, hi: f64, geometry: Option<Geometry>) -> Option<(f64, f64)> {
         match (self, geometry) {
             (Law::Wave, None) => Some((lo, 128.0 * lo)),
-            (Law::Roof | Law::RoofContention, _) => Some((lo, hi)),
+            (Law::Roof | Law::RoofContention | Law::RoofAmdahl, _) => Some((lo, hi)),
             (Law::Contention | Law::WaveContention, _) => Some((0.0, hi)),
             _ => None,
         }

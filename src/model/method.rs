@@ -137,7 +137,7 @@ fn wcetd(
     let monotone = is_monotone(&medians)
         && validated
             .as_ref()
-            .is_none_or(|v| law_is_monotone(&v.fitted, sizes));
+            .is_none_or(|v| validate::curve_is_monotone(&v.fitted, sizes));
     // A law that missed a left-out size by 5% in either direction is only known to within 5%.
     let law_margin = validated.as_ref().map_or(0.0, |v| {
         v.under_prediction.max(v.error) + config.base_margin
@@ -297,13 +297,6 @@ fn is_monotone(medians: &[Point]) -> bool {
     medians
         .windows(2)
         .all(|w| w[1].time_ns <= w[0].time_ns * 1.01)
-}
-
-/// The law's curve never rises by more than 0.5% from one size to the next.
-fn law_is_monotone(law: &FittedLaw, sizes: &[u32]) -> bool {
-    sizes
-        .windows(2)
-        .all(|w| law.predict(w[1]) <= law.predict(w[0]) * 1.005)
 }
 
 /// Raise bounds so that a larger partition never has a larger bound (safe: only raises).

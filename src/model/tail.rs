@@ -71,6 +71,8 @@ impl std::fmt::Display for TailKind {
 const MIN_EXCEEDANCES: usize = 10;
 /// Exceedances closer than this many launches belong to one cluster.
 const DECLUSTER_RUN: usize = 10;
+/// A largest excess this many times the body's 95th-percentile excess marks a heavy tail.
+const OUTLIER_FACTOR: f64 = 4.0;
 /// The exceedance a heavy-tailed bound is stated at: about what a few thousand launches support.
 const HEAVY_TAIL_EXCEEDANCE: f64 = 1e-4;
 const THRESHOLDS: [f64; 4] = [0.90, 0.95, 0.98, 0.99];
@@ -159,6 +161,26 @@ fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
         .map(|&q| GpdFit::at(sorted, q))
         .filter(|g| g.excess.len() >= 2 * MIN_EXCEEDANCES && g.significantly_heavy())
         .max_by(|a, b| a.shape.total_cmp(&b.shape));
+    // A few huge outliers over a tight body are a heavy tail even when too few to make the GPD
+    // shape significant: the largest excess dwarfs the spread of the body.
+    let body = quantile_sorted(sorted, 0.95) - 1.0;
+    let outliers = body > 0.0 && bound.observed_max_ratio - 1.0 > OUTLIER_FACTOR * body;
+    let heavy = heavy.or_else(|| {
+        outliers.then(|| {
+            THRESHOLDS
+                .iter()
+                .map(|&q| GpdFit::at(sorted, q))
+                .filter(|g| g.excess.len() >= MIN_EXCEEDANCES)
+                .max_by(|a, b| a.shape.total_cmp(&b.shape))
+        })?
+    });
+    if outliers {
+        bound.notes.push(format!(
+            "outliers: largest excess {:.1}% is over {OUTLIER_FACTOR}x the body's 95th percentile ({:.1}%)",
+            (bound.observed_max_ratio - 1.0) * 100.0,
+            body * 100.0
+        ));
+    }
     if let Some(tail) = heavy {
         // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the median,
         // which no scheduler can use. State the bound at the smallest probability a campaign's
@@ -168,7 +190,7 @@ fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
         bound.shape = tail.shape;
         bound.exceedance = p;
         bound.ratio = envelope
-            .max(tail.quantile(p, tail.shape))
+            .max(tail.quantile(p, tail.shape.max(0.0)))
             .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
         bound.notes.push(format!(
             "heavy tail (GPD shape {:.2}): bound stated at exceedance {p:e} per launch, not the configured one",

@@ -43,6 +43,45 @@ pub fn select(points: &[Point], geometry: Option<Geometry>) -> Option<Validated>
         .map(|(_, v)| v)
 }
 
+/// Like [`select`], but among the laws within [`TIE`] of the best, one whose curve over `sizes`
+/// agrees with the measurements about monotonicity is preferred: a law that invents a dip or a
+/// bump the data do not show is the less likely explanation.
+pub fn select_consistent(
+    points: &[Point],
+    geometry: Option<Geometry>,
+    sizes: &[u32],
+) -> Option<Validated> {
+    let data_monotone = points
+        .windows(2)
+        .all(|w| w[1].time_ns <= w[0].time_ns * 1.01);
+    let candidates: Vec<(usize, Validated)> = Law::ALL
+        .iter()
+        .filter_map(|&l| Some((l.parameters(geometry)?, validate(l, points, geometry)?)))
+        .collect();
+    let best = candidates
+        .iter()
+        .map(|(_, v)| v.error)
+        .fold(f64::INFINITY, f64::min);
+    let disagrees = |v: &Validated| curve_is_monotone(&v.fitted, sizes) != data_monotone;
+    candidates
+        .into_iter()
+        .filter(|(_, v)| v.error <= best + TIE)
+        .min_by(|(pa, a), (pb, b)| {
+            disagrees(a)
+                .cmp(&disagrees(b))
+                .then(pa.cmp(pb))
+                .then(a.error.total_cmp(&b.error))
+        })
+        .map(|(_, v)| v)
+}
+
+/// The law's curve never rises by more than 0.5% from one size to the next.
+pub fn curve_is_monotone(law: &FittedLaw, sizes: &[u32]) -> bool {
+    sizes
+        .windows(2)
+        .all(|w| law.predict(w[1]) <= law.predict(w[0]) * 1.005)
+}
+
 /// Validate one law; `None` when there are not enough points to leave one out.
 pub fn validate(law: Law, points: &[Point], geometry: Option<Geometry>) -> Option<Validated> {
     let params = law.parameters(geometry)?;
