@@ -128,8 +128,8 @@ pub async fn call<B, R>(
     body: &B,
 ) -> Result<R, zbus::Error>
 where
-    B: serde::Serialize + zbus::zvariant::DynamicType,
-    R: for<'d> serde::Deserialize<'d> + zbus::zvariant::Type,
+    B: serde::Serialize + zbus::DynamicType,
+    R: for<'d> serde::Deserialize<'d> + zbus::Type,
 {
     let reply = conn
         .call_method(Some(NAME), PATH, Some(iface), method, body)
@@ -142,6 +142,7 @@ pub fn error_name<T>(r: &Result<T, zbus::Error>) -> String {
     match r {
         Ok(_) => "ok".into(),
         Err(zbus::Error::MethodError(name, _, _)) => name.to_string(),
+        Err(zbus::Error::FDO(e)) => zbus::DBusError::name(&**e).to_string(),
         Err(e) => format!("not a D-Bus error: {e}"),
     }
 }
