@@ -87,6 +87,15 @@ pub fn builtin_suite() -> Vec<KernelSpec> {
     ]
 }
 
+/// Names of the built-in suite, without building the catalogue (for the query hot path).
+pub const BUILTIN_NAMES: [&str; 8] = [
+    "needle", "backprop", "gaussian", "bfs", "hotspot", "lud", "srad", "tmatch",
+];
+
+pub fn is_builtin(name: &str) -> bool {
+    BUILTIN_NAMES.contains(&name)
+}
+
 /// Look a kernel up by name in the built-in suite.
 pub fn find(name: &str) -> Option<KernelSpec> {
     builtin_suite().into_iter().find(|k| k.name == name)
@@ -110,6 +119,12 @@ mod tests {
             264,
             "zero SMs is treated as one, never a division by zero"
         );
+    }
+
+    #[test]
+    fn builtin_names_match_the_catalogue() {
+        let names: Vec<_> = builtin_suite().iter().map(|k| k.name).collect();
+        assert_eq!(names, BUILTIN_NAMES);
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub struct ServiceConfig {
     pub recipe: Recipe,
     /// Jobs that may wait behind the running one before `Recalibrate` answers `Busy`.
     pub max_queued_jobs: usize,
+    /// Queue a calibration of every built-in kernel without bounds for this device at start.
+    pub initial_calibration: bool,
 }
 
 impl Default for ServiceConfig {
@@ -54,6 +56,7 @@ impl Default for ServiceConfig {
         ServiceConfig {
             recipe: Recipe::default(),
             max_queued_jobs: 16,
+            initial_calibration: true,
         }
     }
 }
@@ -180,6 +183,7 @@ impl Service {
         config: ServiceConfig,
     ) -> (Service, Option<u64>) {
         let device = gpu.info().clone();
+        let calibrate_missing = config.initial_calibration;
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
         let calibration = initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
@@ -206,7 +210,7 @@ impl Service {
             .filter(|k| service.needs_calibration(k.name))
             .map(|k| k.name.to_string())
             .collect();
-        let first = (!missing.is_empty())
+        let first = (calibrate_missing && !missing.is_empty())
             .then(|| service.recalibrate(&missing).ok())
             .flatten();
         (service, first)
@@ -258,7 +262,12 @@ impl Service {
                 self.list_kernels().join(", ")
             )));
         }
-        if self.list_kernels().iter().any(|k| k == kernel) {
+        // The hot path of every query: no list is built unless the answer is an error.
+        let snap = self.snapshot();
+        let known = kernels::is_builtin(kernel)
+            || snap.kernels.contains_key(kernel)
+            || snap.contended.contains_key(kernel);
+        if known {
             Ok(())
         } else {
             Err(ServiceError::UnknownKernel(format!(
@@ -274,14 +283,14 @@ impl Service {
         kernel: &str,
         tag: Option<Interference>,
         sms: u32,
-    ) -> Result<(KernelCalibration, Interference)> {
+    ) -> Result<(Arc<Calibration>, Interference)> {
         self.known(kernel)?;
         let snap = self.snapshot();
-        let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k.clone(), i));
+        let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k, i));
         let found = match tag {
             Some(i) => pick(i),
             None => {
-                let bound = |c: &(KernelCalibration, Interference)| {
+                let bound = |c: &(&KernelCalibration, Interference)| {
                     c.0.table.at_most(sms).map_or(0, |e| e.bound_ns)
                 };
                 [pick(Interference::Isolated), pick(Interference::Contended)]
@@ -290,7 +299,8 @@ impl Service {
                     .max_by_key(bound)
             }
         };
-        found.ok_or_else(|| {
+        let interference = found.map(|(_, i)| i);
+        interference.map(|i| (Arc::clone(&snap), i)).ok_or_else(|| {
             let running = self.job_for(kernel).map(|j| format!(" (job {j} is calibrating it)")).unwrap_or_default();
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
             ServiceError::NotCalibrated(format!(
@@ -325,7 +335,10 @@ impl Service {
         tag: Option<Interference>,
     ) -> Result<BoundInfo> {
         let partition = self.check_partition(sms)?;
-        let (cal, interference) = self.calibration_of(kernel, tag, partition)?;
+        let (snap, interference) = self.calibration_of(kernel, tag, partition)?;
+        let cal = snap.tables(interference).get(kernel).ok_or_else(|| {
+            ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
+        })?;
         let mut entry = *cal.table.entry(partition).ok_or_else(|| {
             ServiceError::NotCalibrated(format!(
                 "kernel `{kernel}` has no bound at {partition} SMs in calibration {}; recalibrate it",
@@ -333,12 +346,12 @@ impl Service {
             ))
         })?;
         let mut notes = cal.table.notes.clone();
-        let clock = self.scale_for_clock(&cal, &mut entry, &mut notes);
+        let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
         Ok(BoundInfo {
             kernel: kernel.to_string(),
             entry,
             requested_sms: sms,
-            stale: self.is_stale(&cal),
+            stale: self.is_stale(cal),
             calibration_id: cal.id.clone(),
             calibrated_at: cal.calibrated_at,
             method: cal.table.method.to_string(),

@@ -118,19 +118,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(store::default_state_dir);
     let store = store::Store::open(&state_dir)?;
     let config = service_config(&args);
-    let (service, first_job) = if args.no_initial_calibration {
-        let (s, _) = Service::start(
-            gpu,
-            store,
-            ServiceConfig {
-                max_queued_jobs: 0,
-                ..config.clone()
-            },
-        );
-        (s, None)
-    } else {
-        Service::start(gpu, store, config)
+    let config = ServiceConfig {
+        initial_calibration: !args.no_initial_calibration,
+        ..config
     };
+    let (service, first_job) = Service::start(gpu, store, config);
     let (conn, private) = connect(&args, &state_dir).await?;
     dbus::serve(
         &conn,

@@ -1,0 +1,49 @@
+#!/bin/sh
+# install.sh: puts wcetd's binaries and its systemd, D-Bus, sysusers and tmpfiles files where the
+# system looks for them. Idempotent (install(1) overwrites in place) and DESTDIR-aware, so
+# packagers can stage into a root; with DESTDIR empty on a live system it also creates the user
+# and reloads systemd and the bus, which a staging root must not do.
+#
+# Usage: [DESTDIR=/stage] [PREFIX=/usr] [BINDIR=target/release] systemd/install.sh
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+DESTDIR=${DESTDIR:-}
+PREFIX=${PREFIX:-/usr}
+BINDIR=${BINDIR:-${CARGO_TARGET_DIR:-$root/target}/release}
+
+for bin in wcetd wcetctl; do
+    if [ ! -x "$BINDIR/$bin" ]; then
+        echo "install.sh: $BINDIR/$bin is missing; build first with: cargo build --release" >&2
+        exit 1
+    fi
+done
+
+install -Dm0755 "$BINDIR/wcetd" "$DESTDIR$PREFIX/bin/wcetd"
+install -Dm0755 "$BINDIR/wcetctl" "$DESTDIR$PREFIX/bin/wcetctl"
+install -Dm0644 "$here/wcetd.service" "$DESTDIR$PREFIX/lib/systemd/system/wcetd.service"
+install -Dm0644 "$here/org.wcetd.Wcetd1.conf" "$DESTDIR$PREFIX/share/dbus-1/system.d/org.wcetd.Wcetd1.conf"
+install -Dm0644 "$here/org.wcetd.Wcetd1.service" "$DESTDIR$PREFIX/share/dbus-1/system-services/org.wcetd.Wcetd1.service"
+install -Dm0644 "$here/wcetd.sysusers" "$DESTDIR$PREFIX/lib/sysusers.d/wcetd.conf"
+install -Dm0644 "$here/wcetd.tmpfiles" "$DESTDIR$PREFIX/lib/tmpfiles.d/wcetd.conf"
+if [ -f "$root/docs/operations.md" ]; then
+    install -Dm0644 "$root/docs/operations.md" "$DESTDIR$PREFIX/share/doc/wcetd/operations.md"
+fi
+
+# The unit hard-codes /usr/bin/wcetd; point it at the real prefix when it differs.
+if [ "$PREFIX" != /usr ]; then
+    sed -i "s|^ExecStart=/usr/bin/wcetd|ExecStart=$PREFIX/bin/wcetd|" \
+        "$DESTDIR$PREFIX/lib/systemd/system/wcetd.service"
+fi
+
+if [ -z "$DESTDIR" ] && [ "$(id -u)" = 0 ] && [ -d /run/systemd/system ]; then
+    systemd-sysusers wcetd.conf 2>/dev/null || systemd-sysusers
+    systemd-tmpfiles --create wcetd.conf 2>/dev/null || systemd-tmpfiles --create
+    systemctl daemon-reload
+    # The bus reads policy files only on reload; without it Calibration1 rules are not in force.
+    busctl call org.freedesktop.DBus /org/freedesktop/DBus org.freedesktop.DBus ReloadConfig >/dev/null || true
+    echo "install.sh: installed; start with: systemctl enable --now wcetd"
+else
+    echo "install.sh: staged into '${DESTDIR:-/}'; on the target run systemd-sysusers, systemd-tmpfiles --create, systemctl daemon-reload"
+fi

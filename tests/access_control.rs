@@ -1,0 +1,154 @@
+//! Who may recalibrate: on a private bus, whose config lets anyone connect and call anything, the
+//! daemon's own check must still refuse `Calibration1` to an unprivileged user (`nobody`) while
+//! root succeeds and `nobody` may still read bounds. Uses `busctl` as the operator would.
+
+mod ops_support;
+
+use ops_support::*;
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `busctl call` on `address`, as `nobody` when `unprivileged`; bounded by `timeout` so a stuck
+/// bus fails the test instead of hanging it.
+fn busctl(address: &str, unprivileged: bool, args: &[&str]) -> Output {
+    let mut cmd = Command::new("timeout");
+    cmd.arg("20");
+    if unprivileged {
+        cmd.args([
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+        ]);
+    }
+    cmd.args([
+        "busctl",
+        "--no-pager",
+        &format!("--address={address}"),
+        "call",
+        NAME,
+        PATH,
+    ]);
+    cmd.args(args).output().expect("running busctl")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nobody_is_refused_recalibrate_and_root_is_not() {
+    if !is_root() {
+        println!("note: not running as root; cannot switch to `nobody`, skipping the access-control test");
+        return;
+    }
+    if !have("busctl") || !have("setpriv") {
+        println!("note: busctl or setpriv missing; skipping the access-control test");
+        return;
+    }
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let fx = Fixture::new();
+        // nobody must reach the socket: every directory on its path traversable.
+        for dir in [fx.dir.path().to_path_buf(), fx.dir.path().join("bus")] {
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let conn = fx.connect().await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        wait_for_job(&conn, 1).await;
+
+        let recalibrate = [CALIBRATION, "Recalibrate", "as", "0"];
+        let denied = busctl(fx.address(), true, &recalibrate);
+        let stderr = String::from_utf8_lossy(&denied.stderr);
+        assert!(
+            !denied.status.success(),
+            "nobody's Recalibrate succeeded: {}",
+            String::from_utf8_lossy(&denied.stdout)
+        );
+        // busctl reports AccessDenied as EACCES ("Access denied") and drops the message, so the
+        // daemon's log and dbus-send (which prints the error name) tell whose refusal it was.
+        assert!(stderr.contains("Access denied"), "busctl said: {stderr}");
+        assert!(
+            d.log_text().contains("uid=65534") && d.log_text().contains("refused an operator call")
+        );
+        if have("dbus-send") {
+            let out = Command::new("timeout")
+                .args([
+                    "20",
+                    "setpriv",
+                    "--reuid=nobody",
+                    "--regid=nogroup",
+                    "--clear-groups",
+                    "dbus-send",
+                ])
+                .args([
+                    &format!("--bus={}", fx.address()),
+                    "--print-reply",
+                    &format!("--dest={NAME}"),
+                    PATH,
+                ])
+                .args([&format!("{CALIBRATION}.Recalibrate"), "array:string:"])
+                .output()
+                .expect("running dbus-send");
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("org.freedesktop.DBus.Error.AccessDenied")
+                    && stderr.contains("is for operators"),
+                "dbus-send said: {stderr}"
+            );
+        }
+
+        for method in [["GetJob", "t", "1"], ["CancelJob", "t", "1"]] {
+            let out = busctl(
+                fx.address(),
+                true,
+                &[CALIBRATION, method[0], method[1], method[2]],
+            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                !out.status.success() && stderr.contains("Access denied"),
+                "nobody's {}: {stderr}",
+                method[0]
+            );
+        }
+
+        let reads = busctl(fx.address(), true, &[BOUNDS, "GetBound", "su", "bfs", "16"]);
+        assert!(
+            reads.status.success(),
+            "nobody may read bounds: {}",
+            String::from_utf8_lossy(&reads.stderr)
+        );
+        assert!(String::from_utf8_lossy(&reads.stdout).starts_with("t "));
+
+        let allowed = busctl(fx.address(), false, &recalibrate);
+        let stdout = String::from_utf8_lossy(&allowed.stdout);
+        assert!(
+            allowed.status.success(),
+            "root's Recalibrate failed: {}",
+            String::from_utf8_lossy(&allowed.stderr)
+        );
+        let job: u64 = stdout
+            .trim()
+            .strip_prefix("t ")
+            .and_then(|j| j.parse().ok())
+            .expect("a job number");
+        assert_eq!(wait_for_job(&conn, job).await.0, "done");
+
+        assert!(
+            d.log_text().contains("refused an operator call"),
+            "the refusal is logged"
+        );
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}

@@ -1,0 +1,197 @@
+//! Crash safety of the daemon as a whole: SIGKILL at random instants of a recalibration never
+//! leaves a kernel without bounds or with a mix of old and new ones; corrupt store files are moved
+//! aside and the rest recalibrated; a device fault fails the job but keeps the old bounds served.
+
+mod ops_support;
+
+use ops_support::*;
+use rand::{Rng, SeedableRng};
+use std::time::Duration;
+
+/// Per-launch pacing of the recalibrating daemon: 8 kernels x ~5 sizes x ~50 launches at 1 ms
+/// is a few seconds, long enough to land kills before, during and after the commit.
+const PACE_US: &str = "1000";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_during_recalibration_serves_old_or_new_never_a_mix() {
+    tokio::time::timeout(Duration::from_secs(110), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        // Seed 2 makes the new bounds differ from the old ones, and a fresh process runs the same
+        // job the same way each time, so every round's "new" is the same curve set.
+        let recal = ["--seed", "2", "--sim-pace-us", PACE_US];
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x6b11);
+        let mut seen = Vec::new();
+        for round in 0..6 {
+            let mut d = Daemon::spawn(fx.address(), &fx.state(), &recal);
+            wait_for_daemon(&conn, &mut d).await;
+            assert!(files_containing(&fx.state(), ".tmp-").is_empty(), "round {round}: a .tmp- file survived the restart");
+            seen.push(curves(&conn).await);
+            let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),)).await.expect("Recalibrate");
+            let delay = Duration::from_millis(rng.random_range(200..2200));
+            tokio::time::sleep(delay).await;
+            let (state, progress, _): (String, f64, String) = call(&conn, CALIBRATION, "GetJob", &(job,)).await.expect("GetJob");
+            println!("round {round}: kill -9 after {delay:?} (job {job} {state} at {:.0}%)", progress * 100.0);
+            d.kill9();
+        }
+        // The reference "new": the same recalibration, run to completion.
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &recal);
+        wait_for_daemon(&conn, &mut d).await;
+        assert!(files_containing(&fx.state(), ".tmp-").is_empty(), "a .tmp- file survived the last restart");
+        seen.push(curves(&conn).await);
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),)).await.expect("Recalibrate");
+        let (state, message) = wait_for_job(&conn, job).await;
+        assert_eq!(state, "done", "{message}");
+        let new = curves(&conn).await;
+        assert_ne!(old, new, "seed 2 should give different bounds, or this test proves nothing");
+        d.stop();
+
+        for (round, served) in seen.iter().enumerate() {
+            assert_eq!(served.keys().collect::<Vec<_>>(), old.keys().collect::<Vec<_>>(), "round {round}: kernel list changed");
+            for (kernel, curve) in served {
+                let curve = curve.as_ref().unwrap_or_else(|e| panic!("round {round}: {kernel} has no bounds ({e})"));
+                assert!(
+                    Some(curve) == old[kernel].as_ref().ok() || Some(curve) == new[kernel].as_ref().ok(),
+                    "round {round}: {kernel} serves a curve that is neither the old nor the new one"
+                );
+            }
+            let n_new = served.iter().filter(|(k, c)| c == &&new[*k]).count();
+            println!("round {round}: {n_new} of {} kernels serve the new bounds", served.len());
+        }
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
+async fn corrupt_store_is_quarantined(damage: fn(&[u8]) -> Vec<u8>, what: &str) {
+    let fx = Fixture::new();
+    let conn = fx.connect().await;
+    let before = calibrate_state(&fx).await;
+    let files = files_containing(&fx.state(), "calibration-");
+    assert_eq!(files.len(), 1, "{files:?}");
+    let path = fx.state().join(&files[0]);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, damage(&bytes)).unwrap();
+
+    let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+    wait_for_daemon(&conn, &mut d).await;
+    let (state, message) = wait_for_job(&conn, 1).await;
+    assert_eq!(
+        state, "done",
+        "{what}: recalibration after quarantine: {message}"
+    );
+    let after = curves(&conn).await;
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    assert!(
+        after.values().all(Result::is_ok),
+        "{what}: every kernel served again: {after:?}"
+    );
+    let aside = files_containing(&fx.state(), ".corrupt-");
+    assert_eq!(
+        aside.len(),
+        1,
+        "{what}: the bad file is kept aside: {:?}",
+        files_containing(&fx.state(), "")
+    );
+    assert_eq!(
+        std::fs::read(fx.state().join(&aside[0])).unwrap(),
+        damage(&bytes),
+        "{what}: kept as it was"
+    );
+    let log = d.log_text();
+    assert!(
+        log.contains("calibration file is corrupt; moved aside") && log.contains(&aside[0]),
+        "{what}: the log names the problem and where the file went:\n{log}"
+    );
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn truncated_store_file_is_moved_aside_and_recalibrated() {
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        corrupt_store_is_quarantined(|b| b[..b.len() / 2].to_vec(), "truncated"),
+    )
+    .await
+    .expect("test ran past its time limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbled_store_file_is_moved_aside_and_recalibrated() {
+    let garble = |b: &[u8]| {
+        let mut g = b.to_vec();
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+        for _ in 0..64 {
+            let i = rng.random_range(0..g.len());
+            g[i] = rng.random();
+        }
+        g
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        corrupt_store_is_quarantined(garble, "garbled"),
+    )
+    .await
+    .expect("test ran past its time limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_fault_fails_the_job_keeps_old_bounds_and_degrades_health() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(
+            fx.address(),
+            &fx.state(),
+            &["--seed", "3", "--sim-fault-after", "300"],
+        );
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(health(&conn).await, "ok");
+        // Subscribe before starting the job so the signal cannot be missed.
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            .interface(CALIBRATION)
+            .member("JobFinished")
+            .build()
+            .expect("match rule");
+        let mut finished = zbus::MessageStream::for_match_rule(rule, &conn, None)
+            .await
+            .expect("match rule");
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),))
+            .await
+            .expect("Recalibrate");
+        use futures_util::StreamExt;
+        let (state, message) = loop {
+            let msg = finished
+                .next()
+                .await
+                .expect("signal stream ended")
+                .expect("signal");
+            let (j, state, message): (u64, String, String) =
+                msg.body().deserialize().expect("JobFinished body");
+            if j == job {
+                break (state, message);
+            }
+        };
+        assert_eq!(state, "failed", "{message}");
+        assert!(
+            message.contains("fault") && message.contains("bounds unchanged"),
+            "{message}"
+        );
+        assert_eq!(
+            curves(&conn).await,
+            old,
+            "the old bounds are still served after a failed job"
+        );
+        let h = health(&conn).await;
+        assert!(h.starts_with("degraded"), "Health after a failed job: {h}");
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}

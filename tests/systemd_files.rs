@@ -1,0 +1,338 @@
+//! Checks of the files in `systemd/`: the bus policy is well-formed XML and says what the design
+//! notes say (Bounds1 for everyone, Calibration1 for root and group `wcetd` only, the name for user
+//! `wcetd` only), and the unit passes `systemd-analyze verify` where that tool exists.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn systemd_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd")
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(systemd_dir().join(name))
+        .unwrap_or_else(|e| panic!("reading systemd/{name}: {e}"))
+}
+
+/// One element of the policy file: its name and attributes, and the `<policy>` it sits in.
+#[derive(Debug, Clone)]
+struct Element {
+    name: String,
+    attrs: Vec<(String, String)>,
+}
+
+impl Element {
+    fn attr(&self, key: &str) -> Option<&str> {
+        self.attrs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A deliberately small XML reader, enough for busconfig files: it checks that tags balance and
+/// attributes are quoted, and returns (element, enclosing policy) for every start tag. Pulling in
+/// an XML crate for one test file is not worth the dependency.
+fn parse(xml: &str) -> Result<Vec<(Element, Option<Element>)>, String> {
+    let mut out = Vec::new();
+    let mut stack: Vec<Element> = Vec::new();
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        let text = &rest[..start];
+        if !stack.is_empty() && text.contains('&') && !text.contains(';') {
+            return Err(format!("unescaped & in text: {text:?}"));
+        }
+        rest = &rest[start..];
+        if let Some(r) = rest.strip_prefix("<!--") {
+            let end = r.find("-->").ok_or("unterminated comment")?;
+            rest = &r[end + 3..];
+            continue;
+        }
+        if rest.starts_with("<?") || rest.starts_with("<!") {
+            let end = rest.find('>').ok_or("unterminated declaration")?;
+            rest = &rest[end + 1..];
+            continue;
+        }
+        let end = rest.find('>').ok_or("unterminated tag")?;
+        let tag = &rest[1..end];
+        rest = &rest[end + 1..];
+        if let Some(name) = tag.strip_prefix('/') {
+            let open = stack
+                .pop()
+                .ok_or_else(|| format!("</{name}> closes nothing"))?;
+            if open.name != name.trim() {
+                return Err(format!("</{}> closes <{}>", name.trim(), open.name));
+            }
+            continue;
+        }
+        let self_closing = tag.ends_with('/');
+        let tag = tag.trim_end_matches('/');
+        let mut parts = tag.splitn(2, char::is_whitespace);
+        let name = parts.next().unwrap_or_default().to_string();
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(format!("bad element name in <{tag}>"));
+        }
+        let mut attrs = Vec::new();
+        let mut a = parts.next().unwrap_or_default().trim();
+        while !a.is_empty() {
+            let eq = a
+                .find('=')
+                .ok_or_else(|| format!("attribute without value in <{tag}>"))?;
+            let key = a[..eq].trim().to_string();
+            let v = a[eq + 1..].trim_start();
+            let q = v
+                .chars()
+                .next()
+                .filter(|c| *c == '"' || *c == '\'')
+                .ok_or_else(|| format!("unquoted attribute in <{tag}>"))?;
+            let close = v[1..]
+                .find(q)
+                .ok_or_else(|| format!("unterminated attribute in <{tag}>"))?;
+            attrs.push((key, v[1..1 + close].to_string()));
+            a = v[close + 2..].trim_start();
+        }
+        let element = Element { name, attrs };
+        let policy = stack.iter().rev().find(|e| e.name == "policy").cloned();
+        out.push((element.clone(), policy));
+        if !self_closing {
+            stack.push(element);
+        }
+    }
+    match stack.pop() {
+        Some(open) => Err(format!("<{}> is never closed", open.name)),
+        None => Ok(out),
+    }
+}
+
+/// Who is asking, as dbus-daemon sees it.
+struct Caller<'a> {
+    user: &'a str,
+    groups: &'a [&'a str],
+}
+
+/// dbus-daemon's evaluation order: the default context, then group policies, then user policies;
+/// within that order the last matching rule wins.
+fn decide(
+    rules: &[(Element, Option<Element>)],
+    caller: &Caller,
+    matches: impl Fn(&Element) -> bool,
+) -> bool {
+    let applies = |p: &Element, rank: u8| match rank {
+        0 => p.attr("context") == Some("default"),
+        1 => p.attr("group").is_some_and(|g| caller.groups.contains(&g)),
+        _ => p.attr("user").is_some_and(|u| u == caller.user),
+    };
+    let mut allowed = false;
+    for rank in 0..3 {
+        for (rule, policy) in rules {
+            let Some(policy) = policy else { continue };
+            if applies(policy, rank)
+                && (rule.name == "allow" || rule.name == "deny")
+                && matches(rule)
+            {
+                allowed = rule.name == "allow";
+            }
+        }
+    }
+    allowed
+}
+
+fn may_call(rules: &[(Element, Option<Element>)], caller: &Caller, interface: &str) -> bool {
+    decide(rules, caller, |r| {
+        r.attr("send_destination") == Some("org.wcetd.Wcetd1")
+            && r.attr("send_interface").is_none_or(|i| i == interface)
+            && r.attrs
+                .iter()
+                .all(|(k, _)| k == "send_destination" || k == "send_interface")
+    })
+}
+
+fn may_own(rules: &[(Element, Option<Element>)], caller: &Caller) -> bool {
+    decide(rules, caller, |r| r.attr("own") == Some("org.wcetd.Wcetd1"))
+}
+
+#[test]
+fn bus_policy_is_well_formed_and_guards_calibration() {
+    let xml = read("org.wcetd.Wcetd1.conf");
+    let rules =
+        parse(&xml).unwrap_or_else(|e| panic!("org.wcetd.Wcetd1.conf is not well-formed: {e}"));
+    assert_eq!(
+        rules.first().map(|(e, _)| e.name.as_str()),
+        Some("busconfig")
+    );
+
+    let anyone = Caller {
+        user: "alice",
+        groups: &["users"],
+    };
+    let operator = Caller {
+        user: "bob",
+        groups: &["users", "wcetd"],
+    };
+    let root = Caller {
+        user: "root",
+        groups: &["root"],
+    };
+    let daemon = Caller {
+        user: "wcetd",
+        groups: &["wcetd"],
+    };
+
+    for iface in [
+        "org.wcetd.Bounds1",
+        "org.wcetd.Admission1",
+        "org.freedesktop.DBus.Introspectable",
+        "org.freedesktop.DBus.Properties",
+        "org.freedesktop.DBus.Peer",
+    ] {
+        assert!(
+            may_call(&rules, &anyone, iface),
+            "anyone should be allowed {iface}"
+        );
+    }
+    assert!(
+        !may_call(&rules, &anyone, "org.wcetd.Calibration1"),
+        "Calibration1 must be denied by default"
+    );
+    assert!(
+        !may_call(&rules, &anyone, "org.example.Unknown"),
+        "unknown interfaces must be denied by default"
+    );
+    assert!(
+        may_call(&rules, &operator, "org.wcetd.Calibration1"),
+        "group wcetd must be allowed Calibration1"
+    );
+    assert!(
+        may_call(&rules, &root, "org.wcetd.Calibration1"),
+        "root must be allowed Calibration1"
+    );
+
+    assert!(
+        may_own(&rules, &daemon),
+        "user wcetd must be able to own the name"
+    );
+    assert!(!may_own(&rules, &anyone), "nobody else may own the name");
+    assert!(
+        !may_own(&rules, &operator),
+        "group wcetd must not be able to own the name"
+    );
+
+    match Command::new("xmllint")
+        .args(["--noout"])
+        .arg(systemd_dir().join("org.wcetd.Wcetd1.conf"))
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "xmllint: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(_) => {
+            println!("note: xmllint not installed; relied on the built-in well-formedness check")
+        }
+    }
+}
+
+#[test]
+fn the_small_parser_rejects_broken_xml() {
+    for bad in ["<a><b></a>", "<a>", "<a x=1/>", "</a>", "<a x=\"1/>"] {
+        assert!(parse(bad).is_err(), "{bad} should be rejected");
+    }
+}
+
+#[test]
+fn activation_file_hands_over_to_systemd() {
+    let text = read("org.wcetd.Wcetd1.service");
+    for line in [
+        "[D-BUS Service]",
+        "Name=org.wcetd.Wcetd1",
+        "SystemdService=wcetd.service",
+        "User=wcetd",
+    ] {
+        assert!(
+            text.lines().any(|l| l.trim() == line),
+            "activation file lacks `{line}`"
+        );
+    }
+}
+
+#[test]
+fn unit_keeps_its_contract() {
+    let unit = read("wcetd.service");
+    for line in [
+        "Type=dbus",
+        "BusName=org.wcetd.Wcetd1",
+        "ExecStart=/usr/bin/wcetd --system --backend auto",
+        "User=wcetd",
+        "StateDirectory=wcetd",
+        "DevicePolicy=closed",
+        "CapabilityBoundingSet=",
+    ] {
+        assert!(
+            unit.lines().any(|l| l.trim() == line),
+            "wcetd.service lacks `{line}`"
+        );
+    }
+    assert!(
+        !unit
+            .lines()
+            .any(|l| l.starts_with("MemoryDenyWriteExecute=")),
+        "MDWE breaks NVRTC/driver JIT"
+    );
+    assert!(
+        !unit.lines().any(|l| l.starts_with("WatchdogSec=")),
+        "the daemon sends no watchdog pings"
+    );
+}
+
+/// `systemd-analyze verify` checks that ExecStart exists, so the unit is verified with ExecStart
+/// pointed at a stand-in in a temporary directory; nothing outside it is touched.
+#[test]
+fn unit_passes_systemd_analyze_verify() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("note: systemd-analyze not installed; skipping unit verification");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stand_in = dir.path().join("wcetd");
+    std::fs::write(&stand_in, "#!/bin/sh\nexit 0\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&stand_in, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let unit = read("wcetd.service").replace(
+        "ExecStart=/usr/bin/wcetd",
+        &format!("ExecStart={}", stand_in.display()),
+    );
+    let path = dir.path().join("wcetd.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && !stderr.contains("wcetd.service:"),
+        "systemd-analyze verify: {stderr}"
+    );
+}
+
+#[test]
+fn sysusers_and_tmpfiles_create_the_user_and_state_dir() {
+    let users = read("wcetd.sysusers");
+    assert!(
+        users.lines().any(|l| l.starts_with("u wcetd ")),
+        "sysusers must create user wcetd"
+    );
+    let tmp = read("wcetd.tmpfiles");
+    assert!(tmp
+        .lines()
+        .any(|l| l.starts_with("d /var/lib/wcetd ") && l.contains("wcetd wcetd")));
+}
