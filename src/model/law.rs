@@ -84,24 +84,32 @@ impl Law {
     }
 
     /// Basis functions at `m` for nonlinear parameter `q` (unused by laws without one).
-    fn basis(self, m: f64, q: f64, geometry: Option<Geometry>) -> Vec<f64> {
+    fn basis(self, m: f64, q: f64, geometry: Option<Geometry>) -> Basis {
         let waves = |m: f64| match geometry {
             Some(g) => f64::from(g.waves(m as u32)),
             None => (q / m).ceil(),
         };
+        let two = |a: f64, b: f64| Basis {
+            v: [a, b, 0.0],
+            n: 2,
+        };
+        let three = |a: f64, b: f64, c: f64| Basis { v: [a, b, c], n: 3 };
         match self {
-            Law::Amdahl => vec![1.0, 1.0 / m],
-            Law::Wave => vec![1.0, waves(m)],
-            Law::Roof => vec![1.0, 1.0 / m.min(q)],
-            Law::Contention => vec![1.0, 1.0 / m, (m - q).max(0.0)],
+            Law::Amdahl => two(1.0, 1.0 / m),
+            Law::Wave => two(1.0, waves(m)),
+            Law::Roof => two(1.0, 1.0 / m.min(q)),
+            Law::Contention => three(1.0, 1.0 / m, (m - q).max(0.0)),
             Law::SmallGrid => {
-                let g = geometry.expect("small-grid law needs geometry");
-                let knee = f64::from(g.blocks) / f64::from(g.blocks_per_sm.max(1));
-                vec![1.0, 1.0 / m.min(knee.max(1.0))]
+                // Without geometry the law is never fitted (see `parameters`); a knee of 1 keeps
+                // this total rather than panicking.
+                let knee = geometry.map_or(1.0, |g| {
+                    f64::from(g.blocks) / f64::from(g.blocks_per_sm.max(1))
+                });
+                two(1.0, 1.0 / m.min(knee.max(1.0)))
             }
-            Law::WaveContention => vec![1.0, waves(m), (m - q).max(0.0)],
-            Law::RoofContention => vec![1.0, 1.0 / m.min(q), (m - q).max(0.0)],
-            Law::RoofAmdahl => vec![1.0, 1.0 / m.min(q), 1.0 / m],
+            Law::WaveContention => three(1.0, waves(m), (m - q).max(0.0)),
+            Law::RoofContention => three(1.0, 1.0 / m.min(q), (m - q).max(0.0)),
+            Law::RoofAmdahl => three(1.0, 1.0 / m.min(q), 1.0 / m),
         }
     }
 
@@ -113,6 +121,20 @@ impl Law {
             (Law::Contention | Law::WaveContention, _) => Some((0.0, hi)),
             _ => None,
         }
+    }
+}
+
+/// The basis functions of a law at one m: at most three, on the stack (the fitter evaluates
+/// them hundreds of thousands of times).
+#[derive(Debug, Clone, Copy)]
+struct Basis {
+    v: [f64; 3],
+    n: usize,
+}
+
+impl Basis {
+    fn dot(&self, c: &[f64]) -> f64 {
+        self.v[..self.n].iter().zip(c).map(|(b, c)| b * c).sum()
     }
 }
 
@@ -137,11 +159,7 @@ impl FittedLaw {
         let basis = self
             .law
             .basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
-        basis
-            .iter()
-            .zip(&self.coefficients)
-            .map(|(b, c)| b * c)
-            .sum()
+        basis.dot(&self.coefficients)
     }
 }
 
@@ -260,55 +278,73 @@ impl CostFunction for NonlinearCost<'_> {
     }
 }
 
-/// Nonnegative least squares on relative errors, by enumerating active sets (at most 3 columns,
-/// so at most 7 subsets): exact and allocation-light.
+/// Nonnegative least squares on relative errors. The normal equations are accumulated once
+/// (a 3x3 Gram matrix), so each active set costs a tiny solve and its residual follows in closed
+/// form. When the unconstrained solution is already nonnegative it is the constrained optimum
+/// (the problem is convex); otherwise every active set (at most 7) is tried.
+// Index loops read as the matrix algebra they are.
+#[allow(clippy::needless_range_loop)]
 fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f64>, f64) {
-    let rows: Vec<(Vec<f64>, f64)> = pts
-        .iter()
-        .map(|p| {
-            let basis = law.basis(f64::from(p.sms), q, g);
-            (basis.iter().map(|b| b / p.time_ns).collect(), 1.0)
-        })
-        .collect();
-    let cols = rows.first().map_or(0, |r| r.0.len());
-    let mut best = (vec![0.0; cols], f64::INFINITY);
-    for mask in 1u32..(1 << cols) {
-        let active: Vec<usize> = (0..cols).filter(|c| mask & (1 << c) != 0).collect();
-        let Some(sol) = least_squares(&rows, &active) else {
-            continue;
-        };
-        if sol.iter().any(|&c| c < 0.0) {
-            continue;
-        }
-        let mut coef = vec![0.0; cols];
-        for (&c, &v) in active.iter().zip(&sol) {
-            coef[c] = v;
-        }
-        let resid: f64 = rows
-            .iter()
-            .map(|(x, y)| (x.iter().zip(&coef).map(|(a, b)| a * b).sum::<f64>() - y).powi(2))
-            .sum();
-        if resid < best.1 {
-            best = (coef, resid);
-        }
-    }
-    best
-}
-
-/// Unconstrained least squares on the `active` columns via the normal equations.
-fn least_squares(rows: &[(Vec<f64>, f64)], active: &[usize]) -> Option<Vec<f64>> {
-    let n = active.len();
-    let mut ata = vec![vec![0.0; n]; n];
-    let mut atb = vec![0.0; n];
-    for (x, y) in rows {
-        for i in 0..n {
-            atb[i] += x[active[i]] * y;
-            for j in 0..n {
-                ata[i][j] += x[active[i]] * x[active[j]];
+    let mut gram = [[0.0; 3]; 3];
+    let mut xty = [0.0; 3];
+    let mut cols = 0;
+    // Rows are basis / time against a target of 1 (relative error).
+    for p in pts {
+        let b = law.basis(f64::from(p.sms), q, g);
+        cols = b.n;
+        for i in 0..b.n {
+            let xi = b.v[i] / p.time_ns;
+            xty[i] += xi;
+            for j in 0..b.n {
+                gram[i][j] += xi * b.v[j] / p.time_ns;
             }
         }
     }
-    solve(ata, atb)
+    let yty = pts.len() as f64;
+    let residual = |c: &[f64; 3]| {
+        let mut r = yty;
+        for i in 0..cols {
+            r -= 2.0 * c[i] * xty[i];
+            for j in 0..cols {
+                r += c[i] * gram[i][j] * c[j];
+            }
+        }
+        r.max(0.0)
+    };
+    let full = (1u32 << cols) - 1;
+    let mut best = ([0.0; 3], f64::INFINITY);
+    for mask in std::iter::once(full).chain((1..full).rev()) {
+        let Some(coef) = solve_active(&gram, &xty, cols, mask) else {
+            continue;
+        };
+        if coef.iter().any(|&c| c < 0.0) {
+            continue;
+        }
+        let r = residual(&coef);
+        if r < best.1 {
+            best = (coef, r);
+        }
+        if mask == full {
+            break;
+        }
+    }
+    (best.0[..cols].to_vec(), best.1)
+}
+
+/// Least squares restricted to the columns in `mask`, from the Gram matrix.
+fn solve_active(gram: &[[f64; 3]; 3], xty: &[f64; 3], cols: usize, mask: u32) -> Option<[f64; 3]> {
+    let active: Vec<usize> = (0..cols).filter(|c| mask & (1 << c) != 0).collect();
+    let a = active
+        .iter()
+        .map(|&i| active.iter().map(|&j| gram[i][j]).collect())
+        .collect();
+    let b = active.iter().map(|&i| xty[i]).collect();
+    let sol = solve(a, b)?;
+    let mut coef = [0.0; 3];
+    for (&c, v) in active.iter().zip(sol) {
+        coef[c] = v;
+    }
+    Some(coef)
 }
 
 /// Gaussian elimination with partial pivoting; `None` for a singular system.
