@@ -330,7 +330,13 @@ async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyh
         "SMs", "bound_ns", "provenance", "observed_max_ns", "samples"
     );
     for (sms, bound, prov, max, n) in rows {
-        let prov = prov.as_str().unwrap_or("").to_string();
+        // JSON values ignore width and alignment, so render them as text first.
+        let text = |v: serde_json::Value| {
+            v.as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| v.to_string())
+        };
+        let (prov, max, n) = (text(prov), text(max), text(n));
         println!("{sms:>5}  {bound:>14}  {prov:<12}  {max:>15}  {n:>7}");
     }
     Ok(())
