@@ -38,10 +38,17 @@ pub enum Law {
     /// a + b / min(m, k) + d / m: past the roof, a part that still scales (a neighbour's
     /// bandwidth share shrinking as this partition grows, or work that is not memory-bound).
     RoofAmdahl,
+    /// a + w * waves(m) + c * m: wave steps with contention approximated as linear in m from 0
+    /// (one parameter fewer than `wave-contention`, so five sizes can validate it; needs geometry).
+    WaveLinear,
+    /// a + b / min(m, k) + c * (1024 - m): past the roof, time still falls linearly as this
+    /// partition grows, as when a neighbour on the other SMs holds a shrinking share of the memory
+    /// system. (1024 is above any SM count, so with a >= 0, c >= 0 this is any linear decline.)
+    RoofShare,
 }
 
 impl Law {
-    pub const ALL: [Law; 8] = [
+    pub const ALL: [Law; 10] = [
         Law::Amdahl,
         Law::Wave,
         Law::Roof,
@@ -50,6 +57,8 @@ impl Law {
         Law::WaveContention,
         Law::RoofContention,
         Law::RoofAmdahl,
+        Law::WaveLinear,
+        Law::RoofShare,
     ];
 
     pub fn name(self) -> &'static str {
@@ -62,6 +71,8 @@ impl Law {
             Law::WaveContention => "wave-contention",
             Law::RoofContention => "roof-contention",
             Law::RoofAmdahl => "roof-amdahl",
+            Law::WaveLinear => "wave-linear",
+            Law::RoofShare => "roof-share",
         }
     }
 
@@ -80,6 +91,9 @@ impl Law {
             (Law::WaveContention, None) => None,
             (Law::RoofContention, _) => Some(4),
             (Law::RoofAmdahl, _) => Some(4),
+            (Law::WaveLinear, Some(_)) => Some(3),
+            (Law::WaveLinear, None) => None,
+            (Law::RoofShare, _) => Some(4),
         }
     }
 
@@ -110,14 +124,24 @@ impl Law {
             Law::WaveContention => three(1.0, waves(m), (m - q).max(0.0)),
             Law::RoofContention => three(1.0, 1.0 / m.min(q), (m - q).max(0.0)),
             Law::RoofAmdahl => three(1.0, 1.0 / m.min(q), 1.0 / m),
+            Law::WaveLinear => three(1.0, waves(m), m),
+            Law::RoofShare => three(1.0, 1.0 / m.min(q), (1024.0 - m).max(0.0)),
         }
+    }
+
+    /// Whether the law has a fitted knee, onset or capacity: such a law can trade that parameter
+    /// against its slopes inside a gap between measured sizes.
+    pub fn has_free_shape(self, geometry: Option<Geometry>) -> bool {
+        self.nonlinear_range(1.0, 2.0, geometry).is_some()
     }
 
     /// Range of the nonlinear parameter for points spanning `lo..=hi` SMs, or `None`.
     fn nonlinear_range(self, lo: f64, hi: f64, geometry: Option<Geometry>) -> Option<(f64, f64)> {
         match (self, geometry) {
             (Law::Wave, None) => Some((lo, 128.0 * lo)),
-            (Law::Roof | Law::RoofContention | Law::RoofAmdahl, _) => Some((lo, hi)),
+            (Law::Roof | Law::RoofContention | Law::RoofAmdahl | Law::RoofShare, _) => {
+                Some((lo, hi))
+            }
             (Law::Contention | Law::WaveContention, _) => Some((0.0, hi)),
             _ => None,
         }

@@ -43,13 +43,16 @@ pub fn select(points: &[Point], geometry: Option<Geometry>) -> Option<Validated>
         .map(|(_, v)| v)
 }
 
-/// Like [`select`], but among the laws within [`TIE`] of the best, one whose curve over `sizes`
-/// agrees with the measurements about monotonicity is preferred: a law that invents a dip or a
-/// bump the data do not show is the less likely explanation.
+/// Like [`select`], but a law whose curve over `sizes` agrees with the measurements about
+/// monotonicity is preferred whenever one validates (within `max_error`), even with a larger
+/// validation error (which then sets its margin): a law that invents a dip or a bump the data do
+/// not show is the less likely explanation, and on monotone data it would switch off the clamp
+/// between measured neighbours.
 pub fn select_consistent(
     points: &[Point],
     geometry: Option<Geometry>,
     sizes: &[u32],
+    max_error: f64,
 ) -> Option<Validated> {
     let data_monotone = points
         .windows(2)
@@ -57,21 +60,25 @@ pub fn select_consistent(
     let candidates: Vec<(usize, Validated)> = Law::ALL
         .iter()
         .filter_map(|&l| Some((l.parameters(geometry)?, validate(l, points, geometry)?)))
+        .filter(|(_, v)| v.error <= max_error)
         .collect();
-    let best = candidates
+    let consistent: Vec<(usize, Validated)> = candidates
+        .iter()
+        .filter(|(_, v)| curve_is_monotone(&v.fitted, sizes) == data_monotone)
+        .cloned()
+        .collect();
+    let pool = if consistent.is_empty() {
+        candidates
+    } else {
+        consistent
+    };
+    let best = pool
         .iter()
         .map(|(_, v)| v.error)
         .fold(f64::INFINITY, f64::min);
-    let disagrees = |v: &Validated| curve_is_monotone(&v.fitted, sizes) != data_monotone;
-    candidates
-        .into_iter()
+    pool.into_iter()
         .filter(|(_, v)| v.error <= best + TIE)
-        .min_by(|(pa, a), (pb, b)| {
-            disagrees(a)
-                .cmp(&disagrees(b))
-                .then(pa.cmp(pb))
-                .then(a.error.total_cmp(&b.error))
-        })
+        .min_by(|(pa, a), (pb, b)| pa.cmp(pb).then(a.error.total_cmp(&b.error)))
         .map(|(_, v)| v)
 }
 
