@@ -80,3 +80,13 @@ pub async fn wait_for_job(
         }
     }
 }
+
+/// The D-Bus error name of a failed call (zbus reports the standard `org.freedesktop.DBus.Error.*`
+/// names as its own `FDO` variant), or `None` when the call did not fail with a D-Bus error.
+pub fn error_name(e: &zbus::Error) -> Option<String> {
+    match e {
+        zbus::Error::MethodError(name, _, _) => Some(name.to_string()),
+        zbus::Error::FDO(e) => Some(zbus::DBusError::name(&**e).to_string()),
+        _ => None,
+    }
+}

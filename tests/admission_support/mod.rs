@@ -1,5 +1,6 @@
 //! Support for the admission and client tests: a private `dbus-daemon` and the real `wcetd` on it
-//! (simulated GPU), with waits that poll a condition under a deadline, never a fixed sleep.
+//! (simulated GPU). Waits are on the bus's own signals (name ownership, `JobFinished`) under a
+//! deadline, never a fixed sleep.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use zbus::{Connection, DBusError};
 pub const NAME: &str = "org.wcetd.Wcetd1";
 pub const PATH: &str = "/org/wcetd/Wcetd1";
 const DEADLINE: Duration = Duration::from_secs(30);
-const POLL: Duration = Duration::from_millis(20);
+const CHILD_CHECK: Duration = Duration::from_millis(200);
 
 /// A private bus and a state directory that daemons started from it share.
 pub struct Env {
@@ -78,7 +79,10 @@ pub struct Daemon {
 
 impl Daemon {
     async fn wait_for_name(&mut self) {
+        use futures_util::StreamExt;
         let dbus = zbus::fdo::DBusProxy::new(&self.conn).await.unwrap();
+        // Subscribe before the first check so a name taken in between is not missed.
+        let mut changes = dbus.receive_name_owner_changed().await.unwrap();
         let start = Instant::now();
         loop {
             if dbus.name_has_owner(NAME.try_into().unwrap()).await.unwrap() {
@@ -91,29 +95,24 @@ impl Daemon {
                 start.elapsed() < DEADLINE,
                 "wcetd did not own {NAME} within {DEADLINE:?}"
             );
-            tokio::time::sleep(POLL).await;
+            // Wake on the bus's name signal; the bounded wait only lets a dead daemon be noticed.
+            let _ = tokio::time::timeout(CHILD_CHECK, changes.next()).await;
         }
     }
 
-    /// Wait until `job` has finished, and insist that it succeeded.
+    /// Wait until `job` has finished (on its `JobFinished` signal), and insist that it succeeded.
     pub async fn wait_job(&self, job: u64) {
-        let start = Instant::now();
-        loop {
-            let (state, _, message): (String, f64, String) = self
-                .call("org.wcetd.Calibration1", "GetJob", &(job,))
-                .await
-                .unwrap();
-            match state.as_str() {
-                "done" => return,
-                "failed" | "cancelled" => panic!("job {job} {state}: {message}"),
-                _ => {}
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
-                "job {job} did not finish within {DEADLINE:?}"
-            );
-            tokio::time::sleep(POLL).await;
-        }
+        let calibration = wcetd::client::CalibrationProxy::new(&self.conn)
+            .await
+            .expect("Calibration1 proxy");
+        let (state, message) = tokio::time::timeout(
+            DEADLINE,
+            wcetd::client::wait_for_job(&calibration, job, |_| {}),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("job {job} did not finish within {DEADLINE:?}"))
+        .expect("job state");
+        assert_eq!(state, "done", "job {job} {state}: {message}");
     }
 
     /// Call a method of the daemon; a D-Bus error comes back as (error name, message).

@@ -115,9 +115,5 @@ pub fn wcetctl(address: &str, args: &[&str]) -> (bool, String, String) {
 
 /// The D-Bus error name of a failed call.
 pub fn error_name(e: &zbus::Error) -> String {
-    match e {
-        zbus::Error::MethodError(name, _, _) => name.to_string(),
-        zbus::Error::FDO(e) => zbus::DBusError::name(&**e).to_string(),
-        other => format!("not a method error: {other}"),
-    }
+    wcetd::client::error_name(e).unwrap_or_else(|| format!("not a method error: {e}"))
 }

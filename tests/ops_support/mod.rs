@@ -141,16 +141,20 @@ where
 pub fn error_name<T>(r: &Result<T, zbus::Error>) -> String {
     match r {
         Ok(_) => "ok".into(),
-        Err(zbus::Error::MethodError(name, _, _)) => name.to_string(),
-        Err(zbus::Error::FDO(e)) => zbus::DBusError::name(&**e).to_string(),
-        Err(e) => format!("not a D-Bus error: {e}"),
+        Err(e) => wcetd::client::error_name(e).unwrap_or_else(|| format!("not a D-Bus error: {e}")),
     }
 }
 
 /// Wait until `daemon` itself (by pid, not a predecessor that has not been reaped by the bus yet)
 /// owns the name.
 pub async fn wait_for_daemon(conn: &Connection, daemon: &mut Daemon) {
+    use futures_util::StreamExt;
     let dbus = zbus::fdo::DBusProxy::new(conn).await.expect("DBus proxy");
+    // Subscribe before the first check so an ownership change in between is not missed.
+    let mut changes = dbus
+        .receive_name_owner_changed()
+        .await
+        .expect("NameOwnerChanged");
     let name = zbus::names::BusName::try_from(NAME).unwrap();
     let deadline = Instant::now() + WAIT;
     loop {
@@ -172,27 +176,20 @@ pub async fn wait_for_daemon(conn: &Connection, daemon: &mut Daemon) {
             "wcetd did not own {NAME} in time; log:\n{}",
             daemon.log_text()
         );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Wake on the bus's name signal; the bounded wait only lets a dead daemon be noticed.
+        let _ = tokio::time::timeout(Duration::from_millis(200), changes.next()).await;
     }
 }
 
-/// Poll `GetJob(job)` until it has finished; returns (state, message).
+/// Wait for `job` to finish (on its `JobFinished` signal); returns (state, message).
 pub async fn wait_for_job(conn: &Connection, job: u64) -> (String, String) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let (state, _p, message): (String, f64, String) =
-            call(conn, CALIBRATION, "GetJob", &(job,))
-                .await
-                .expect("GetJob");
-        if matches!(state.as_str(), "done" | "failed" | "cancelled") {
-            return (state, message);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "job {job} did not finish in time (state {state})"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let calibration = wcetd::client::CalibrationProxy::new(conn)
+        .await
+        .expect("Calibration1 proxy");
+    tokio::time::timeout(WAIT, wcetd::client::wait_for_job(&calibration, job, |_| {}))
+        .await
+        .unwrap_or_else(|_| panic!("job {job} did not finish in time"))
+        .expect("job state")
 }
 
 pub type Curves = BTreeMap<String, Result<Vec<(u32, u64)>, String>>;
