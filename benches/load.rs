@@ -102,65 +102,49 @@ async fn call(conn: &Connection, method: &str, kernel: &str, i: usize) -> bool {
 
 /// 64 clients each calling at a fixed rate (open loop per client), latency per call.
 async fn paced(bus: &str, method: &'static str, kernel: &'static str) -> Run {
+    let period = Duration::from_micros(1_000_000 / PACED_RATE_PER_CLIENT);
+    drive(bus, method, kernel, PACED_CALLS_PER_CLIENT, Some(period)).await
+}
+
+/// 64 clients each with one call always in flight: throughput, and latency at saturation.
+async fn load(bus: &str, method: &'static str, kernel: &'static str) -> Run {
+    drive(bus, method, kernel, CALLS_PER_CLIENT, None).await
+}
+
+/// Run `CLIENTS` clients of `calls` calls each, every `period` (or back to back when `None`).
+async fn drive(
+    bus: &str,
+    method: &'static str,
+    kernel: &'static str,
+    calls: usize,
+    period: Option<Duration>,
+) -> Run {
     let mut conns = Vec::new();
     for _ in 0..CLIENTS {
         conns.push(connect(bus).await);
     }
     let start = Instant::now();
-    let period = Duration::from_micros(1_000_000 / PACED_RATE_PER_CLIENT);
     let tasks: Vec<_> = conns
         .into_iter()
         .enumerate()
         .map(|(c, conn)| {
             tokio::spawn(async move {
-                // Stagger the clients across one period so they do not fire in lockstep.
-                tokio::time::sleep(period * c as u32 / CLIENTS as u32).await;
-                let mut tick = tokio::time::interval(period);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut tick = match period {
+                    Some(p) => {
+                        // Stagger the clients across one period so they do not fire in lockstep.
+                        tokio::time::sleep(p * c as u32 / CLIENTS as u32).await;
+                        let mut t = tokio::time::interval(p);
+                        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                        Some(t)
+                    }
+                    None => None,
+                };
                 let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
                 let mut errors = 0u64;
-                for i in 0..PACED_CALLS_PER_CLIENT {
-                    tick.tick().await;
-                    let t = Instant::now();
-                    let ok = call(&conn, method, kernel, i).await;
-                    hist.saturating_record(t.elapsed().as_micros() as u64);
-                    errors += u64::from(!ok);
-                }
-                (hist, errors)
-            })
-        })
-        .collect();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-    let mut errors = 0;
-    for t in tasks {
-        let (h, e) = tokio::time::timeout(DEADLINE, t)
-            .await
-            .expect("paced load ran past its deadline")
-            .unwrap();
-        hist.add(h).unwrap();
-        errors += e;
-    }
-    let calls = (CLIENTS * PACED_CALLS_PER_CLIENT) as f64;
-    Run {
-        calls_per_s: calls / start.elapsed().as_secs_f64(),
-        hist,
-        errors,
-    }
-}
-
-async fn load(bus: &str, method: &'static str, kernel: &'static str) -> Run {
-    let mut conns = Vec::new();
-    for _ in 0..CLIENTS {
-        conns.push(connect(bus).await);
-    }
-    let start = Instant::now();
-    let tasks: Vec<_> = conns
-        .into_iter()
-        .map(|conn| {
-            tokio::spawn(async move {
-                let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3).unwrap();
-                let mut errors = 0u64;
-                for i in 0..CALLS_PER_CLIENT {
+                for i in 0..calls {
+                    if let Some(t) = tick.as_mut() {
+                        t.tick().await;
+                    }
                     let t = Instant::now();
                     let ok = call(&conn, method, kernel, i).await;
                     hist.saturating_record(t.elapsed().as_micros() as u64);
@@ -180,9 +164,8 @@ async fn load(bus: &str, method: &'static str, kernel: &'static str) -> Run {
         hist.add(h).unwrap();
         errors += e;
     }
-    let calls = (CLIENTS * CALLS_PER_CLIENT) as f64;
     Run {
-        calls_per_s: calls / start.elapsed().as_secs_f64(),
+        calls_per_s: (CLIENTS * calls) as f64 / start.elapsed().as_secs_f64(),
         hist,
         errors,
     }

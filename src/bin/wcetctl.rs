@@ -83,16 +83,8 @@ enum Command {
     },
     /// Calibrate on some sizes of a samples file and score every method on held-out samples.
     Evaluate {
-        #[arg(long)]
-        samples: PathBuf,
-        /// Held-out samples (fresh runs); default: the samples file itself.
-        #[arg(long)]
-        holdout: Option<PathBuf>,
-        #[arg(long)]
-        geometry: Option<PathBuf>,
-        /// `planner` (the daemon's planner, budget 5) or comma-separated sizes.
-        #[arg(long, default_value = "planner")]
-        calibrate_at: String,
+        #[command(flatten)]
+        data: Datasets,
         /// Methods to compare [default: all].
         #[arg(long, value_delimiter = ',')]
         methods: Vec<Method>,
@@ -109,17 +101,52 @@ enum Command {
     /// Plot one kernel's samples and every method's bound curve (SVG).
     Plot {
         kernel: String,
-        #[arg(long)]
-        samples: PathBuf,
-        #[arg(long)]
-        holdout: Option<PathBuf>,
-        #[arg(long)]
-        geometry: Option<PathBuf>,
-        #[arg(long, default_value = "planner")]
-        calibrate_at: String,
+        #[command(flatten)]
+        data: Datasets,
         #[arg(long, short)]
         out: PathBuf,
     },
+}
+
+/// The sample files an offline evaluation or plot works on.
+#[derive(clap::Args, Debug)]
+struct Datasets {
+    /// Calibration samples CSV (kernel,sms,time_ns).
+    #[arg(long)]
+    samples: PathBuf,
+    /// Held-out samples (fresh runs); default: the samples file itself.
+    #[arg(long)]
+    holdout: Option<PathBuf>,
+    /// Geometry CSV (kernel,blocks,blocks_per_sm).
+    #[arg(long)]
+    geometry: Option<PathBuf>,
+    /// `planner` (the daemon's planner, budget 5) or comma-separated sizes.
+    #[arg(long, default_value = "planner")]
+    calibrate_at: String,
+}
+
+/// [`Datasets`], read and checked.
+struct Loaded {
+    calibration: samples::SampleSet,
+    held: samples::SampleSet,
+    geometry: BTreeMap<String, Geometry>,
+    sizes: CalibrationSizes,
+}
+
+impl Datasets {
+    fn load(&self) -> anyhow::Result<Loaded> {
+        let calibration = read_samples(&self.samples)?;
+        let held = match &self.holdout {
+            Some(p) => read_samples(p)?,
+            None => calibration.clone(),
+        };
+        Ok(Loaded {
+            calibration,
+            held,
+            geometry: read_geometry(self.geometry.as_deref())?,
+            sizes: calibration_sizes(&self.calibrate_at)?,
+        })
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -153,42 +180,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref geometry_out,
         } => simulate(profile, seed, launches, contended, geometry_out.as_deref()),
         Command::Evaluate {
-            ref samples,
-            ref holdout,
-            ref geometry,
-            ref calibrate_at,
+            ref data,
             ref methods,
             ref plot,
             launches,
             heavy_tail_launches,
-        } => evaluate(
-            cli.json,
-            samples,
-            holdout.as_deref(),
-            geometry.as_deref(),
-            calibrate_at,
-            methods,
-            plot.as_deref(),
-            SampleBudget {
+        } => {
+            let budget = SampleBudget {
                 launches,
                 heavy_tail_launches,
-            },
-        ),
+            };
+            evaluate(cli.json, data, methods, plot.as_deref(), budget)
+        }
         Command::Plot {
             ref kernel,
-            ref samples,
-            ref holdout,
-            ref geometry,
-            ref calibrate_at,
+            ref data,
             ref out,
-        } => plot_one(
-            kernel,
-            samples,
-            holdout.as_deref(),
-            geometry.as_deref(),
-            calibrate_at,
-            out,
-        ),
+        } => plot_one(kernel, data, out),
         _ => online(cli).await,
     }
 }
@@ -493,13 +501,9 @@ fn calibration_sizes(spec: &str) -> anyhow::Result<CalibrationSizes> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn evaluate(
     json: bool,
-    samples_path: &Path,
-    holdout: Option<&Path>,
-    geometry: Option<&Path>,
-    calibrate_at: &str,
+    data: &Datasets,
     methods: &[Method],
     plot_dir: Option<&Path>,
     budget: SampleBudget,
@@ -509,13 +513,12 @@ fn evaluate(
     } else {
         methods.to_vec()
     };
-    let calibration = read_samples(samples_path)?;
-    let held = match holdout {
-        Some(p) => read_samples(p)?,
-        None => calibration.clone(),
-    };
-    let geometry = read_geometry(geometry)?;
-    let sizes = calibration_sizes(calibrate_at)?;
+    let Loaded {
+        calibration,
+        held,
+        geometry,
+        sizes,
+    } = data.load()?;
     let evals = offline::evaluate_all(
         &calibration,
         &held,
@@ -579,19 +582,13 @@ fn evaluate(
     Ok(())
 }
 
-fn plot_one(
-    kernel: &str,
-    samples_path: &Path,
-    holdout: Option<&Path>,
-    geometry: Option<&Path>,
-    calibrate_at: &str,
-    out: &Path,
-) -> anyhow::Result<()> {
-    let calibration = read_samples(samples_path)?;
-    let held = match holdout {
-        Some(p) => read_samples(p)?,
-        None => calibration.clone(),
-    };
+fn plot_one(kernel: &str, data: &Datasets, out: &Path) -> anyhow::Result<()> {
+    let Loaded {
+        calibration,
+        held,
+        geometry,
+        sizes,
+    } = data.load()?;
     let (Some(cal), Some(hold)) = (calibration.get(kernel), held.get(kernel)) else {
         bail!(
             "kernel `{kernel}` is not in both sample files; accepted: {}",
@@ -602,8 +599,8 @@ fn plot_one(
     let evals = offline::evaluate_all(
         &single,
         &held,
-        &read_geometry(geometry)?,
-        &calibration_sizes(calibrate_at)?,
+        &geometry,
+        &sizes,
         &Method::ALL,
         &MethodConfig::default(),
         SampleBudget::default(),
