@@ -7,11 +7,14 @@
 //! campaigns are blocking and one-at-a-time by nature. The worker publishes a new snapshot, writes
 //! it to the store, and announces it as an [`Event`] only when a whole job has succeeded, so a
 //! failed or cancelled job leaves the old bounds in place.
+//!
+//! Every lock guards data that is replaced by a single assignment, so it is consistent even after a
+//! panic elsewhere; locks are taken poison-tolerant so that one bug cannot stop all queries.
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, RwLock};
+use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use tokio::sync::broadcast;
 
 use crate::calibrate::{self, Recipe};
@@ -225,11 +228,21 @@ impl Service {
     }
 
     pub fn health(&self) -> String {
-        self.inner.health.read().expect("health lock").clone()
+        self.inner
+            .health
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn snapshot(&self) -> Arc<Calibration> {
-        Arc::clone(&self.inner.snapshot.read().expect("snapshot lock"))
+        Arc::clone(
+            &self
+                .inner
+                .snapshot
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     fn needs_calibration(&self, kernel: &str) -> bool {
@@ -310,7 +323,11 @@ impl Service {
     }
 
     fn job_for(&self, kernel: &str) -> Option<u64> {
-        let jobs = self.inner.jobs.lock().expect("jobs lock");
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         jobs.iter()
             .find(|(_, (s, _))| !s.state.finished() && s.kernels.iter().any(|k| k == kernel))
             .map(|(&id, _)| id)
@@ -459,7 +476,7 @@ impl Service {
         self.inner
             .jobs
             .lock()
-            .expect("jobs lock")
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(id, (status, Arc::clone(&cancel)));
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
         self.worker
@@ -496,14 +513,22 @@ impl Service {
     }
 
     pub fn job(&self, id: u64) -> Result<JobStatus> {
-        let jobs = self.inner.jobs.lock().expect("jobs lock");
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         jobs.get(&id)
             .map(|(s, _)| s.clone())
             .ok_or_else(|| no_such_job(id, &jobs))
     }
 
     pub fn cancel_job(&self, id: u64) -> Result<()> {
-        let jobs = self.inner.jobs.lock().expect("jobs lock");
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let (status, cancel) = jobs.get(&id).ok_or_else(|| no_such_job(id, &jobs))?;
         if status.state.finished() {
             return Err(ServiceError::InvalidArgs(format!(
@@ -523,11 +548,6 @@ impl Service {
             .filter(|(_, k)| self.is_stale(k))
             .map(|(n, _)| n.clone())
             .collect()
-    }
-
-    /// Calibrated kernels (isolated), for status displays.
-    pub fn calibrated_kernels(&self) -> Vec<String> {
-        self.snapshot().kernels.keys().cloned().collect()
     }
 }
 
@@ -674,7 +694,11 @@ fn commit(
     results: Vec<(String, KernelCalibration)>,
 ) -> (JobState, String) {
     let names: Vec<String> = results.iter().map(|(n, _)| n.clone()).collect();
-    let mut next = (**inner.snapshot.read().expect("snapshot lock")).clone();
+    let mut next = (**inner
+        .snapshot
+        .read()
+        .unwrap_or_else(PoisonError::into_inner))
+    .clone();
     next.device = inner.device.clone();
     next.tables_mut(tag).extend(results);
     if let Err(e) = store.save(&next) {
@@ -683,7 +707,10 @@ fn commit(
             format!("{e}; new bounds not published, old bounds kept"),
         );
     }
-    *inner.snapshot.write().expect("snapshot lock") = Arc::new(next);
+    *inner
+        .snapshot
+        .write()
+        .unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
     set_health(inner, "ok".into());
     let _ = inner.events.send(Event::BoundsChanged {
         kernels: names.clone(),
@@ -698,7 +725,7 @@ fn fail(inner: &Inner, message: String) -> (JobState, String) {
 }
 
 fn set_health(inner: &Inner, health: String) {
-    let mut current = inner.health.write().expect("health lock");
+    let mut current = inner.health.write().unwrap_or_else(PoisonError::into_inner);
     if *current != health {
         *current = health.clone();
         let _ = inner.events.send(Event::HealthChanged { health });
@@ -706,7 +733,12 @@ fn set_health(inner: &Inner, health: String) {
 }
 
 fn set_job(inner: &Inner, id: u64, update: impl FnOnce(&mut JobStatus)) {
-    if let Some((status, _)) = inner.jobs.lock().expect("jobs lock").get_mut(&id) {
+    if let Some((status, _)) = inner
+        .jobs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_mut(&id)
+    {
         update(status);
     }
 }

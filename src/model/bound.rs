@@ -74,12 +74,4 @@ impl BoundTable {
     pub fn min_partition(&self, deadline_ns: u64) -> Option<&BoundEntry> {
         self.entries.iter().find(|e| e.bound_ns <= deadline_ns)
     }
-
-    pub fn measured_sizes(&self) -> Vec<u32> {
-        self.entries
-            .iter()
-            .filter(|e| e.provenance == Provenance::Measured)
-            .map(|e| e.sms)
-            .collect()
-    }
 }
