@@ -39,7 +39,7 @@ pub fn calibrate_kernel(
     let budget = recipe.campaign.max_sizes;
     let mut next = |c: &KernelCampaign| model::planner::next_size(&observations(c), &sizes, budget);
     let mut report = |done: u64, total: u64| progress(done as f64 / total.max(1) as f64);
-    let campaign = measure::run_campaign(
+    let mut campaign = measure::run_campaign(
         gpu,
         kernel,
         &recipe.campaign,
@@ -47,6 +47,7 @@ pub fn calibrate_kernel(
         cancel,
         &mut report,
     )?;
+    look_for_a_heavy_tail(gpu, kernel, recipe, &mut campaign, cancel, progress)?;
     let table = method::bound_table(
         &observations(&campaign),
         &sizes,
@@ -68,6 +69,51 @@ pub fn calibrate_kernel(
         campaign,
         table,
     })
+}
+
+/// Screen the largest measured size for rare slow launches; if the tail then looks heavy, go back
+/// to every measured size for `heavy_tail_launches` (a heavy-tailed bound needs them).
+fn look_for_a_heavy_tail(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    recipe: &Recipe,
+    campaign: &mut KernelCampaign,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<(), CalibrateError> {
+    let settings = &recipe.campaign;
+    let Some(&largest) = campaign.sizes.keys().next_back() else {
+        return Ok(());
+    };
+    let mut report = |done: u64, total: u64| progress(done as f64 / total.max(1) as f64);
+    let screened = settings.launches + settings.screen_launches;
+    measure::extend_campaign(
+        gpu,
+        kernel,
+        settings,
+        campaign,
+        &[largest],
+        screened,
+        cancel,
+        &mut report,
+    )?;
+    if settings.heavy_tail_launches <= screened
+        || !model::tail::is_heavy(&observations(campaign), &recipe.method_config)
+    {
+        return Ok(());
+    }
+    let sizes: Vec<u32> = campaign.sizes.keys().copied().collect();
+    measure::extend_campaign(
+        gpu,
+        kernel,
+        settings,
+        campaign,
+        &sizes,
+        settings.heavy_tail_launches,
+        cancel,
+        &mut report,
+    )?;
+    Ok(())
 }
 
 /// A campaign's samples as the model takes them.

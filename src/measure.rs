@@ -23,9 +23,20 @@ pub struct CampaignSettings {
     /// Most sizes the planner may choose per kernel.
     pub max_sizes: usize,
     /// Launches per size when the tail turns out heavy: a heavy tail needs more samples to be
-    /// located at all, so the campaign goes back to each measured size for more.
+    /// located at all, so the campaign goes back to each measured size for more. A bound stated at
+    /// 1e-4 per launch should rest on several launches beyond it: 10,000 at each of five sizes
+    /// is five per 1e-4.
     pub heavy_tail_launches: u32,
+    /// Extra launches at the largest measured size (the quickest to run) to look for rare slow
+    /// launches before deciding whether the tail is heavy: a delay that hits 1% of launches can
+    /// hide in the first 1,000 and shows in 3,000.
+    #[serde(default = "default_screen_launches")]
+    pub screen_launches: u32,
     pub interference: Interference,
+}
+
+fn default_screen_launches() -> u32 {
+    2000
 }
 
 impl Default for CampaignSettings {
@@ -35,7 +46,8 @@ impl Default for CampaignSettings {
             launches: 200,
             batch: 50,
             max_sizes: 5,
-            heavy_tail_launches: 1000,
+            heavy_tail_launches: 10_000,
+            screen_launches: default_screen_launches(),
             interference: Interference::Isolated,
         }
     }
@@ -144,21 +156,30 @@ pub fn run_campaign(
     Ok(campaign)
 }
 
-/// Bring every measured size of `campaign` up to `launches` samples, appending to what is there.
+/// Bring the measured sizes of `campaign` in `sizes` up to `launches` samples, appending to what
+/// is there.
+#[allow(clippy::too_many_arguments)]
 pub fn extend_campaign(
     gpu: &mut dyn Gpu,
     kernel: &KernelSpec,
     settings: &CampaignSettings,
     campaign: &mut KernelCampaign,
+    sizes: &[PartitionSize],
     launches: u32,
     cancel: &AtomicBool,
     progress: Progress<'_>,
 ) -> Result<(), MeasureError> {
     let missing = |r: &SizeRecord| u64::from(launches).saturating_sub(r.times_ns.len() as u64);
-    let planned: u64 = campaign.sizes.values().map(missing).sum();
+    let chosen = |sms: &PartitionSize| sizes.contains(sms);
+    let planned: u64 = campaign
+        .sizes
+        .iter()
+        .filter(|(sms, _)| chosen(sms))
+        .map(|(_, r)| missing(r))
+        .sum();
     let mut done = 0;
     let mut telemetry = Vec::new();
-    for (&sms, record) in campaign.sizes.iter_mut() {
+    for (&sms, record) in campaign.sizes.iter_mut().filter(|(sms, _)| chosen(sms)) {
         let before = record.times_ns.len() as u64;
         let mut at_size = |n: u64| progress(done + n.saturating_sub(before), planned);
         let target = Target { sms, launches };

@@ -144,7 +144,15 @@ async fn bad_requests_get_the_design_error_names_and_say_what_is_accepted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recalibration_is_a_job_with_signals_and_queries_keep_answering() {
     use futures_util::StreamExt;
-    let d = Daemon::start(&["--sim-pace-us", "300"]).await;
+    let d = Daemon::start(&[
+        "--sim-pace-us",
+        "300",
+        "--screen-launches",
+        "200",
+        "--heavy-tail-launches",
+        "1000",
+    ])
+    .await;
     assert_eq!(d.wait_job(1).await.0, "done");
     let bounds = d.bounds().await;
     let cal = d.calibration().await;
@@ -167,7 +175,17 @@ async fn recalibration_is_a_job_with_signals_and_queries_keep_answering() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_job_keeps_the_old_bounds() {
-    let d = Daemon::start(&["--sim-pace-us", "500"]).await;
+    // Paced launches take real time: a short screen and heavy-tail campaign keep the first
+    // calibration quick.
+    let d = Daemon::start(&[
+        "--sim-pace-us",
+        "500",
+        "--screen-launches",
+        "200",
+        "--heavy-tail-launches",
+        "1000",
+    ])
+    .await;
     assert_eq!(d.wait_job(1).await.0, "done");
     let bounds = d.bounds().await;
     let cal = d.calibration().await;

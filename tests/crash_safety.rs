@@ -20,7 +20,16 @@ async fn sigkill_during_recalibration_serves_old_or_new_never_a_mix() {
         let old = calibrate_state(&fx).await;
         // Seed 2 makes the new bounds differ from the old ones, and a fresh process runs the same
         // job the same way each time, so every round's "new" is the same curve set.
-        let recal = ["--seed", "2", "--sim-pace-us", PACE_US];
+        let recal = [
+            "--seed",
+            "2",
+            "--sim-pace-us",
+            PACE_US,
+            "--screen-launches",
+            "50",
+            "--heavy-tail-launches",
+            "200",
+        ];
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0x6b11);
         let mut seen = Vec::new();
         for round in 0..6 {

@@ -94,8 +94,11 @@ enum Command {
         /// Samples per size a calibration uses (the first ones in the file), as the daemon's --launches.
         #[arg(long, default_value_t = 200)]
         launches: usize,
+        /// Extra samples at the largest size that screen for a heavy tail, as the daemon takes.
+        #[arg(long, default_value_t = 2000)]
+        screen_launches: usize,
         /// Samples per size used instead when the tail is heavy, as the daemon does.
-        #[arg(long, default_value_t = 1000)]
+        #[arg(long, default_value_t = 10_000)]
         heavy_tail_launches: usize,
     },
     /// Plot one kernel's samples and every method's bound curve (SVG).
@@ -184,10 +187,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref methods,
             ref plot,
             launches,
+            screen_launches,
             heavy_tail_launches,
         } => {
             let budget = SampleBudget {
                 launches,
+                screen_launches,
                 heavy_tail_launches,
             };
             evaluate(cli.json, data, methods, plot.as_deref(), budget)

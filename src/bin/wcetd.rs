@@ -47,6 +47,12 @@ struct Args {
     /// Timed launches per partition size.
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
     launches: u32,
+    /// Extra launches at the largest measured size that screen for rare slow launches.
+    #[arg(long, default_value_t = 2000)]
+    screen_launches: u32,
+    /// Launches per size when the screened samples show a heavy tail.
+    #[arg(long, default_value_t = 10_000)]
+    heavy_tail_launches: u32,
     /// Most partition sizes the planner measures per kernel.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
     max_sizes: u32,
@@ -154,6 +160,8 @@ fn service_config(args: &Args) -> ServiceConfig {
         recipe: Recipe {
             campaign: CampaignSettings {
                 launches: args.launches,
+                screen_launches: args.screen_launches,
+                heavy_tail_launches: args.heavy_tail_launches,
                 max_sizes: args.max_sizes as usize,
                 interference,
                 ..CampaignSettings::default()

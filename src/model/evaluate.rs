@@ -128,7 +128,9 @@ impl CalibrationSizes {
 #[derive(Debug, Clone, Copy)]
 pub struct SampleBudget {
     pub launches: usize,
-    /// Used instead when the tail of the first `launches` is heavy.
+    /// Extra launches at the largest size that screen for rare slow launches.
+    pub screen_launches: usize,
+    /// Used instead when the screened samples show a heavy tail.
     pub heavy_tail_launches: usize,
 }
 
@@ -136,13 +138,15 @@ impl Default for SampleBudget {
     fn default() -> Self {
         SampleBudget {
             launches: 200,
-            heavy_tail_launches: 1000,
+            screen_launches: 2000,
+            heavy_tail_launches: 10_000,
         }
     }
 }
 
-/// The samples a daemon campaign at `sizes` would have taken: the first `launches` per size, or
-/// the first `heavy_tail_launches` when those show a heavy tail.
+/// The samples a daemon campaign at `sizes` would have taken: the first `launches` per size and
+/// `screen_launches` more at the largest, or the first `heavy_tail_launches` per size when those
+/// show a heavy tail.
 pub fn campaign_view(
     calibration: &Observations,
     sizes: &[u32],
@@ -150,11 +154,17 @@ pub fn campaign_view(
     config: &MethodConfig,
 ) -> Observations {
     let chosen = calibration.restricted_to(sizes);
-    let base = chosen.truncated(budget.launches);
-    if budget.heavy_tail_launches > budget.launches && super::tail::is_heavy(&base, config) {
+    let mut screened = chosen.truncated(budget.launches);
+    let screen = budget.launches + budget.screen_launches;
+    if let Some((&largest, samples)) = chosen.by_size.iter().next_back() {
+        screened
+            .by_size
+            .insert(largest, samples[..samples.len().min(screen)].to_vec());
+    }
+    if budget.heavy_tail_launches > screen && super::tail::is_heavy(&screened, config) {
         chosen.truncated(budget.heavy_tail_launches)
     } else {
-        base
+        screened
     }
 }
 

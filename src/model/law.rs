@@ -185,6 +185,20 @@ impl FittedLaw {
             .basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
         basis.dot(&self.coefficients)
     }
+
+    /// The law's term that grows with m (contention), or `None` for a law without one. The
+    /// rest of the curve, `predict - rising_part`, never rises with m.
+    pub fn rising_part(&self, sms: u32) -> Option<f64> {
+        match self.law {
+            Law::Contention | Law::WaveContention | Law::RoofContention | Law::WaveLinear => {
+                let basis = self
+                    .law
+                    .basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
+                Some(basis.v[2] * self.coefficients.get(2).copied().unwrap_or(0.0))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A point to fit: a partition size and the kernel's typical time there, in nanoseconds.

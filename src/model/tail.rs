@@ -9,15 +9,15 @@
 //! The method is peaks over threshold: exceedances of the ratios over a high quantile follow a
 //! generalised Pareto distribution (Pickands-Balkema-de Haan), fitted by probability-weighted
 //! moments (Hosking & Wallis 1987). Three outcomes, each reported:
-//! - `gpd-bounded`: the shape is not positive and the fit passes a Kolmogorov-Smirnov check; the
-//!   quantile at the target probability is used, with the shape raised by two standard errors so
-//!   that estimation noise cannot shrink the bound.
+//! - `gpd-bounded`: the shape is not positive and the fit passes a Kolmogorov-Smirnov check. The
+//!   bound is the quantile, at the target probability, of an exponential tail (shape 0) fitted
+//!   over the same threshold: above the bounded tail's own quantile, the conservative choice of
+//!   measurement-based probabilistic timing analysis, and steady from one campaign to the next
+//!   (the endpoint of a fitted negative shape is not).
 //!   Samples that fail the Ljung-Box independence check (a throttling episode is a run of slow
 //!   launches) are declustered first: the fit uses the maximum of each cluster of exceedances.
-//! - `exponential-envelope`: the shape is positive but not significantly so, or the fit fails its
-//!   check. An exponential tail is fitted at each of several
-//!   thresholds and the largest quantile is used, which is the conservative choice of
-//!   measurement-based probabilistic timing analysis.
+//! - `exponential-envelope`: the shape is positive but not significantly so, or the fit fails its check;
+//!   the same exponential-tail quantile is used.
 //! - `heavy-tail`: the shape is more than two standard errors above 0 at some threshold. The
 //!   quantile at 1e-9 would be thousands of times the median, so the bound is stated at 1e-4 per
 //!   launch (reported in `exceedance`), and is at least the exponential envelope and twice the
@@ -33,7 +33,10 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "kebab-case")]
 pub enum TailKind {
     GpdBounded,
-    ExponentialEnvelope,
+    /// Named `exponential-envelope` on the wire and on disk, as before it became a single
+    /// exponential-tail quantile, so clients and stored calibrations keep working.
+    #[serde(rename = "exponential-envelope")]
+    Exponential,
     /// The shape is significantly positive: no probability is claimed.
     HeavyTail,
     Observed,
@@ -57,11 +60,21 @@ pub struct TailBound {
     pub notes: Vec<String>,
 }
 
+/// Which samples the tail is fitted to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pool {
+    /// The first n launches of every size, n the fewest any size has: a size measured longer
+    /// (the campaign's screen for rare slow launches) must not outweigh the others.
+    Balanced,
+    /// Every launch: to decide whether the tail is heavy, the more launches the better.
+    All,
+}
+
 impl std::fmt::Display for TailKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             TailKind::GpdBounded => "gpd-bounded",
-            TailKind::ExponentialEnvelope => "exponential-envelope",
+            TailKind::Exponential => "exponential-envelope",
             TailKind::HeavyTail => "heavy-tail",
             TailKind::Observed => "observed",
         })
@@ -80,26 +93,45 @@ const THRESHOLDS: [f64; 4] = [0.90, 0.95, 0.98, 0.99];
 /// Whether the pooled tail of `obs` is heavy (a campaign then takes more samples).
 pub fn is_heavy(obs: &super::Observations, config: &super::MethodConfig) -> bool {
     let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
-    tail_bound(&per_size, config.exceedance).kind == TailKind::HeavyTail
+    pooled_tail_bound(&per_size, config.exceedance, Pool::All).kind == TailKind::HeavyTail
 }
 
-/// Tail bound from per-size sample sequences (in launch order).
+/// Tail bound from per-size sample sequences (in launch order), fitted to an equal number of
+/// launches from each size and never below the largest ratio observed in any launch.
 pub fn tail_bound(per_size: &[&[u64]], exceedance: f64) -> TailBound {
+    pooled_tail_bound(per_size, exceedance, Pool::Balanced)
+}
+
+fn pooled_tail_bound(per_size: &[&[u64]], exceedance: f64, pool: Pool) -> TailBound {
+    let share = match pool {
+        Pool::Balanced => per_size
+            .iter()
+            .map(|s| s.len())
+            .filter(|&n| n > 0)
+            .min()
+            .unwrap_or(0),
+        Pool::All => usize::MAX,
+    };
     let mut ratios = Vec::new();
     let mut sequences = Vec::new();
     let mut independent = true;
+    let mut observed_max_ratio: f64 = 1.0;
     for samples in per_size {
         let median = quantile_u64(samples, 0.5);
         if median <= 0.0 {
             continue;
         }
-        let seq: Vec<f64> = samples.iter().map(|&t| t as f64 / median).collect();
+        let max = samples.iter().max().copied().unwrap_or(0);
+        observed_max_ratio = observed_max_ratio.max(max as f64 / median);
+        let seq: Vec<f64> = samples[..samples.len().min(share)]
+            .iter()
+            .map(|&t| t as f64 / median)
+            .collect();
         independent &= ljung_box_passes(&seq, 10);
         ratios.extend_from_slice(&seq);
         sequences.push(seq);
     }
     ratios.sort_by(f64::total_cmp);
-    let observed_max_ratio = ratios.last().copied().unwrap_or(1.0);
     let mut bound = TailBound {
         kind: TailKind::Observed,
         ratio: observed_max_ratio,
@@ -198,17 +230,17 @@ fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
         ));
     } else if gpd.excess.len() >= MIN_EXCEEDANCES && bound.fit_accepted && gpd.shape <= 0.0 {
         bound.kind = TailKind::GpdBounded;
-        bound.ratio = gpd.cautious_quantile(p);
+        bound.ratio = gpd.exponential_quantile(p);
         bound.notes.push(format!(
-            "bounded tail (GPD shape {:.2}); quantile at {p:e}",
+            "bounded tail (GPD shape {:.2}); exponential-tail quantile at {p:e}, which lies above it",
             gpd.shape
         ));
     } else {
-        bound.kind = TailKind::ExponentialEnvelope;
-        bound.ratio = envelope;
-        bound.notes.push(format!(
-            "exponential envelope over thresholds; quantile at {p:e}"
-        ));
+        bound.kind = TailKind::Exponential;
+        bound.ratio = gpd.exponential_quantile(p);
+        bound
+            .notes
+            .push(format!("exponential tail; quantile at {p:e}"));
     }
 }
 
@@ -316,15 +348,15 @@ impl GpdFit {
         self.threshold + excess
     }
 
-    /// Quantile with the shape raised by 1.5 approximate standard errors (capped at 0), so that
-    /// estimation noise in the shape cannot shrink the bound below what the data support.
-    fn cautious_quantile(&self, p: f64) -> f64 {
+    /// The quantile of an exponential tail (GPD shape 0) with the excesses' mean as its scale.
+    /// For a tail that is bounded (shape below 0) this lies above the true quantile, which is the
+    /// classic conservative choice of measurement-based probabilistic timing analysis; and its
+    /// one parameter, a mean, is estimated far more steadily than a negative shape, whose
+    /// endpoint swung by +-4% between campaigns of the same kernel.
+    fn exponential_quantile(&self, p: f64) -> f64 {
         let n = self.excess.len() as f64;
-        // Below -0.5 the estimators are irregular and a short bounded tail is an artefact of few
-        // clusters more often than a fact, so the shape is not taken below it.
-        let shape = self.shape.max(-0.5);
-        let se = (1.0 - shape) / n.sqrt();
-        self.quantile(p, (shape + 1.5 * se).min(0.0))
+        let mean = self.excess.iter().sum::<f64>() / n.max(1.0);
+        self.threshold + mean * (self.zeta / p).max(1.0).ln()
     }
 
     /// A shape more than two standard errors above 0.
@@ -436,7 +468,7 @@ mod tests {
         let s: Vec<u64> = (0..400).map(|i| 100_000 + (i % 200) * 50).collect();
         let b = tail_bound(&[&s], 1e-9);
         assert!(!b.independent);
-        assert_eq!(b.kind, TailKind::ExponentialEnvelope);
+        assert_eq!(b.kind, TailKind::Exponential);
     }
 
     #[test]
