@@ -123,3 +123,44 @@ pub fn observations(c: &KernelCampaign) -> Observations {
         by_size: c.samples(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
+    use crate::kernels;
+
+    fn launches_per_size(name: &str) -> Vec<usize> {
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let recipe = Recipe::default();
+        let kernel = kernels::find(name).unwrap();
+        let cal = calibrate_kernel(
+            &mut gpu,
+            &kernel,
+            &recipe,
+            &AtomicBool::new(false),
+            &mut |_| {},
+        )
+        .unwrap();
+        cal.campaign
+            .sizes
+            .values()
+            .map(|r| r.times_ns.len())
+            .collect()
+    }
+
+    #[test]
+    fn a_heavy_tail_sends_the_campaign_back_for_more_launches() {
+        // tmatch: 1% of launches hit a Pareto delay of up to +80%.
+        let sizes = launches_per_size("tmatch");
+        assert!(sizes.iter().all(|&n| n == 10_000), "{sizes:?}");
+    }
+
+    #[test]
+    fn a_light_tail_gets_only_the_screen_at_its_largest_size() {
+        let sizes = launches_per_size("hotspot");
+        let (last, rest) = sizes.split_last().unwrap();
+        assert_eq!(*last, 2_200, "{sizes:?}");
+        assert!(rest.iter().all(|&n| n == 200), "{sizes:?}");
+    }
+}
