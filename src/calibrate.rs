@@ -38,14 +38,13 @@ pub fn calibrate_kernel(
     let sizes = gpu.info().partition_sizes.clone();
     let budget = recipe.campaign.max_sizes;
     let mut next = |c: &KernelCampaign| model::planner::next_size(&observations(c), &sizes, budget);
-    let mut report = |done: u64, total: u64| progress(done as f64 / total.max(1) as f64);
     let mut campaign = measure::run_campaign(
         gpu,
         kernel,
         &recipe.campaign,
         &mut next,
         cancel,
-        &mut report,
+        &mut phase(progress, PLANNED_SIZES),
     )?;
     look_for_a_heavy_tail(gpu, kernel, recipe, &mut campaign, cancel, progress)?;
     let table = method::bound_table(
@@ -85,7 +84,6 @@ fn look_for_a_heavy_tail(
     let Some(&largest) = campaign.sizes.keys().next_back() else {
         return Ok(());
     };
-    let mut report = |done: u64, total: u64| progress(done as f64 / total.max(1) as f64);
     let screened = settings.launches + settings.screen_launches;
     measure::extend_campaign(
         gpu,
@@ -95,7 +93,7 @@ fn look_for_a_heavy_tail(
         &[largest],
         screened,
         cancel,
-        &mut report,
+        &mut phase(progress, SCREEN),
     )?;
     if settings.heavy_tail_launches <= screened
         || !model::tail::is_heavy(&observations(campaign), &recipe.method_config)
@@ -111,9 +109,24 @@ fn look_for_a_heavy_tail(
         &sizes,
         settings.heavy_tail_launches,
         cancel,
-        &mut report,
+        &mut phase(progress, HEAVY_TAIL),
     )?;
     Ok(())
+}
+
+/// The share of a kernel's progress (0 to 1) each phase reports into, so that progress never runs
+/// backwards when a phase starts. Whether the heavy-tail phase runs is known only after the
+/// screen, so a light-tailed kernel jumps from 0.7 to done.
+const PLANNED_SIZES: (f64, f64) = (0.0, 0.6);
+const SCREEN: (f64, f64) = (0.6, 0.7);
+const HEAVY_TAIL: (f64, f64) = (0.7, 1.0);
+
+/// A campaign progress callback (launches done, launches planned) mapped into `share`.
+fn phase<'a>(
+    progress: &'a mut dyn FnMut(f64),
+    (from, to): (f64, f64),
+) -> impl FnMut(u64, u64) + 'a {
+    move |done, total| progress(from + (to - from) * done as f64 / total.max(1) as f64)
 }
 
 /// A campaign's samples as the model takes them.

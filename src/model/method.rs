@@ -279,9 +279,19 @@ impl Shape<'_> {
         let law = self.law?;
         let rising = |x: u32| law.rising_part(x);
         let falling = |x: u32| Some(law.predict(x) - law.rising_part(x)?);
-        let (il, im, ir) = (rising(l.sms)?, rising(m)?, rising(r.sms)?);
+        // Every measured rise, not only this gap's, must be explained by the law's rising part:
+        // a law that puts no contention where the medians climb has the split wrong everywhere.
+        let explains = |a: &Point, b: &Point| {
+            rising(a.sms)
+                .zip(rising(b.sms))
+                .is_some_and(|(ia, ib)| ib - ia >= b.time_ns - a.time_ns * MONOTONE_TOLERANCE)
+        };
+        if !self.medians.windows(2).all(|w| explains(&w[0], &w[1])) {
+            return None;
+        }
+        let (il, im) = (rising(l.sms)?, rising(m)?);
         let (dm, dr) = (falling(m)?, falling(r.sms)?);
-        if ir - il < r.time_ns - l.time_ns || im < il || dm < dr {
+        if im < il || dm < dr {
             return None;
         }
         let from_left = l.time_ns + INCREMENT_SAFETY * (im - il);
@@ -345,6 +355,9 @@ impl Shape<'_> {
     }
 }
 
+/// Medians may rise by this factor between measured sizes and still count as not rising (noise).
+const MONOTONE_TOLERANCE: f64 = 1.01;
+
 /// Factor on a law's increments in [`Shape::decomposition_cap`]: slopes fitted to five sizes may
 /// be misjudged by a third.
 const INCREMENT_SAFETY: f64 = 1.5;
@@ -364,7 +377,7 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
 fn is_monotone(medians: &[Point]) -> bool {
     medians
         .windows(2)
-        .all(|w| w[1].time_ns <= w[0].time_ns * 1.01)
+        .all(|w| w[1].time_ns <= w[0].time_ns * MONOTONE_TOLERANCE)
 }
 
 /// Raise bounds so that a larger partition never has a larger bound (safe: only raises).

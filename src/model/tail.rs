@@ -16,8 +16,8 @@
 //!   (the endpoint of a fitted negative shape is not).
 //!   Samples that fail the Ljung-Box independence check (a throttling episode is a run of slow
 //!   launches) are declustered first: the fit uses the maximum of each cluster of exceedances.
-//! - `exponential-envelope`: the shape is positive but not significantly so, or the fit fails its check;
-//!   the same exponential-tail quantile is used.
+//! - `exponential-envelope`: the shape is positive but not significantly so, or the fit fails its
+//!   check; the same exponential-tail quantile is used.
 //! - `heavy-tail`: the shape is more than two standard errors above 0 at some threshold. The
 //!   quantile at 1e-9 would be thousands of times the median, so the bound is stated at 1e-4 per
 //!   launch (reported in `exceedance`), and is at least the exponential envelope and twice the
