@@ -136,48 +136,92 @@ fn wcetd(
     sizes: &[u32],
     config: &MethodConfig,
 ) -> Result<BoundTable, ModelError> {
-    let medians = obs.median_points();
     let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
     let tail = tail::tail_bound(&per_size, config.exceedance);
-    let validated =
-        validate::select_consistent(&medians, obs.geometry, sizes, config.max_validation_error);
-    // Monotone only if the measurements say so and the validated law sees no bump between them.
-    let monotone = is_monotone(&medians)
-        && validated
-            .as_ref()
-            .is_none_or(|v| validate::curve_is_monotone(&v.fitted, sizes));
-    // A law that missed a left-out size by 5% in either direction is only known to within 5%.
-    let law_margin = validated.as_ref().map_or(0.0, |v| {
-        v.under_prediction.max(v.error) + config.base_margin
-    });
-    let shape = Shape {
-        medians: &medians,
-        law: validated.as_ref().map(|v| &v.fitted),
-        law_margin,
-        monotone,
-        measured_non_monotone: !is_monotone(&medians),
-        geometry: obs.geometry,
-        config,
-    };
+    let typical = TypicalFit::new(obs, sizes, config);
+    let shape = typical.shape(obs, config);
     let mut entries = Vec::with_capacity(sizes.len());
     for &m in sizes {
         let (central, provenance) = shape.central(m)?;
         let bound = central * tail.ratio * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
-    if monotone {
+    if typical.monotone {
         make_non_increasing(&mut entries);
     }
+    let validated = typical.validated;
     Ok(BoundTable {
         method: Method::Wcetd,
-        notes: wcetd_notes(&validated, monotone, &tail, config),
+        notes: wcetd_notes(&validated, typical.monotone, &tail, config),
         law: validated.as_ref().map(|v| v.fitted.clone()),
-        law_margin,
+        law_margin: typical.law_margin,
         validation_error: validated.as_ref().map_or(0.0, |v| v.error),
-        monotone,
+        monotone: typical.monotone,
         tail: Some(tail),
         entries,
     })
+}
+
+/// The `wcetd` method's typical-time curve (its bound before the tail ratio) at `sizes`, and
+/// the law it validated, if any: the planner measures next where this curve stands furthest
+/// above the law, which is where the bound is loosest.
+pub fn typical_curve(
+    obs: &Observations,
+    sizes: &[u32],
+    config: &MethodConfig,
+) -> Result<(Vec<(u32, f64)>, Option<(FittedLaw, f64)>), ModelError> {
+    let typical = TypicalFit::new(obs, sizes, config);
+    let shape = typical.shape(obs, config);
+    let curve = sizes
+        .iter()
+        .map(|&m| Ok((m, shape.central(m)?.0)))
+        .collect::<Result<_, ModelError>>()?;
+    let law_margin = typical.law_margin;
+    Ok((curve, typical.validated.map(|v| (v.fitted, law_margin))))
+}
+
+/// What the `wcetd` shape rests on: the per-size medians, the validated law and its margin, and
+/// whether the kernel is taken to be monotone.
+struct TypicalFit {
+    medians: Vec<Point>,
+    validated: Option<validate::Validated>,
+    law_margin: f64,
+    monotone: bool,
+}
+
+impl TypicalFit {
+    fn new(obs: &Observations, sizes: &[u32], config: &MethodConfig) -> TypicalFit {
+        let medians = obs.median_points();
+        let validated =
+            validate::select_consistent(&medians, obs.geometry, sizes, config.max_validation_error);
+        // Monotone only if the measurements say so and the validated law sees no bump between them.
+        let monotone = is_monotone(&medians)
+            && validated
+                .as_ref()
+                .is_none_or(|v| validate::curve_is_monotone(&v.fitted, sizes));
+        // A law that missed a left-out size by 5% in either direction is only known to within 5%.
+        let law_margin = validated.as_ref().map_or(0.0, |v| {
+            v.under_prediction.max(v.error) + config.base_margin
+        });
+        TypicalFit {
+            medians,
+            validated,
+            law_margin,
+            monotone,
+        }
+    }
+
+    fn shape<'a>(&'a self, obs: &Observations, config: &'a MethodConfig) -> Shape<'a> {
+        Shape {
+            medians: &self.medians,
+            law: self.validated.as_ref().map(|v| &v.fitted),
+            law_margin: self.law_margin,
+            monotone: self.monotone,
+            measured_non_monotone: !is_monotone(&self.medians),
+            geometry: obs.geometry,
+            config,
+        }
+    }
 }
 
 fn wcetd_notes(
