@@ -15,7 +15,7 @@ run() { # prefix seed simulate-args...
     "$W" --json evaluate --samples "$work/cal_${p}_$s.csv" --holdout "$work/held_${p}_$s.csv" \
         --geometry "$work/geo_${p}_$s.csv" > "$work/$p$s.json"
 }
-for s in $(seq 41001 41008); do run h "$s"; done
+for s in $(seq 41001 41016); do run h "$s"; done
 for s in $(seq 42001 42004); do run e "$s" --profile embedded; done
 for s in $(seq 43001 43004); do run k "$s" --contended; done
 cd "$work" && python3 "$OLDPWD/docs/evaluation/summarize.py"

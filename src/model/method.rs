@@ -162,22 +162,19 @@ fn wcetd(
     })
 }
 
-/// The `wcetd` method's typical-time curve (its bound before the tail ratio) at `sizes`, and
-/// the law it validated, if any: the planner measures next where this curve stands furthest
-/// above the law, which is where the bound is loosest.
+/// The `wcetd` method's typical-time curve (its bound before the tail ratio) at `sizes`: the
+/// planner measures next where this curve is loosest.
 pub fn typical_curve(
     obs: &Observations,
     sizes: &[u32],
     config: &MethodConfig,
-) -> Result<(Vec<(u32, f64)>, Option<(FittedLaw, f64)>), ModelError> {
+) -> Result<Vec<(u32, f64)>, ModelError> {
     let typical = TypicalFit::new(obs, sizes, config);
     let shape = typical.shape(obs, config);
-    let curve = sizes
+    sizes
         .iter()
         .map(|&m| Ok((m, shape.central(m)?.0)))
-        .collect::<Result<_, ModelError>>()?;
-    let law_margin = typical.law_margin;
-    Ok((curve, typical.validated.map(|v| (v.fitted, law_margin))))
+        .collect()
 }
 
 /// What the `wcetd` shape rests on: the per-size medians, the validated law and its margin, and

@@ -80,7 +80,7 @@ fn loosest(
     unmeasured: &[u32],
     candidates: &[u32],
 ) -> Option<u32> {
-    let (curve, _) = method::typical_curve(obs, candidates, &MethodConfig::default()).ok()?;
+    let curve = method::typical_curve(obs, candidates, &MethodConfig::default()).ok()?;
     let monotone = points
         .windows(2)
         .all(|w| w[1].time_ns <= w[0].time_ns * 1.01);
