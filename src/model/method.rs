@@ -415,7 +415,7 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
 }
 
 /// Medians never rise by more than 1% from one measured size to the next.
-fn is_monotone(medians: &[Point]) -> bool {
+pub(super) fn is_monotone(medians: &[Point]) -> bool {
     medians
         .windows(2)
         .all(|w| w[1].time_ns <= w[0].time_ns * MONOTONE_TOLERANCE)

@@ -13,8 +13,9 @@
 use super::law::{self, Law, Point};
 use super::{method, validate, MethodConfig, Observations};
 
-/// Sizes measured by bisection before the bound's looseness decides: with fewer, no law can be
-/// validated and the bound is a step envelope, loose everywhere.
+/// Sizes measured by bisection before the bound's looseness decides: with three, leave-one-out has
+/// a single size to leave out, the validated law (if any) carries a wide margin, and the bound is
+/// loose everywhere alike, so looseness would not point anywhere in particular.
 const SKETCH: usize = 4;
 
 /// Sizes the planner may still choose from `candidates`, or `None` when calibration is done.
@@ -67,9 +68,10 @@ fn converged(obs: &Observations, points: &[Point]) -> bool {
         && validate::select(points, obs.geometry).is_some_and(|best| best.error < 0.01)
 }
 
-/// The unmeasured size where the `wcetd` bound (before its tail ratio) stands furthest above the
-/// least the kernel could plausibly take there, weighted by the distance in log m to the nearest
-/// measured size (measuring next to a known size teaches little). The least: what the left
+/// The unmeasured size where the `wcetd` bound (before its tail ratio, with the default method
+/// settings) stands furthest above the least the kernel could plausibly take there, weighted by
+/// the distance in log m to the nearest measured size (measuring next to a known size teaches
+/// little). The least: what the left
 /// neighbour's time allows if the kernel never speeds up faster than its SM count grows,
 /// `T(l) * l / m`, and no less than the right neighbour on a kernel measured to be monotone (the
 /// smaller neighbour otherwise). This is a planning estimate, not a bound: the bound's safety does
@@ -81,9 +83,7 @@ fn loosest(
     candidates: &[u32],
 ) -> Option<u32> {
     let curve = method::typical_curve(obs, candidates, &MethodConfig::default()).ok()?;
-    let monotone = points
-        .windows(2)
-        .all(|w| w[1].time_ns <= w[0].time_ns * 1.01);
+    let monotone = method::is_monotone(points);
     let least = |m: u32| {
         let l = points.iter().rev().find(|p| p.sms < m)?;
         let r = points.iter().find(|p| p.sms > m)?;
