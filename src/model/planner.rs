@@ -71,11 +71,10 @@ fn converged(obs: &Observations, points: &[Point]) -> bool {
 /// The unmeasured size where the `wcetd` bound (before its tail ratio, with the default method
 /// settings) stands furthest above the least the kernel could plausibly take there, weighted by
 /// the distance in log m to the nearest measured size (measuring next to a known size teaches
-/// little). The least: what the left
-/// neighbour's time allows if the kernel never speeds up faster than its SM count grows,
-/// `T(l) * l / m`, and no less than the right neighbour on a kernel measured to be monotone (the
-/// smaller neighbour otherwise). This is a planning estimate, not a bound: the bound's safety does
-/// not depend on which sizes were measured.
+/// little). The least: what the left neighbour's time allows if the kernel never speeds up faster
+/// than its SM count grows, `T(l) * l / m`, and no less than the right neighbour on a kernel
+/// measured to be monotone (the smaller neighbour otherwise). This is a planning estimate, not a
+/// bound: the bound's safety does not depend on which sizes were measured.
 fn loosest(
     obs: &Observations,
     points: &[Point],
