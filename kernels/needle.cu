@@ -1,7 +1,10 @@
-// Needleman-Wunsch global alignment, tiled along anti-diagonals (after Rodinia's needle).
-// The score matrix is (n+1) x (n+1), row 0 and column 0 hold the gap penalties. One launch
-// computes every 16x16 tile of one anti-diagonal of tiles; inside a tile, threads sweep the
-// 31 cell anti-diagonals in shared memory. Timed step: the longest tile diagonal.
+// Needleman-Wunsch global alignment of a batch of sequence pairs, tiled along anti-diagonals
+// (after Rodinia's needle). Each pair's score matrix is (n+1) x (n+1), row 0 and column 0 hold
+// the gap penalties; the pairs' matrices lie one after another. One launch computes every 16x16
+// tile of one anti-diagonal of tiles of every pair (blockIdx.y is the pair); inside a tile,
+// threads sweep the 31 cell anti-diagonals in shared memory. Timed step: the longest diagonal.
+// Batching short alignments (as read aligners do) gives a launch enough blocks to fill a GPU;
+// one long alignment has one tile diagonal of at most n/16 blocks.
 #define NW_TILE 16
 
 extern "C" __global__ void needle_tile_diagonal(int* score, const int* ref, int n, int penalty,
@@ -9,6 +12,9 @@ extern "C" __global__ void needle_tile_diagonal(int* score, const int* ref, int 
 {
     __shared__ int s[NW_TILE + 1][NW_TILE + 1];
     __shared__ int r[NW_TILE][NW_TILE];
+    const size_t pair = (size_t)blockIdx.y * (size_t)(n + 1) * (size_t)(n + 1);
+    score += pair;
+    ref += pair;
     const int tiles = n / NW_TILE;
     const int first = diagonal < tiles ? 0 : diagonal - tiles + 1;
     const int tile_x = first + blockIdx.x;

@@ -24,7 +24,9 @@ impl Geometry {
     }
 }
 
-/// A kernel the daemon can calibrate.
+/// A kernel the daemon can calibrate. The built-in suite's problem sizes are chosen so that the
+/// timed step takes tens of microseconds or more on a whole Hopper GPU: well above the event
+/// timer's half-microsecond resolution and the couple of microseconds of launch overhead.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelSpec {
     pub name: &'static str,
@@ -54,25 +56,25 @@ pub fn builtin_suite() -> Vec<KernelSpec> {
     vec![
         kernel!(
             "needle",
-            "Needleman-Wunsch alignment, one anti-diagonal of blocks",
-            4096
+            "Needleman-Wunsch alignment of 8,192 pairs of 64-long sequences, one tile anti-diagonal",
+            8192
         ),
         kernel!(
             "backprop",
             "Neural-network layer forward pass and weight adjust",
-            65536
+            1 << 22
         ),
-        kernel!("gaussian", "Gaussian elimination, Fan1/Fan2 step", 2048),
+        kernel!("gaussian", "Gaussian elimination, Fan1/Fan2 step", 4096),
         kernel!(
             "bfs",
             "Breadth-first search frontier expansion on a generated graph",
-            1 << 20
+            1 << 21
         ),
-        kernel!("hotspot", "2-D thermal simulation stencil", 1024),
+        kernel!("hotspot", "2-D thermal simulation stencil", 4096),
         kernel!(
             "lud",
             "LU decomposition, diagonal/perimeter/internal blocks",
-            2048
+            4096
         ),
         kernel!(
             "srad",

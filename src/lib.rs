@@ -19,6 +19,7 @@
 //!   leave-one-out validation, a peaks-over-threshold tail bound, the calibration planner, the
 //!   published comparison methods, and the evaluation against held-out samples. Knows nothing of
 //!   the GPU or the bus.
+//! - [`sweep`]: every kernel at every size, for datasets and validation (`wcetctl campaign`).
 //! - [`calibrate`]: the one place where measurement and model meet, for one kernel.
 //! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically.
 //! - [`service`]: the daemon's state and job queue; queries read an immutable snapshot, GPU work
@@ -47,4 +48,5 @@ pub mod offline;
 pub mod samples;
 pub mod service;
 pub mod store;
+pub mod sweep;
 pub mod taskset;

@@ -62,6 +62,13 @@ pub struct SizeRecord {
     pub batches: u32,
     /// Batches that ran with a throttle reason active: kept, and counted here.
     pub throttled_batches: u32,
+    /// Batches that really ran with the stressor on the other SMs. A contended campaign on the
+    /// whole device has no other SMs, so its batches run isolated and are not counted here.
+    #[serde(default)]
+    pub contended_batches: u32,
+    /// The fewest SMs the stressor had in a contended batch (0 when none ran).
+    #[serde(default)]
+    pub stressor_sms: u32,
 }
 
 /// The conditions a campaign ran under.
@@ -133,6 +140,8 @@ pub fn run_campaign(
             times_ns: Vec::new(),
             batches: 0,
             throttled_batches: 0,
+            contended_batches: 0,
+            stressor_sms: 0,
         };
         let target = Target {
             sms,
@@ -237,10 +246,16 @@ fn measure_size(
         record.granted_sms = batch.granted_sms;
         record.batches += 1;
         record.throttled_batches += u32::from(batch.throttled());
+        if batch.interference == Interference::Contended {
+            record.stressor_sms = match record.contended_batches {
+                0 => batch.stressor_sms,
+                _ => record.stressor_sms.min(batch.stressor_sms),
+            };
+            record.contended_batches += 1;
+        }
         record.times_ns.extend_from_slice(&batch.times_ns);
         geometry = geometry.or(batch.geometry);
-        telemetry.push(batch.telemetry_before);
-        telemetry.push(batch.telemetry_after);
+        telemetry.push(batch.telemetry);
         progress(record.times_ns.len() as u64);
     }
     Ok(geometry)

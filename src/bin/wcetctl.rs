@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use wcetd::bus;
 use wcetd::client::{self, BoundsProxy, CalibrationProxy};
 use wcetd::gpu::sim::DeviceProfile;
-use wcetd::gpu::Interference;
+use wcetd::gpu::{BackendChoice, Interference};
 use wcetd::kernels::Geometry;
 use wcetd::model::evaluate::{CalibrationSizes, SampleBudget};
 use wcetd::model::{Method, MethodConfig};
@@ -101,6 +101,39 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         heavy_tail_launches: usize,
     },
+    /// Measure every kernel at every realisable partition size on a device (the real GPU or the
+    /// simulator) and write a dataset: samples-<interference>.csv, geometry.csv, stamp.json.
+    Campaign {
+        #[command(flatten)]
+        device: DeviceArgs,
+        /// Timed launches per kernel, size and interference.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..))]
+        launches: u32,
+        /// Launches per batch (telemetry is summarised per batch).
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+        batch: u32,
+        /// Untimed launches before the first batch at each size (later batches warm up once).
+        #[arg(long, default_value_t = 10)]
+        warmup: u32,
+        /// Interference to measure under, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "isolated")]
+        interference: Vec<Interference>,
+        /// Kernels to measure [default: the built-in suite].
+        #[arg(long, value_delimiter = ',')]
+        kernels: Vec<String>,
+        /// Partition sizes [default: every realisable size].
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u32>,
+        /// Directory to write the dataset into (created if missing).
+        #[arg(long, short)]
+        out: PathBuf,
+    },
+    /// Prove every partition of a device: run the placement probe on each partition and its
+    /// remainder at once and print the SM sets (JSON with --json).
+    Probe {
+        #[command(flatten)]
+        device: DeviceArgs,
+    },
     /// Plot one kernel's samples and every method's bound curve (SVG).
     Plot {
         kernel: String,
@@ -109,6 +142,34 @@ enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+}
+
+/// Which device `campaign` and `probe` open directly (not through the daemon).
+#[derive(clap::Args, Debug)]
+struct DeviceArgs {
+    /// GPU backend: `cuda`, `sim`, or `auto` (CUDA when a driver loads).
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
+    /// Simulator device profile: `h200`, `embedded`, or a TOML file.
+    #[arg(long, default_value = "h200")]
+    sim_profile: String,
+    /// Simulator seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+impl DeviceArgs {
+    fn open(&self) -> anyhow::Result<Box<dyn wcetd::gpu::Gpu>> {
+        let options = wcetd::gpu::sim::SimOptions {
+            seed: self.seed,
+            ..Default::default()
+        };
+        Ok(wcetd::gpu::open(
+            self.backend,
+            DeviceProfile::load(&self.sim_profile)?,
+            options,
+        )?)
+    }
 }
 
 /// The sample files an offline evaluation or plot works on.
@@ -202,6 +263,26 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref data,
             ref out,
         } => plot_one(kernel, data, out),
+        Command::Campaign {
+            ref device,
+            launches,
+            batch,
+            warmup,
+            ref interference,
+            ref kernels,
+            ref sizes,
+            ref out,
+        } => {
+            let settings = wcetd::sweep::SweepSettings {
+                launches,
+                batch,
+                warmup,
+                interference: interference.clone(),
+                sizes: sizes.clone(),
+            };
+            campaign(device, &settings, kernels, out)
+        }
+        Command::Probe { ref device } => probe(cli.json, device),
         _ => online(cli).await,
     }
 }
@@ -491,6 +572,107 @@ fn simulate(
             text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
         }
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn campaign(
+    device: &DeviceArgs,
+    settings: &wcetd::sweep::SweepSettings,
+    names: &[String],
+    out: &Path,
+) -> anyhow::Result<()> {
+    let suite = wcetd::kernels::builtin_suite();
+    let kernels: Vec<_> = if names.is_empty() {
+        suite
+    } else {
+        names
+            .iter()
+            .map(|n| {
+                suite
+                    .iter()
+                    .find(|k| k.name == n)
+                    .cloned()
+                    .with_context(|| {
+                        format!(
+                            "unknown kernel `{n}`; accepted: {}",
+                            wcetd::kernels::BUILTIN_NAMES.join(", ")
+                        )
+                    })
+            })
+            .collect::<anyhow::Result<_>>()?
+    };
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut gpu = device.open()?;
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:32} [{bar:30}] {pos}/{len} launches, ETA {eta}",
+        )
+        .expect("static template"),
+    );
+    let sweep = wcetd::sweep::run(
+        gpu.as_mut(),
+        &kernels,
+        settings,
+        &mut |done, total, what| {
+            bar.set_length(total);
+            bar.set_position(done);
+            bar.set_message(what.to_string());
+        },
+    )?;
+    bar.finish_and_clear();
+    for &tag in &settings.interference {
+        let path = out.join(format!("samples-{tag}.csv"));
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+        wcetd::sweep::write_rows(std::io::BufWriter::new(file), &sweep.rows, tag)?;
+    }
+    let mut geometry = String::from("kernel,blocks,blocks_per_sm\n");
+    for (k, g) in &sweep.geometry {
+        geometry.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+    }
+    std::fs::write(out.join("geometry.csv"), geometry)?;
+    std::fs::write(
+        out.join("stamp.json"),
+        serde_json::to_string_pretty(&sweep.stamp)? + "\n",
+    )?;
+    eprintln!(
+        "wcetctl: {} launches of {} kernels on {} ({}), written to {}",
+        sweep.rows.len(),
+        kernels.len(),
+        sweep.stamp.gpu,
+        sweep.stamp.backend,
+        out.display()
+    );
+    Ok(())
+}
+
+fn probe(json: bool, device: &DeviceArgs) -> anyhow::Result<()> {
+    let gpu = device.open()?;
+    let reports = gpu.placement();
+    if json {
+        println!("{}", serde_json::to_string_pretty(reports)?);
+        return Ok(());
+    }
+    if reports.is_empty() {
+        println!("{}: no placement to probe on this backend", gpu.info().name);
+        return Ok(());
+    }
+    println!(
+        "{:>5} {:>7} {:>9} {:>10}  result",
+        "asked", "granted", "rest", "ran on"
+    );
+    for r in reports {
+        println!(
+            "{:>5} {:>7} {:>9} {:>10}  {}",
+            r.requested_sms,
+            r.granted_sms,
+            r.rest_sms,
+            format!("{}+{}", r.sm_ids.len(), r.rest_ids.len()),
+            r.problem()
+                .unwrap_or_else(|| "disjoint and complete".into())
+        );
     }
     Ok(())
 }

@@ -17,6 +17,8 @@ use std::fmt;
 
 use crate::kernels::{Geometry, KernelSpec};
 
+pub use cuda::PlacementReport;
+
 /// A number of SMs handed to a kernel. Only some sizes are realisable on a given device (on Hopper,
 /// green contexts split SMs in multiples of 8); [`DeviceInfo::partition_sizes`] lists them.
 pub type PartitionSize = u32;
@@ -79,6 +81,13 @@ pub struct DeviceInfo {
     /// SM clock the device runs at while measuring, in MHz (0 when unknown).
     pub sm_clock_mhz: u32,
     pub fingerprint: Fingerprint,
+    /// Compute capability times ten (90 for Hopper).
+    #[serde(default)]
+    pub cc: u32,
+    /// Sizes the split API offers but the placement probe refused, with the reason. They are not
+    /// in `partition_sizes` and are never calibrated.
+    #[serde(default)]
+    pub unusable_sizes: Vec<(PartitionSize, String)>,
 }
 
 impl DeviceInfo {
@@ -92,15 +101,21 @@ impl DeviceInfo {
     }
 }
 
-/// Conditions read around one batch of launches. Fields the backend cannot read are `None`.
+/// Conditions of the device. Read at one instant ([`Gpu::telemetry`]) or summarised over a batch
+/// while it ran ([`Batch::telemetry`]: the lowest clock, the highest temperature and power, every
+/// throttle reason seen). Fields the backend cannot read are `None`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Telemetry {
     pub sm_clock_mhz: Option<u32>,
     pub mem_clock_mhz: Option<u32>,
     pub temperature_c: Option<u32>,
     pub power_mw: Option<u32>,
-    /// Active clock-throttle reasons, empty when none. A throttled batch is kept and flagged.
+    /// Clock-throttle reasons, empty when none. A throttled batch is kept and flagged.
     pub throttle_reasons: Vec<String>,
+    /// Time the driver counted the clocks as limited (power, thermal, board, reliability) across
+    /// the batch, in nanoseconds; 0 when none or unknown.
+    #[serde(default)]
+    pub throttle_ns: u64,
 }
 
 impl Telemetry {
@@ -111,7 +126,18 @@ impl Telemetry {
 
 /// What the neighbours of the measured partition do while it is timed.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, PartialOrd, Ord,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    Default,
+    Serialize,
+    Deserialize,
+    PartialOrd,
+    Ord,
+    clap::ValueEnum,
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Interference {
@@ -149,13 +175,18 @@ pub struct Batch {
     pub granted_sms: u32,
     /// Launch geometry at this device's occupancy, when the backend knows it.
     pub geometry: Option<Geometry>,
-    pub telemetry_before: Telemetry,
-    pub telemetry_after: Telemetry,
+    /// Conditions while the launches ran.
+    pub telemetry: Telemetry,
+    /// The interference actually applied: a contended request on a partition with no remainder
+    /// (the whole device) runs isolated, and says so here.
+    pub interference: Interference,
+    /// SMs the stressor ran on (0 when isolated).
+    pub stressor_sms: u32,
 }
 
 impl Batch {
     pub fn throttled(&self) -> bool {
-        self.telemetry_before.throttled() || self.telemetry_after.throttled()
+        self.telemetry.throttled()
     }
 }
 
@@ -190,6 +221,12 @@ pub trait Gpu: Send {
 
     /// Current conditions, read without running anything.
     fn telemetry(&mut self) -> Telemetry;
+
+    /// Where each partition's blocks were seen to run when the device was opened (empty where
+    /// the backend has no placement to probe, as on the simulator).
+    fn placement(&self) -> &[PlacementReport] {
+        &[]
+    }
 
     /// Check that `sms` is realisable here, with an error that lists what is.
     fn check_partition(&self, sms: PartitionSize) -> Result<(), GpuError> {

@@ -229,6 +229,8 @@ impl SimGpu {
             partition_sizes: profile.partition_sizes(),
             sm_clock_mhz: profile.sm_clock_mhz,
             fingerprint,
+            cc: 90,
+            unusable_sizes: Vec::new(),
         };
         SimGpu {
             profile,
@@ -259,6 +261,7 @@ impl SimGpu {
             temperature_c: Some(45),
             power_mw: Some(300_000),
             throttle_reasons: Vec::new(),
+            throttle_ns: 0,
         }
     }
 
@@ -323,12 +326,21 @@ impl Gpu for SimGpu {
                 self.profile.throttle.clock_factor * 100.0
             ));
         }
+        let stressor_sms = match request.interference {
+            Interference::Contended => self.info.total_sms - request.sms,
+            Interference::Isolated => 0,
+        };
         Ok(Batch {
             times_ns,
             granted_sms: request.sms,
             geometry: Some(physics.geometry()),
-            telemetry_before: self.nominal_telemetry(),
-            telemetry_after: after,
+            telemetry: after,
+            interference: if stressor_sms > 0 {
+                Interference::Contended
+            } else {
+                Interference::Isolated
+            },
+            stressor_sms,
         })
     }
 

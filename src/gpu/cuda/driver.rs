@@ -1,21 +1,25 @@
 //! Thin, owning wrappers over the raw CUDA driver API (`cudarc::driver::sys`): the one place that
 //! turns a `CUresult` (or a missing driver symbol) into a [`GpuError`], and the RAII types for
-//! device memory, events, libraries and mapped host flags that free themselves on drop.
+//! the current context, device memory, events, libraries and mapped host flags that undo
+//! themselves on drop, so that every error path leaves the thread and the device as it found them.
 //!
 //! The raw API is used instead of cudarc's safe layer because green contexts, context-independent
 //! libraries and per-stream timing need handles the safe layer does not expose.
 
-use std::ffi::{c_void, CStr, CString};
+use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Once;
 
 use cudarc::driver::sys::{self, CUresult};
 
+use super::nvrtc::Image;
 use super::suite::HostBuf;
 use crate::gpu::GpuError;
 
 /// Run one driver call. cudarc panics when a symbol is missing from an older libcuda; that panic
 /// is caught here so that the layer never unwinds into the daemon.
 pub fn check(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), GpuError> {
+    quiet_missing_symbols();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(CUresult::CUDA_SUCCESS) => Ok(()),
         Ok(code) => Err(error(call, code)),
@@ -40,6 +44,27 @@ fn error(call: &'static str, code: CUresult) -> GpuError {
     }
 }
 
+/// cudarc reports a symbol missing from an older libcuda by panicking; [`check`] catches it and
+/// returns an error that says so, and this hook keeps the default hook from also printing a
+/// backtrace-style message for it. Every other panic is printed as before.
+fn quiet_missing_symbols() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let text = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if !text.starts_with("Missing symbol") && !text.contains("dynamically load") {
+                previous(info);
+            }
+        }));
+    });
+}
+
 fn describe(code: CUresult) -> String {
     let mut text: *const std::ffi::c_char = std::ptr::null();
     // SAFETY: cuGetErrorString writes a pointer to a static, NUL-terminated string or leaves it null.
@@ -55,9 +80,28 @@ fn describe(code: CUresult) -> String {
     }
 }
 
-pub fn set_current(ctx: sys::CUcontext) -> Result<(), GpuError> {
-    // SAFETY: `ctx` is a live context owned by the caller (primary or from a green context).
-    check("cuCtxSetCurrent", || unsafe { sys::cuCtxSetCurrent(ctx) })
+/// `ctx` made current on this thread until the guard drops, when the context that was current
+/// before is restored, on the success path and every error path alike.
+pub struct Current(());
+
+impl Current {
+    pub fn push(ctx: sys::CUcontext) -> Result<Current, GpuError> {
+        // SAFETY: `ctx` is a live context owned by the caller (primary or from a green context).
+        check("cuCtxPushCurrent", || unsafe {
+            sys::cuCtxPushCurrent_v2(ctx)
+        })?;
+        Ok(Current(()))
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        let mut popped = std::ptr::null_mut();
+        // SAFETY: pops exactly the context `push` pushed on this thread.
+        let _ = check("cuCtxPopCurrent", || unsafe {
+            sys::cuCtxPopCurrent_v2(&mut popped)
+        });
+    }
 }
 
 /// Device memory allocated in the context current at creation.
@@ -76,34 +120,31 @@ impl DeviceBuffer {
         Ok(DeviceBuffer { ptr, bytes })
     }
 
-    pub fn upload(host: &HostBuf) -> Result<Self, GpuError> {
+    /// Allocate and fill from `host`, copying on `stream` and waiting for the copy to land. The
+    /// partition's stream is non-blocking, so a copy on the NULL stream would not be ordered
+    /// before the first launch on it; the copy goes on the same stream and is waited for.
+    pub fn upload(host: &HostBuf, stream: sys::CUstream) -> Result<Self, GpuError> {
         let buf = Self::alloc(host.bytes())?;
-        let src: *const c_void = match host {
-            HostBuf::F32(v) => v.as_ptr().cast(),
-            HostBuf::I32(v) => v.as_ptr().cast(),
-        };
-        // SAFETY: `src` points to `host.bytes()` readable bytes and the allocation is that large.
-        check("cuMemcpyHtoD", || unsafe {
-            sys::cuMemcpyHtoD_v2(buf.ptr, src, buf.bytes)
+        let src: *const c_void = host.as_ptr();
+        // SAFETY: `src` points to `host.bytes()` readable bytes that outlive the synchronisation
+        // below, and the allocation is that large.
+        check("cuMemcpyHtoDAsync", || unsafe {
+            sys::cuMemcpyHtoDAsync_v2(buf.ptr, src, host.bytes(), stream)
         })?;
+        sync_stream(stream)?;
         Ok(buf)
     }
 
-    /// Read the buffer back into a host buffer shaped like `like`.
-    pub fn download(&self, like: &HostBuf) -> Result<HostBuf, GpuError> {
-        let n = self.bytes / 4;
-        let mut out = match like {
-            HostBuf::F32(_) => HostBuf::F32(vec![0.0; n]),
-            HostBuf::I32(_) => HostBuf::I32(vec![0; n]),
-        };
-        let dst: *mut c_void = match &mut out {
-            HostBuf::F32(v) => v.as_mut_ptr().cast(),
-            HostBuf::I32(v) => v.as_mut_ptr().cast(),
-        };
-        // SAFETY: `dst` has room for `n * 4 <= self.bytes` bytes; the device side is that large.
-        check("cuMemcpyDtoH", || unsafe {
-            sys::cuMemcpyDtoH_v2(dst, self.ptr, n * 4)
+    /// Read the buffer back into a host buffer shaped like `like`, after all work on `stream`.
+    pub fn download(&self, like: &HostBuf, stream: sys::CUstream) -> Result<HostBuf, GpuError> {
+        let mut out = like.zeroed(self.bytes);
+        let len = out.bytes();
+        let dst: *mut c_void = out.as_mut_ptr();
+        // SAFETY: `dst` has room for `len <= self.bytes` bytes and lives past the synchronisation.
+        check("cuMemcpyDtoHAsync", || unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst, self.ptr, len, stream)
         })?;
+        sync_stream(stream)?;
         Ok(out)
     }
 }
@@ -167,13 +208,11 @@ impl Drop for Event {
 pub struct Library(sys::CUlibrary);
 
 impl Library {
-    pub fn load(ptx: &str) -> Result<Self, GpuError> {
-        let image = CString::new(ptx).map_err(|_| GpuError::Driver {
-            call: "cuLibraryLoadData",
-            detail: "PTX contains a NUL byte".into(),
-        })?;
+    /// Load a CUBIN (no JIT) or a PTX image (JIT-compiled by the driver).
+    pub fn load(image: &Image) -> Result<Self, GpuError> {
+        let image = image.bytes();
         let mut lib = std::ptr::null_mut();
-        // SAFETY: `image` is a NUL-terminated PTX image alive for the call; no options passed.
+        // SAFETY: `image` is a CUBIN or NUL-terminated PTX alive for the call; no options passed.
         check("cuLibraryLoadData", || unsafe {
             sys::cuLibraryLoadData(
                 &mut lib,
@@ -191,7 +230,8 @@ impl Library {
 
     /// The entry point as a function of the current context.
     pub fn function(&self, name: &str) -> Result<sys::CUfunction, GpuError> {
-        let cname = CString::new(name).map_err(|_| GpuError::UnsupportedKernel(name.into()))?;
+        let cname =
+            std::ffi::CString::new(name).map_err(|_| GpuError::UnsupportedKernel(name.into()))?;
         let mut kernel = std::ptr::null_mut();
         // SAFETY: the library is loaded and `cname` is NUL-terminated.
         check("cuLibraryGetKernel", || unsafe {
@@ -217,27 +257,56 @@ impl Drop for Library {
 
 /// Kernel parameters in the form cuLaunchKernel wants: one pointer per argument, each pointing to
 /// the argument's value. The values live in `slots`, which must outlive the launch.
+#[allow(dead_code)] // U32, I64 and F64 are for kernel manifests
 pub enum Param {
     Ptr(sys::CUdeviceptr),
     I32(i32),
-    F32(f32),
+    U32(u32),
+    I64(i64),
     U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+/// Grid, block and dynamic shared memory of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+}
+
+impl Shape {
+    pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
+        Shape {
+            grid,
+            block,
+            shared_bytes: 0,
+        }
+    }
 }
 
 pub fn launch(
     func: sys::CUfunction,
-    grid: [u32; 3],
-    block: [u32; 3],
+    shape: Shape,
     stream: sys::CUstream,
     params: &mut [Param],
 ) -> Result<(), GpuError> {
+    let Shape {
+        grid,
+        block,
+        shared_bytes,
+    } = shape;
     let mut ptrs: Vec<*mut c_void> = params
         .iter_mut()
         .map(|p| match p {
             Param::Ptr(v) => (v as *mut sys::CUdeviceptr).cast(),
             Param::I32(v) => (v as *mut i32).cast(),
-            Param::F32(v) => (v as *mut f32).cast(),
+            Param::U32(v) => (v as *mut u32).cast(),
+            Param::I64(v) => (v as *mut i64).cast(),
             Param::U64(v) => (v as *mut u64).cast(),
+            Param::F32(v) => (v as *mut f32).cast(),
+            Param::F64(v) => (v as *mut f64).cast(),
         })
         .collect();
     // SAFETY: `ptrs` holds one pointer per kernel parameter, each to a value of the parameter's
@@ -251,7 +320,7 @@ pub fn launch(
             block[0],
             block[1],
             block[2],
-            0,
+            shared_bytes,
             stream,
             ptrs.as_mut_ptr(),
             std::ptr::null_mut(),
@@ -259,11 +328,16 @@ pub fn launch(
     })
 }
 
-pub fn occupancy(func: sys::CUfunction, threads: u32) -> Result<u32, GpuError> {
+pub fn occupancy(func: sys::CUfunction, threads: u32, shared_bytes: u32) -> Result<u32, GpuError> {
     let mut blocks = 0;
-    // SAFETY: `func` belongs to the current context; no dynamic shared memory.
+    // SAFETY: `func` belongs to the current context.
     check("cuOccupancyMaxActiveBlocksPerMultiprocessor", || unsafe {
-        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut blocks, func, threads as i32, 0)
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &mut blocks,
+            func,
+            threads as i32,
+            shared_bytes as usize,
+        )
     })?;
     Ok(blocks.max(0) as u32)
 }
@@ -304,6 +378,18 @@ impl MappedFlag {
         // SAFETY: `host` points to 4 live, aligned bytes of pinned memory; volatile because the
         // GPU reads it concurrently.
         unsafe { std::ptr::write_volatile(self.host.cast::<i32>(), value) };
+    }
+
+    /// Make `stream` wait until the flag holds at least `value` (`cuStreamWaitValue32`, GEQ).
+    /// Work enqueued after the wait starts only when the host raises the flag, so the host's own
+    /// enqueueing, however late it is preempted, happens before the GPU reaches that work.
+    pub fn wait_on(&self, stream: sys::CUstream, value: u32) -> Result<(), GpuError> {
+        let geq = sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_GEQ as u32;
+        // SAFETY: `device` maps 4 bytes of pinned host memory that outlive the stream's work (the
+        // owner synchronises before dropping the flag).
+        check("cuStreamWaitValue32", || unsafe {
+            sys::cuStreamWaitValue32_v2(stream, self.device, value, geq)
+        })
     }
 }
 

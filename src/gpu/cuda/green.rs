@@ -13,15 +13,35 @@ use super::driver::check;
 use crate::gpu::GpuError;
 
 /// (smallest group, step) that `cuDevSmResourceSplitByCount` grants on an architecture, from the
-/// CUDA driver API documentation: 9.0 and later (Hopper, Blackwell) 8 and 8; 8.x 4 and 2;
-/// 6.x/7.x 2 and 2; older 1 and 1.
+/// CUDA 12.4 driver API documentation: 9.0 and later (Hopper, Blackwell) 8 and 8; 8.x 4 and 2;
+/// 7.x 2 and 2; 6.x 1 and 1. Green contexts do not exist before 6.0.
 pub fn split_granularity(cc_major: u32) -> (u32, u32) {
     match cc_major {
         9.. => (8, 8),
         8 => (4, 2),
-        6 | 7 => (2, 2),
+        7 => (2, 2),
         _ => (1, 1),
     }
+}
+
+/// The driver version (`cuDriverGetVersion`) that `cuGreenCtxStreamCreate` first shipped in.
+/// Green contexts themselves are 12.4, but a partition without its own stream cannot be timed.
+pub const GREEN_STREAMS_DRIVER: u32 = 12050;
+
+/// Refuse a driver too old for partitions, with what to install.
+pub fn check_driver(version: u32) -> Result<(), GpuError> {
+    if version >= GREEN_STREAMS_DRIVER {
+        return Ok(());
+    }
+    Err(GpuError::Driver {
+        call: "cuDriverGetVersion",
+        detail: format!(
+            "the driver supports CUDA {}.{}; SM partitions need green-context streams, CUDA 12.5 \
+             (driver 555) or newer",
+            version / 1000,
+            (version % 1000) / 10
+        ),
+    })
 }
 
 /// The sizes to ask the split API for: the granularity's multiples up to the device, then the
@@ -48,7 +68,7 @@ pub fn normalise_sizes(mut granted: Vec<u32>, total_sms: u32) -> Vec<u32> {
     granted
 }
 
-fn sm_count(res: &CUdevResource) -> u32 {
+pub fn sm_count(res: &CUdevResource) -> u32 {
     // SAFETY: the resource is of type SM (every resource here comes from an SM query or split),
     // so `sm` is the active union member.
     unsafe { res.__bindgen_anon_1.sm.smCount }
@@ -201,12 +221,26 @@ mod tests {
         assert_eq!(candidate_sizes(8, 10), vec![4, 6, 8, 10]);
         assert_eq!(candidate_sizes(8, 11), vec![4, 6, 8, 10, 11]);
         assert_eq!(candidate_sizes(7, 5), vec![2, 4, 5]);
+        assert_eq!(
+            candidate_sizes(6, 3),
+            vec![1, 2, 3],
+            "6.x splits by single SMs"
+        );
         assert_eq!(candidate_sizes(10, 148).len(), 19);
         assert_eq!(
             candidate_sizes(9, 4),
             vec![4],
             "a device below the minimum is one partition"
         );
+    }
+
+    #[test]
+    fn drivers_without_green_context_streams_are_refused_with_the_version_needed() {
+        assert!(check_driver(12050).is_ok());
+        assert!(check_driver(13000).is_ok());
+        let err = check_driver(12040).unwrap_err().to_string();
+        assert!(err.contains("CUDA 12.4"), "{err}");
+        assert!(err.contains("CUDA 12.5"), "{err}");
     }
 
     #[test]

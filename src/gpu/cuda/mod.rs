@@ -1,86 +1,125 @@
 //! The CUDA backend: a real device behind the [`Gpu`] trait. It owns the driver session (primary
-//! context, NVRTC-compiled libraries), the green-context partitions it measures on, and the
-//! timing loop. Submodules: [`driver`] (raw-API wrappers and error mapping), [`green`] (SM
-//! partitions), [`nvml`] (telemetry and identity), [`suite`] (inputs, launch plans, CPU checks).
+//! context, NVRTC-compiled libraries), the green-context partitions it measures on, what each
+//! partition was proved to hold (the placement probe), and the timing loop. Submodules:
+//! [`driver`] (raw-API wrappers and error mapping), [`nvrtc`] (the run-time compiler, loaded by
+//! hand), [`green`] (SM partitions), [`nvml`] (telemetry and identity), [`suite`] (inputs, launch
+//! plans, CPU checks), [`run`] (one batch), [`placement`] (where blocks really ran).
 //!
 //! One measurement is the GPU-timeline interval between two CUDA events recorded on the
-//! partition's stream right before and after one launch of the kernel's timed step. A short gate
-//! kernel holds the stream while the events and the launch are enqueued, so host launch latency
-//! is not in the interval; GPU-side launch overhead and the kernel's whole run are.
+//! partition's stream right before and after one launch of the kernel's timed step. The stream
+//! first waits on a host-released latch (a mapped flag and `cuStreamWaitValue32`), and the host
+//! raises the flag only after it has enqueued both events and the launch, so host launch latency
+//! and host preemption are never in the interval; GPU-side launch overhead and the kernel's whole
+//! run are.
 
 mod driver;
 mod green;
 pub mod nvml;
+pub mod nvrtc;
+mod placement;
 mod run;
 pub mod suite;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
 
 pub use self::green::{candidate_sizes, split_granularity};
+pub use self::placement::PlacementReport;
 
-use self::driver::{check, launch, occupancy, set_current, DeviceBuffer, Library, Param};
+use self::driver::{check, Current, Library, MappedFlag};
 use self::green::Partition;
 use self::nvml::Monitor;
-use self::suite::HostBuf;
+use self::run::Prepared;
 use super::{Backend, DeviceInfo, Fingerprint, Gpu, GpuError, PartitionSize};
 
 const SUPPORT_SOURCE: &str = include_str!("support.cu");
 const SUPPORT: &str = "wcetd-support";
-/// How long the gate holds the stream before each timed launch: far longer than the host needs
-/// to enqueue two events and a launch.
-const GATE_NS: u64 = 50_000;
 /// The stressor's buffer: well beyond any L2, so it loads DRAM.
 const STRESSOR_BYTES: usize = 256 << 20;
 /// A stressor stops by itself after this long even if the host never raises its flag.
 const STRESSOR_MAX_NS: u64 = 600_000_000_000;
-
-/// Where the blocks of a probe launch ran, from `%smid`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PlacementReport {
-    pub requested_sms: u32,
-    pub granted_sms: u32,
-    pub blocks: u32,
-    /// Distinct SM ids the blocks reported, ascending.
-    pub sm_ids: Vec<u32>,
-}
-
-impl PlacementReport {
-    /// The kernel ran on exactly as many distinct SMs as the partition was granted.
-    pub fn confirmed(&self) -> bool {
-        self.sm_ids.len() == self.granted_sms as usize
-    }
-}
+/// A partition nobody measured on for this long is destroyed; it is made again when needed.
+const PARTITION_IDLE: Duration = Duration::from_secs(600);
 
 /// Keeps the device's primary context retained for the session; released last.
 struct Primary {
     dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+}
+
+impl Primary {
+    fn retain(dev: sys::CUdevice) -> Result<Primary, GpuError> {
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local; released by `Drop`.
+        check("cuDevicePrimaryCtxRetain", || unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+        })?;
+        Ok(Primary { dev, ctx })
+    }
 }
 
 impl Drop for Primary {
     fn drop(&mut self) {
         let dev = self.dev;
-        // SAFETY: retained once in `open`, released once here.
+        // SAFETY: retained once in `retain`, released once here.
         let _ = check("cuDevicePrimaryCtxRelease", || unsafe {
             sys::cuDevicePrimaryCtxRelease_v2(dev)
         });
     }
 }
 
-pub struct CudaGpu {
-    // Field order is drop order: partitions and libraries go before the primary context.
-    partitions: HashMap<u32, Partition>,
-    libraries: HashMap<&'static str, Library>,
-    monitor: Monitor,
-    info: DeviceInfo,
-    dev: sys::CUdevice,
-    arch: Option<&'static str>,
-    _primary: Primary,
+/// A partition and when it was last used, for eviction.
+struct Cached {
+    partition: Partition,
+    used: Instant,
 }
 
-// SAFETY: CUDA driver handles may be used from any thread; every entry point makes the context it
-// needs current on the calling thread first, and `&mut self` keeps calls one at a time.
+/// Everything made in the primary context or a green context: dropped together, in field order,
+/// before the primary context is released or reset.
+struct Session {
+    prepared: Option<Prepared>,
+    /// The last kernel's configured problem on the host (inputs can take seconds to generate),
+    /// keyed by (kernel, problem size, seed): shared by every partition it is prepared on.
+    host_plan: Option<((String, u32, u64), suite::Plan)>,
+    partitions: HashMap<u32, Cached>,
+    libraries: HashMap<String, Library>,
+    /// Host-released latch that every timed launch waits on; `None` where the driver refuses
+    /// stream memory operations, and the timing loop falls back to a spinning gate kernel.
+    latch: Option<MappedFlag>,
+    /// Raised to stop the stressor.
+    stop: MappedFlag,
+}
+
+impl Session {
+    fn new(primary: &Primary) -> Result<Session, GpuError> {
+        let _current = Current::push(primary.ctx)?;
+        Ok(Session {
+            prepared: None,
+            host_plan: None,
+            partitions: HashMap::new(),
+            libraries: HashMap::new(),
+            latch: Some(MappedFlag::new()?),
+            stop: MappedFlag::new()?,
+        })
+    }
+}
+
+pub struct CudaGpu {
+    // Field order is drop order: the session's handles go before the primary context.
+    session: Session,
+    monitor: Monitor,
+    info: DeviceInfo,
+    placement: Vec<PlacementReport>,
+    dev: sys::CUdevice,
+    target: nvrtc::Target,
+    driver_version: u32,
+    primary: Primary,
+}
+
+// SAFETY: CUDA driver handles may be used from any thread; every entry point pushes the context
+// it needs on the calling thread first, and `&mut self` keeps calls one at a time.
 unsafe impl Send for CudaGpu {}
 
 fn attribute(dev: sys::CUdevice, attr: CUdevice_attribute) -> Result<u32, GpuError> {
@@ -92,149 +131,229 @@ fn attribute(dev: sys::CUdevice, attr: CUdevice_attribute) -> Result<u32, GpuErr
     Ok(value.max(0) as u32)
 }
 
-/// The NVRTC virtual architecture for a compute capability, when NVRTC knows it.
-fn nvrtc_arch(major: u32, minor: u32) -> Option<&'static str> {
-    Some(match (major, minor) {
-        (7, 0) => "compute_70",
-        (7, 5) => "compute_75",
-        (8, 0) => "compute_80",
-        (8, 6) => "compute_86",
-        (8, 7) => "compute_87",
-        (8, 9) => "compute_89",
-        (9, 0) => "compute_90",
-        (10, 0) => "compute_100",
-        (12, 0) => "compute_120",
-        _ => return None,
-    })
-}
-
-/// Compile CUDA C to PTX with NVRTC (default precision: no fast math, so CPU checks stay tight).
-pub fn compile(name: &str, source: &str, arch: Option<&'static str>) -> Result<String, GpuError> {
-    let opts = cudarc::nvrtc::CompileOptions {
-        arch,
-        name: Some(format!("{name}.cu")),
-        ..Default::default()
-    };
-    std::panic::catch_unwind(|| cudarc::nvrtc::compile_ptx_with_opts(source, opts))
-        .map_err(|_| GpuError::Driver {
-            call: "nvrtcCompileProgram",
-            detail: "libnvrtc could not be loaded".into(),
-        })?
-        .map(|ptx| ptx.to_src())
-        .map_err(|e| GpuError::Driver {
-            call: "nvrtcCompileProgram",
-            detail: format!("{name}.cu: {e}"),
-        })
-}
-
 impl CudaGpu {
     /// Open CUDA device `ordinal`. Without libcuda this is [`GpuError::NoDriver`], never a panic.
+    /// Opening proves every partition size: the placement probe runs each partition and its
+    /// remainder at once, and a size whose SM sets are not disjoint and complete is not offered.
     pub fn open(ordinal: u32) -> Result<CudaGpu, GpuError> {
         // SAFETY: only tries to dlopen the library; calls nothing in it.
         if !unsafe { sys::is_culib_present() } {
             return Err(GpuError::NoDriver);
         }
-        // SAFETY: as above, for libnvrtc.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(GpuError::Driver {
-                call: "nvrtc",
-                detail:
-                    "libnvrtc could not be loaded; install the CUDA NVRTC runtime (libnvrtc.so.12)"
-                        .into(),
-            });
-        }
         // SAFETY: cuInit with flags 0 is the documented initialisation.
         check("cuInit", || unsafe { sys::cuInit(0) })?;
+        let driver_version = driver_version()?;
+        green::check_driver(driver_version)?;
         let mut dev = 0;
         // SAFETY: out-pointer to a local.
         check("cuDeviceGet", || unsafe {
             sys::cuDeviceGet(&mut dev, ordinal as i32)
         })?;
-        let mut ctx = std::ptr::null_mut();
-        // SAFETY: out-pointer to a local; released by `Primary::drop`.
-        check("cuDevicePrimaryCtxRetain", || unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
-        })?;
-        let primary = Primary { dev };
-        set_current(ctx)?;
-        let major = attribute(
-            dev,
-            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
-        )?;
-        let minor = attribute(
-            dev,
-            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
-        )?;
-        let total_sms = attribute(
-            dev,
-            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-        )?;
+        let primary = Primary::retain(dev)?;
+        let cc =
+            10 * attribute(
+                dev,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+            )? + attribute(
+                dev,
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+            )?;
+        let target = compile_target(cc, driver_version)?;
         let uuid = device_uuid(dev)?;
         let monitor = Monitor::new(&uuid);
-        let info = describe_device(dev, major, total_sms, uuid, &monitor)?;
-        Ok(CudaGpu {
-            partitions: HashMap::new(),
-            libraries: HashMap::new(),
+        let info = describe_device(dev, cc, uuid, driver_version, &monitor)?;
+        let mut gpu = CudaGpu {
+            session: Session::new(&primary)?,
             monitor,
             info,
+            placement: Vec::new(),
             dev,
-            arch: nvrtc_arch(major, minor),
-            _primary: primary,
-        })
-    }
-
-    /// Launch the `%smid` probe on the partition of `sms` SMs and report where its blocks ran.
-    pub fn probe_placement(&mut self, sms: PartitionSize) -> Result<PlacementReport, GpuError> {
-        self.check_partition(sms)?;
-        self.library(SUPPORT, SUPPORT_SOURCE)?;
-        let (dev, total) = (self.dev, self.info.total_sms);
-        let part = partition(&mut self.partitions, dev, sms, total)?;
-        set_current(part.main.ctx)?;
-        let func = self.libraries[SUPPORT].function("wcetd_smid_probe")?;
-        let per_sm = occupancy(func, 256)?.max(1);
-        let blocks = part.main.sms * per_sm * 2;
-        let out = DeviceBuffer::upload(&HostBuf::I32(vec![-1; blocks as usize]))?;
-        let mut params = [Param::Ptr(out.ptr), Param::U64(200_000)];
-        launch(
-            func,
-            [blocks, 1, 1],
-            [256, 1, 1],
-            part.main.stream,
-            &mut params,
-        )?;
-        driver::sync_stream(part.main.stream)?;
-        let HostBuf::I32(ids) = out.download(&HostBuf::I32(Vec::new()))? else {
-            unreachable!("download keeps the buffer type")
+            target,
+            driver_version,
+            primary,
         };
-        let sm_ids: BTreeSet<u32> = ids.iter().map(|&id| id as u32).collect();
-        Ok(PlacementReport {
-            requested_sms: sms,
-            granted_sms: part.main.sms,
-            blocks,
-            sm_ids: sm_ids.into_iter().collect(),
-        })
+        gpu.settle_clock_policy()?;
+        gpu.prove_partitions()?;
+        Ok(gpu)
     }
 
-    fn library(&mut self, name: &'static str, source: &str) -> Result<&Library, GpuError> {
-        if !self.libraries.contains_key(name) {
-            let ptx = compile(name, source, self.arch)?;
-            self.libraries.insert(name, Library::load(&ptx)?);
+    /// What the placement probe found at open, one report per candidate size.
+    pub fn placement(&self) -> &[PlacementReport] {
+        &self.placement
+    }
+
+    /// The driver's CUDA version, e.g. 13000.
+    pub fn driver_version(&self) -> u32 {
+        self.driver_version
+    }
+
+    /// Probe every candidate size; keep only the sizes whose placement holds.
+    fn prove_partitions(&mut self) -> Result<(), GpuError> {
+        let sizes = self.info.partition_sizes.clone();
+        let mut reports = Vec::with_capacity(sizes.len());
+        for sms in sizes {
+            reports.push(self.probe_placement(sms)?);
         }
-        Ok(&self.libraries[name])
+        self.info.partition_sizes = reports
+            .iter()
+            .filter(|r| r.problem().is_none())
+            .map(|r| r.requested_sms)
+            .collect();
+        self.info.unusable_sizes = reports
+            .iter()
+            .filter_map(|r| r.problem().map(|p| (r.requested_sms, p)))
+            .collect();
+        for (sms, why) in &self.info.unusable_sizes {
+            tracing::warn!("partition of {sms} SMs refused: {why}");
+        }
+        self.placement = reports;
+        // Partitions are made again when measured on; 34 idle green contexts are not kept.
+        self.session.partitions.clear();
+        if self.info.partition_sizes.is_empty() {
+            return Err(GpuError::Fault(
+                "no partition size passed the placement probe".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A short full-device load, with the SM clock read while it runs, decides whether clocks are
+    /// at their default policy or locked (`nvidia-smi -lgc` leaves application clocks alone, so
+    /// only a clock under load shows it).
+    fn settle_clock_policy(&mut self) -> Result<(), GpuError> {
+        let id = self.monitor.identity();
+        let total = self.info.total_sms;
+        let (loaded, during) = {
+            let session = &mut self.session;
+            let (dev, target) = (self.dev, self.target);
+            let monitor = &self.monitor;
+            monitor.during(|| placement::load(session, dev, total, target))
+        };
+        loaded?;
+        self.info.fingerprint.clock_policy = nvml::clock_policy(
+            id.applications_clock.as_deref(),
+            during.sm_clock_mhz,
+            id.max_sm_clock_mhz,
+            during.throttled(),
+        );
+        if let Some(mhz) = during.sm_clock_mhz {
+            self.info.sm_clock_mhz = mhz;
+        }
+        Ok(())
+    }
+
+    /// Launch the `%smid` probe on the partition of `sms` SMs and, at the same time, on its
+    /// remainder, and report where the blocks of each ran.
+    pub fn probe_placement(&mut self, sms: PartitionSize) -> Result<PlacementReport, GpuError> {
+        if !green::candidate_sizes(self.info.cc / 10, self.info.total_sms).contains(&sms) {
+            self.check_partition(sms)?;
+        }
+        let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
+        placement::probe(&mut self.session, dev, sms, total, target)
+    }
+
+    /// Drop what a device fault poisoned: buffers, partitions and libraries, then reset the
+    /// primary context, so that the next job starts on a clean device instead of failing until
+    /// the daemon restarts.
+    fn recover(&mut self) -> Result<(), GpuError> {
+        tracing::warn!("device fault: resetting the primary context and dropping cached state");
+        self.session.prepared = None;
+        self.session.partitions.clear();
+        self.session.libraries.clear();
+        self.session.latch = None;
+        let dev = self.dev;
+        // SAFETY: every handle made in the old context was dropped above.
+        check("cuDevicePrimaryCtxReset", || unsafe {
+            sys::cuDevicePrimaryCtxReset_v2(dev)
+        })?;
+        // The reset destroyed the primary context and the reference this session held on it;
+        // retain the fresh one. Releasing the old handle now would release the new context.
+        let fresh = Primary::retain(dev)?;
+        std::mem::forget(std::mem::replace(&mut self.primary, fresh));
+        self.session = Session::new(&self.primary)?;
+        Ok(())
+    }
+
+    /// Destroy partitions nobody has measured on for [`PARTITION_IDLE`].
+    fn evict_idle_partitions(&mut self, keep: u32) {
+        let prepared_on = self.session.prepared.as_ref().map(|p| p.sms);
+        self.session.partitions.retain(|&sms, cached| {
+            sms == keep || prepared_on == Some(sms) || cached.used.elapsed() < PARTITION_IDLE
+        });
+    }
+
+    /// Launch a kernel that traps, to test fault recovery on a real device.
+    #[doc(hidden)]
+    pub fn inject_fault(&mut self) -> Result<(), GpuError> {
+        let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
+        let result = placement::trap(&mut self.session, dev, total, target);
+        if matches!(result, Err(GpuError::Fault(_))) {
+            self.recover()?;
+        }
+        result
     }
 }
 
+/// The library named `name`, compiled from `source` the first time it is asked for.
+fn library<'a>(
+    libraries: &'a mut HashMap<String, Library>,
+    name: &str,
+    source: &str,
+    target: nvrtc::Target,
+) -> Result<&'a Library, GpuError> {
+    use std::collections::hash_map::Entry;
+    match libraries.entry(name.to_string()) {
+        Entry::Occupied(e) => Ok(e.into_mut()),
+        Entry::Vacant(e) => {
+            let image = nvrtc::compile(name, source, target)?;
+            Ok(e.insert(Library::load(&image)?))
+        }
+    }
+}
+
+/// The partition of `sms` SMs, made the first time it is asked for.
 fn partition(
-    cache: &mut HashMap<u32, Partition>,
+    cache: &mut HashMap<u32, Cached>,
     dev: sys::CUdevice,
     sms: u32,
     total: u32,
 ) -> Result<&Partition, GpuError> {
     use std::collections::hash_map::Entry;
-    match cache.entry(sms) {
-        Entry::Occupied(e) => Ok(e.into_mut()),
-        Entry::Vacant(e) => Ok(e.insert(Partition::create(dev, sms, total)?)),
+    let cached = match cache.entry(sms) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => e.insert(Cached {
+            partition: Partition::create(dev, sms, total)?,
+            used: Instant::now(),
+        }),
+    };
+    cached.used = Instant::now();
+    Ok(&cached.partition)
+}
+
+/// A CUBIN for the device when NVRTC can make one; otherwise PTX, if the driver can load it.
+fn compile_target(cc: u32, driver_version: u32) -> Result<nvrtc::Target, GpuError> {
+    let target = nvrtc::Target::choose(cc, &nvrtc::supported_archs());
+    if let nvrtc::Target::Ptx(_) = target {
+        let (version, path) = nvrtc::version()?;
+        nvrtc::ptx_compatible(version, driver_version).map_err(|detail| GpuError::Driver {
+            call: "nvrtc",
+            detail: format!("{path}: {detail}"),
+        })?;
+        tracing::warn!(
+            "NVRTC at {path} cannot emit a CUBIN for compute capability {cc}; using PTX ({})",
+            target.option()
+        );
     }
+    Ok(target)
+}
+
+fn driver_version() -> Result<u32, GpuError> {
+    let mut version = 0;
+    // SAFETY: out-pointer to a local.
+    check("cuDriverGetVersion", || unsafe {
+        sys::cuDriverGetVersion(&mut version)
+    })?;
+    Ok(version.max(0) as u32)
 }
 
 fn device_uuid(dev: sys::CUdevice) -> Result<String, GpuError> {
@@ -242,7 +361,7 @@ fn device_uuid(dev: sys::CUdevice) -> Result<String, GpuError> {
     let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
     // SAFETY: out-pointer to a local.
     check("cuDeviceGetUuid", || unsafe {
-        sys::cuDeviceGetUuid(&mut uuid, dev)
+        sys::cuDeviceGetUuid_v2(&mut uuid, dev)
     })?;
     Ok(nvml::format_uuid(&uuid.bytes.map(|b| b as u8)))
 }
@@ -259,16 +378,21 @@ fn device_name(dev: sys::CUdevice) -> Result<String, GpuError> {
         .into_owned())
 }
 
-/// Realisable sizes are what the split API grants for each candidate (see [`green`]).
+/// Candidate sizes are what the split API grants for each request (see [`green`]); the placement
+/// probe then decides which of them are offered.
 fn describe_device(
     dev: sys::CUdevice,
-    major: u32,
-    total_sms: u32,
+    cc: u32,
     uuid: String,
+    driver_version: u32,
     monitor: &Monitor,
 ) -> Result<DeviceInfo, GpuError> {
+    let total_sms = attribute(
+        dev,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    )?;
     let whole = green::device_sms(dev)?;
-    let granted = green::candidate_sizes(major, total_sms)
+    let granted = green::candidate_sizes(cc / 10, total_sms)
         .into_iter()
         .filter(|&m| m < total_sms)
         .filter_map(|m| match green::granted(&whole, m) {
@@ -279,11 +403,6 @@ fn describe_device(
             }
         })
         .collect();
-    let mut version = 0;
-    // SAFETY: out-pointer to a local.
-    check("cuDriverGetVersion", || unsafe {
-        sys::cuDriverGetVersion(&mut version)
-    })?;
     let id = monitor.identity();
     let name = match id.name {
         Some(n) => n,
@@ -295,8 +414,8 @@ fn describe_device(
         device: name.clone(),
         uuid,
         driver: id.driver,
-        cuda: format!("{}.{}", version / 1000, (version % 1000) / 10),
-        clock_policy: id.clock_policy,
+        cuda: format!("{}.{}", driver_version / 1000, (driver_version % 1000) / 10),
+        clock_policy: "unknown".into(),
     };
     Ok(DeviceInfo {
         name,
@@ -304,8 +423,10 @@ fn describe_device(
         total_sms,
         sms_per_tpc: 2,
         partition_sizes: green::normalise_sizes(granted, total_sms),
-        sm_clock_mhz: id.sm_clock_mhz.unwrap_or(clock_khz / 1000),
+        sm_clock_mhz: id.max_sm_clock_mhz.unwrap_or(clock_khz / 1000),
         fingerprint,
+        cc,
+        unusable_sizes: Vec::new(),
     })
 }
 

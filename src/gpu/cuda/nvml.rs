@@ -1,24 +1,50 @@
-//! Telemetry and identity from NVML: clocks, temperature, power, throttle reasons, driver version
-//! and clock policy. NVML is optional: without it every reading is `None` and the identity says
-//! `unknown`, because a missing management library must not stop measurements.
+//! Telemetry and identity from NVML: clocks, temperature, power and throttling around and during a
+//! batch, and the driver version and clock policy the fingerprint needs.
+//!
+//! Throttling is read two ways, neither of them at idle: the driver's cumulative violation
+//! counters (`nvmlDeviceGetViolationStatus`: nanoseconds spent limited by power, thermal, board or
+//! reliability limits) are differenced across the batch, and a sampler thread reads the SM clock
+//! and the active clock-event reasons every few milliseconds while the launches run.
+//!
+//! NVML is optional: without it every reading is `None`, the driver version comes from
+//! `/proc/driver/nvidia/version`, and the clock policy from what the clock probe observed, because
+//! a missing management library must not stop measurements nor change the fingerprint.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
-use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+use nvml_wrapper::enum_wrappers::device::{Clock, PerformancePolicy, TemperatureSensor};
 use nvml_wrapper::{Device, Nvml};
 
 use crate::gpu::Telemetry;
+
+/// How often the sampler reads NVML while a batch runs.
+const SAMPLE_EVERY: Duration = Duration::from_millis(5);
+
+/// The limits whose cumulative violation time counts as throttling.
+const VIOLATIONS: [(PerformancePolicy, &str); 4] = [
+    (PerformancePolicy::Power, "power_limit"),
+    (PerformancePolicy::Thermal, "thermal_limit"),
+    (PerformancePolicy::BoardLimit, "board_limit"),
+    (PerformancePolicy::Reliability, "reliability_limit"),
+];
 
 pub struct Monitor {
     nvml: Option<Nvml>,
     uuid: String,
 }
 
-/// What NVML says about the device that the fingerprint needs.
+/// What NVML (or the kernel module) says about the device that the fingerprint needs.
 pub struct Identity {
     pub name: Option<String>,
     pub driver: String,
-    pub clock_policy: String,
-    pub sm_clock_mhz: Option<u32>,
+    /// Application clocks differ from the defaults: `applications:<MHz>`; otherwise `None`, and
+    /// the clock probe decides between `default` and `locked:<MHz>`.
+    pub applications_clock: Option<String>,
+    /// The highest SM clock the device may run at (MHz).
+    pub max_sm_clock_mhz: Option<u32>,
 }
 
 /// NVML's UUID spelling of the 16 bytes CUDA reports: `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
@@ -34,14 +60,49 @@ pub fn format_uuid(bytes: &[u8; 16]) -> String {
     )
 }
 
-/// Reasons that mean the clock is below what the policy asks for. Idle and the operator's own
-/// clock settings are the policy itself (recorded in the fingerprint), not throttling.
+/// Reasons that mean the clock is below what the policy asks for. Idle, the operator's own clock
+/// settings (recorded in the fingerprint), sync boost (several GPUs held to one clock on purpose)
+/// and the display clock setting are not throttling.
 pub fn throttle_names(reasons: ThrottleReasons) -> Vec<String> {
-    let policy = ThrottleReasons::GPU_IDLE | ThrottleReasons::APPLICATIONS_CLOCKS_SETTING;
+    let policy = ThrottleReasons::GPU_IDLE
+        | ThrottleReasons::APPLICATIONS_CLOCKS_SETTING
+        | ThrottleReasons::SYNC_BOOST
+        | ThrottleReasons::DISPLAY_CLOCK_SETTING;
     (reasons - policy)
         .iter_names()
         .map(|(name, _)| name.to_ascii_lowercase())
         .collect()
+}
+
+/// The clock policy from what a short full-device load showed: a clock under load below the
+/// device's maximum with no throttle reason active means someone locked or capped the clocks
+/// (`nvidia-smi -lgc`, which leaves application clocks alone).
+pub fn clock_policy(
+    applications: Option<&str>,
+    loaded_mhz: Option<u32>,
+    max_mhz: Option<u32>,
+    throttled: bool,
+) -> String {
+    if let Some(app) = applications {
+        return app.to_string();
+    }
+    match (loaded_mhz, max_mhz) {
+        // One clock step (15 MHz on Hopper) of slack for rounding in the reading.
+        (Some(c), Some(m)) if c + 15 < m && !throttled => format!("locked:{c}MHz"),
+        (Some(_), Some(_)) => "default".into(),
+        _ => "unknown".into(),
+    }
+}
+
+/// The driver version from the kernel module, for when NVML is missing:
+/// `NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ...`.
+pub fn driver_from_proc(text: &str) -> Option<String> {
+    let line = text.lines().find(|l| l.contains("Kernel Module"))?;
+    let after = line.split("Kernel Module").nth(1)?;
+    after
+        .split_whitespace()
+        .find(|v| v.contains('.') && v.chars().all(|c| c.is_ascii_digit() || c == '.'))
+        .map(str::to_string)
 }
 
 impl Monitor {
@@ -69,32 +130,105 @@ impl Monitor {
                 .current_throttle_reasons()
                 .map(throttle_names)
                 .unwrap_or_default(),
+            throttle_ns: 0,
         }
     }
 
+    /// Cumulative violation time per limit, in nanoseconds (0 where NVML cannot say).
+    fn violations(&self) -> [u64; VIOLATIONS.len()] {
+        let Some(dev) = self.device() else {
+            return [0; VIOLATIONS.len()];
+        };
+        VIOLATIONS.map(|(policy, _)| {
+            dev.violation_status(policy)
+                .map(|v| v.violation_time)
+                .unwrap_or(0)
+        })
+    }
+
+    /// Run `work` while a sampler thread reads the device; returns its result and the conditions
+    /// while it ran: the lowest SM clock, the highest temperature and power, every throttle reason
+    /// seen, and the violation time the driver counted across it.
+    pub fn during<T>(&self, work: impl FnOnce() -> T) -> (T, Telemetry) {
+        if self.device().is_none() {
+            return (work(), Telemetry::default());
+        }
+        let before = self.violations();
+        let stop = AtomicBool::new(false);
+        let seen = Mutex::new(Vec::new());
+        let result = std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    let reading = self.read();
+                    seen.lock().unwrap_or_else(|e| e.into_inner()).push(reading);
+                    std::thread::sleep(SAMPLE_EVERY);
+                }
+            });
+            let result = work();
+            stop.store(true, Ordering::Relaxed);
+            result
+        });
+        let after = self.violations();
+        // No reading after the work: the clock falls towards idle as soon as the GPU is.
+        let readings = seen.into_inner().unwrap_or_else(|e| e.into_inner());
+        (result, summarise(&readings, &before, &after))
+    }
+
     pub fn identity(&self) -> Identity {
-        let driver = self.nvml.as_ref().and_then(|n| n.sys_driver_version().ok());
+        let driver = self
+            .nvml
+            .as_ref()
+            .and_then(|n| n.sys_driver_version().ok())
+            .or_else(|| {
+                let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+                driver_from_proc(&text)
+            })
+            .unwrap_or_else(|| "unknown".into());
         let Some(dev) = self.device() else {
             return Identity {
                 name: None,
-                driver: driver.unwrap_or_else(|| "unknown".into()),
-                clock_policy: "unknown".into(),
-                sm_clock_mhz: None,
+                driver,
+                applications_clock: None,
+                max_sm_clock_mhz: None,
             };
         };
         let app = dev.applications_clock(Clock::SM).ok();
         let default = dev.default_applications_clock(Clock::SM).ok();
-        let clock_policy = match (app, default) {
-            (Some(a), Some(d)) if a != d => format!("locked:{a}MHz"),
-            (Some(_), Some(_)) => "default".into(),
-            _ => "unknown".into(),
-        };
         Identity {
             name: dev.name().ok(),
-            driver: driver.unwrap_or_else(|| "unknown".into()),
-            clock_policy,
-            sm_clock_mhz: app.or_else(|| dev.max_clock_info(Clock::SM).ok()),
+            driver,
+            applications_clock: match (app, default) {
+                (Some(a), Some(d)) if a != d => Some(format!("applications:{a}MHz")),
+                _ => None,
+            },
+            max_sm_clock_mhz: dev.max_clock_info(Clock::SM).ok(),
         }
+    }
+}
+
+/// Readings taken while a batch ran, and the violation counters around it, as one [`Telemetry`].
+fn summarise(readings: &[Telemetry], before: &[u64], after: &[u64]) -> Telemetry {
+    let mut reasons: Vec<String> = readings
+        .iter()
+        .flat_map(|r| r.throttle_reasons.iter().cloned())
+        .collect();
+    let mut throttle_ns = 0;
+    for (i, (_, name)) in VIOLATIONS.iter().enumerate() {
+        let delta = after[i].saturating_sub(before[i]);
+        if delta > 0 {
+            reasons.push((*name).to_string());
+            throttle_ns += delta;
+        }
+    }
+    reasons.sort();
+    reasons.dedup();
+    Telemetry {
+        sm_clock_mhz: readings.iter().filter_map(|r| r.sm_clock_mhz).min(),
+        mem_clock_mhz: readings.iter().filter_map(|r| r.mem_clock_mhz).min(),
+        temperature_c: readings.iter().filter_map(|r| r.temperature_c).max(),
+        power_mw: readings.iter().filter_map(|r| r.power_mw).max(),
+        throttle_reasons: reasons,
+        throttle_ns,
     }
 }
 
@@ -112,14 +246,69 @@ mod tests {
     }
 
     #[test]
-    fn idle_and_operator_clocks_are_not_throttling() {
+    fn idle_operator_clocks_sync_boost_and_display_are_not_throttling() {
         assert!(throttle_names(
-            ThrottleReasons::GPU_IDLE | ThrottleReasons::APPLICATIONS_CLOCKS_SETTING
+            ThrottleReasons::GPU_IDLE
+                | ThrottleReasons::APPLICATIONS_CLOCKS_SETTING
+                | ThrottleReasons::SYNC_BOOST
+                | ThrottleReasons::DISPLAY_CLOCK_SETTING
         )
         .is_empty());
         let names =
             throttle_names(ThrottleReasons::SW_THERMAL_SLOWDOWN | ThrottleReasons::GPU_IDLE);
         assert_eq!(names, vec!["sw_thermal_slowdown".to_string()]);
+    }
+
+    #[test]
+    fn locked_clocks_are_told_from_default_ones_by_the_clock_under_load() {
+        assert_eq!(clock_policy(None, Some(1980), Some(1980), false), "default");
+        assert_eq!(
+            clock_policy(None, Some(1755), Some(1980), false),
+            "locked:1755MHz"
+        );
+        assert_eq!(
+            clock_policy(None, Some(1755), Some(1980), true),
+            "default",
+            "a power-capped clock is throttling, not a policy"
+        );
+        assert_eq!(
+            clock_policy(Some("applications:1410MHz"), Some(1410), Some(1980), false),
+            "applications:1410MHz"
+        );
+        assert_eq!(clock_policy(None, None, Some(1980), false), "unknown");
+    }
+
+    #[test]
+    fn the_driver_version_is_read_from_the_kernel_module_without_nvml() {
+        let text = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22-I3-AF03-09-1)  Thu Oct  2 2025\nGCC version:  gcc version 12.3.0\n";
+        assert_eq!(driver_from_proc(text), Some("580.159.04".into()));
+        let closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024";
+        assert_eq!(driver_from_proc(closed), Some("550.54.14".into()));
+        assert_eq!(driver_from_proc("nothing here"), None);
+    }
+
+    #[test]
+    fn violation_time_across_a_batch_is_throttling_and_named() {
+        let readings = vec![
+            Telemetry {
+                sm_clock_mhz: Some(1980),
+                temperature_c: Some(40),
+                ..Default::default()
+            },
+            Telemetry {
+                sm_clock_mhz: Some(1890),
+                temperature_c: Some(44),
+                ..Default::default()
+            },
+        ];
+        let t = summarise(&readings, &[10, 0, 0, 0], &[510, 0, 0, 0]);
+        assert_eq!(t.sm_clock_mhz, Some(1890));
+        assert_eq!(t.temperature_c, Some(44));
+        assert_eq!(t.throttle_reasons, vec!["power_limit".to_string()]);
+        assert_eq!(t.throttle_ns, 500);
+        assert!(t.throttled());
+        let quiet = summarise(&readings, &[10, 0, 0, 0], &[10, 0, 0, 0]);
+        assert!(!quiet.throttled());
     }
 
     #[test]
@@ -129,6 +318,9 @@ mod tests {
             uuid: "GPU-none".into(),
         };
         assert_eq!(monitor.read(), Telemetry::default());
-        assert_eq!(monitor.identity().clock_policy, "unknown");
+        let (value, during) = monitor.during(|| 7);
+        assert_eq!(value, 7);
+        assert_eq!(during, Telemetry::default());
+        assert_eq!(monitor.identity().applications_clock, None);
     }
 }

@@ -1,35 +1,55 @@
-//! One batch on a real device: check the kernel against its CPU reference on the partition,
-//! prepare the configured problem, then time the step launch by launch, with or without the
-//! stressor on the complementary SMs. Owns the [`Gpu`] implementation of [`CudaGpu`].
-
-use std::collections::HashMap;
+//! One batch on a real device, and what is kept between batches. Owns the [`Gpu`] implementation
+//! of [`CudaGpu`].
+//!
+//! The first batch of a kernel on a partition prepares it: the whole algorithm runs at the check
+//! size and is compared with the CPU reference (a kernel broken on this device or partition is
+//! never timed as a fast one), then the configured problem is uploaded and its setup launches run.
+//! That [`Prepared`] state is kept for later batches of the same kernel and partition, so no batch
+//! starts from fresh allocations, a cold TLB or a regenerated input. Every batch still warms up
+//! with at least one untimed launch, so a host gap between batches is never in a sample.
 
 use cudarc::driver::sys;
 
 use super::driver::{
-    launch, occupancy, set_current, sync_stream, DeviceBuffer, Event, Library, MappedFlag, Param,
+    launch, occupancy, sync_stream, Current, DeviceBuffer, Event, Library, MappedFlag, Param, Shape,
 };
 use super::green::GreenContext;
 use super::suite::{self, Arg, Launch, Plan};
-use super::{CudaGpu, GATE_NS, STRESSOR_BYTES, STRESSOR_MAX_NS, SUPPORT, SUPPORT_SOURCE};
+use super::{
+    library, partition, CudaGpu, Session, STRESSOR_BYTES, STRESSOR_MAX_NS, SUPPORT, SUPPORT_SOURCE,
+};
 use crate::gpu::{Batch, DeviceInfo, Gpu, GpuError, Interference, RunRequest, Telemetry};
 use crate::kernels::{Geometry, KernelSpec};
 
-type Functions = HashMap<&'static str, sys::CUfunction>;
+/// How long the fallback gate holds the stream before each timed launch, where the driver refuses
+/// the latch: far longer than the host needs to enqueue two events and a launch.
+const GATE_NS: u64 = 50_000;
 
-/// The entry points a plan uses, resolved in the current context before anything is timed.
-fn functions(lib: &Library, plan: &Plan) -> Result<Functions, GpuError> {
-    let mut map = HashMap::new();
-    for l in plan.setup.iter().chain([&plan.step]).chain(&plan.finish) {
-        if !map.contains_key(l.entry) {
-            map.insert(l.entry, lib.function(l.entry)?);
-        }
+/// A kernel's configured problem on one partition: device buffers after setup, the timed step.
+pub(super) struct Prepared {
+    pub kernel: String,
+    pub sms: u32,
+    ctx: sys::CUcontext,
+    bufs: Vec<DeviceBuffer>,
+    step: Launch,
+    step_fn: sys::CUfunction,
+    geometry: Geometry,
+}
+
+impl Drop for Prepared {
+    fn drop(&mut self) {
+        // Buffers are freed in the context they were allocated in.
+        let _current = Current::push(self.ctx);
+        self.bufs.clear();
     }
-    Ok(map)
+}
+
+fn entry_points(lib: &Library, launches: &[&Launch]) -> Result<Vec<sys::CUfunction>, GpuError> {
+    launches.iter().map(|l| lib.function(l.entry)).collect()
 }
 
 fn run_one(
-    funcs: &Functions,
+    func: sys::CUfunction,
     l: &Launch,
     bufs: &[DeviceBuffer],
     stream: sys::CUstream,
@@ -43,15 +63,30 @@ fn run_one(
             Arg::F32(v) => Param::F32(v),
         })
         .collect();
-    launch(funcs[l.entry], l.grid, l.block, stream, &mut params)
+    launch(func, Shape::new(l.grid, l.block), stream, &mut params)
 }
 
-fn upload(plan: &Plan) -> Result<Vec<DeviceBuffer>, GpuError> {
-    plan.buffers.iter().map(DeviceBuffer::upload).collect()
+/// Upload a plan's buffers and run `launches` in order on `stream`.
+fn upload_and_run(
+    lib: &Library,
+    plan: &Plan,
+    launches: &[&Launch],
+    stream: sys::CUstream,
+) -> Result<Vec<DeviceBuffer>, GpuError> {
+    let funcs = entry_points(lib, launches)?;
+    let bufs: Vec<DeviceBuffer> = plan
+        .buffers
+        .iter()
+        .map(|b| DeviceBuffer::upload(b, stream))
+        .collect::<Result<_, _>>()?;
+    for (l, f) in launches.iter().zip(funcs) {
+        run_one(f, l, &bufs, stream)?;
+    }
+    sync_stream(stream)?;
+    Ok(bufs)
 }
 
-/// Run the whole algorithm at the check size and compare with the CPU reference, so that a
-/// kernel that is broken on this device or partition is never timed as a fast one.
+/// Run the whole algorithm at the check size and compare with the CPU reference.
 fn verify(lib: &Library, kernel: &KernelSpec, stream: sys::CUstream) -> Result<(), GpuError> {
     let plan = suite::plan(
         kernel.name,
@@ -59,92 +94,230 @@ fn verify(lib: &Library, kernel: &KernelSpec, stream: sys::CUstream) -> Result<(
         kernel.input_seed,
         true,
     )?;
-    let funcs = functions(lib, &plan)?;
-    let bufs = upload(&plan)?;
-    for l in plan.setup.iter().chain([&plan.step]).chain(&plan.finish) {
-        run_one(&funcs, l, &bufs, stream)?;
-    }
-    sync_stream(stream)?;
+    let all: Vec<&Launch> = plan
+        .setup
+        .iter()
+        .chain([&plan.step])
+        .chain(&plan.finish)
+        .collect();
+    let bufs = upload_and_run(lib, &plan, &all, stream)?;
     for c in &plan.checks {
-        let got = bufs[c.buffer].download(&c.expected)?;
+        let got = bufs[c.buffer].download(&c.expected, stream)?;
         suite::compare(kernel.name, &got, c)?;
     }
     Ok(())
 }
 
+/// Verify `kernel` on the partition of `sms` SMs, upload its configured problem and run setup.
+fn prepare(
+    session: &mut Session,
+    dev: sys::CUdevice,
+    total: u32,
+    target: super::nvrtc::Target,
+    kernel: &KernelSpec,
+    sms: u32,
+) -> Result<Prepared, GpuError> {
+    library(&mut session.libraries, kernel.name, kernel.source, target)?;
+    let lib = &session.libraries[kernel.name];
+    let main = &partition(&mut session.partitions, dev, sms, total)?.main;
+    let _current = Current::push(main.ctx)?;
+    verify(lib, kernel, main.stream)?;
+    let key = (
+        kernel.name.to_string(),
+        kernel.problem_size,
+        kernel.input_seed,
+    );
+    if session.host_plan.as_ref().map(|(k, _)| k) != Some(&key) {
+        session.host_plan = None;
+        let plan = suite::plan(kernel.name, kernel.problem_size, kernel.input_seed, false)?;
+        session.host_plan = Some((key, plan));
+    }
+    let plan = &session.host_plan.as_ref().expect("made above").1;
+    let setup: Vec<&Launch> = plan.setup.iter().collect();
+    let bufs = upload_and_run(lib, plan, &setup, main.stream)?;
+    let step_fn = lib.function(plan.step.entry)?;
+    Ok(Prepared {
+        kernel: kernel.name.to_string(),
+        sms,
+        ctx: main.ctx,
+        geometry: Geometry {
+            blocks: plan.step.blocks(),
+            blocks_per_sm: occupancy(step_fn, plan.step.threads_per_block(), 0)?,
+        },
+        step: plan.step.clone(),
+        step_fn,
+        bufs,
+    })
+}
+
 /// The memory stressor running on the complementary SMs until dropped.
 struct Stressor<'a> {
     rest: &'a GreenContext,
-    flag: MappedFlag,
-    _buf: DeviceBuffer,
+    stop: &'a MappedFlag,
+    buf: Option<DeviceBuffer>,
 }
 
 impl<'a> Stressor<'a> {
     fn start(
         rest: &'a GreenContext,
         support: &Library,
-        back_to: sys::CUcontext,
+        stop: &'a MappedFlag,
     ) -> Result<Self, GpuError> {
-        set_current(rest.ctx)?;
-        let flag = MappedFlag::new()?;
-        let buf = DeviceBuffer::alloc(STRESSOR_BYTES)?;
-        let func = support.function("wcetd_stressor")?;
-        let blocks = occupancy(func, 256)?.max(1) * rest.sms;
-        let mut params = [
-            Param::Ptr(buf.ptr),
-            Param::U64((STRESSOR_BYTES / 16) as u64),
-            Param::Ptr(flag.device),
-            Param::U64(STRESSOR_MAX_NS),
-        ];
+        let _current = Current::push(rest.ctx)?;
+        stop.set(0);
         let stressor = Stressor {
             rest,
-            flag,
-            _buf: buf,
+            stop,
+            buf: Some(DeviceBuffer::alloc(STRESSOR_BYTES)?),
         };
-        launch(func, [blocks, 1, 1], [256, 1, 1], rest.stream, &mut params)?;
-        set_current(back_to)?;
+        let func = support.function("wcetd_stressor")?;
+        let blocks = occupancy(func, 256, 0)?.max(1) * rest.sms;
+        let mut params = [
+            Param::Ptr(stressor.buf.as_ref().map_or(0, |b| b.ptr)),
+            Param::U64((STRESSOR_BYTES / 16) as u64),
+            Param::Ptr(stop.device),
+            Param::U64(STRESSOR_MAX_NS),
+        ];
+        let shape = Shape::new([blocks, 1, 1], [256, 1, 1]);
+        if let Err(e) = launch(func, shape, rest.stream, &mut params) {
+            stressor.stop.set(1);
+            return Err(e);
+        }
         Ok(stressor)
     }
 }
 
 impl Drop for Stressor<'_> {
     fn drop(&mut self) {
-        self.flag.set(1);
-        // The buffer and flag must outlive the kernel and are freed in the context they came from.
+        self.stop.set(1);
+        // The buffer must outlive the kernel and is freed in the context it came from.
+        let _current = Current::push(self.rest.ctx);
         let _ = sync_stream(self.rest.stream);
-        let _ = set_current(self.rest.ctx);
+        self.buf = None;
     }
+}
+
+/// How each timed launch is held until the host has enqueued it.
+enum Hold<'a> {
+    Latch(&'a MappedFlag),
+    Gate(sys::CUfunction),
 }
 
 /// Time `launches` launches of the step after `warmup` untimed ones, one in flight at a time.
 fn time_step(
-    step: sys::CUfunction,
-    gate: sys::CUfunction,
-    l: &Launch,
-    bufs: &[DeviceBuffer],
+    prepared: &Prepared,
     stream: sys::CUstream,
-    request: &RunRequest,
+    hold: &Hold<'_>,
+    warmup: u32,
+    launches: u32,
 ) -> Result<Vec<u64>, GpuError> {
-    let funcs: Functions = [(l.entry, step)].into();
     let (start, stop) = (Event::new()?, Event::new()?);
-    let mut times = Vec::with_capacity(request.launches as usize);
-    for i in 0..request.warmup + request.launches {
-        launch(
-            gate,
-            [1, 1, 1],
-            [1, 1, 1],
-            stream,
-            &mut [Param::U64(GATE_NS)],
-        )?;
+    let mut times = Vec::with_capacity(launches as usize);
+    if let Hold::Latch(flag) = hold {
+        flag.set(0);
+    }
+    for i in 0..warmup + launches {
+        match hold {
+            Hold::Latch(flag) => flag.wait_on(stream, i + 1)?,
+            Hold::Gate(gate) => launch(
+                *gate,
+                Shape::new([1, 1, 1], [1, 1, 1]),
+                stream,
+                &mut [Param::U64(GATE_NS)],
+            )?,
+        }
         start.record(stream)?;
-        run_one(&funcs, l, bufs, stream)?;
+        run_one(prepared.step_fn, &prepared.step, &prepared.bufs, stream)?;
         stop.record(stream)?;
+        if let Hold::Latch(flag) = hold {
+            flag.set(i as i32 + 1);
+        }
         stop.synchronize()?;
-        if i >= request.warmup {
+        if i >= warmup {
             times.push(stop.ns_since(&start)?);
         }
     }
     Ok(times)
+}
+
+impl CudaGpu {
+    fn run_batch(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
+        if !suite::ENTRY_POINTS.iter().any(|(k, _)| *k == kernel.name) {
+            return Err(GpuError::UnsupportedKernel(kernel.name.to_string()));
+        }
+        let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
+        let session = &mut self.session;
+        let ready = session
+            .prepared
+            .as_ref()
+            .is_some_and(|p| p.kernel == kernel.name && p.sms == request.sms);
+        if !ready {
+            session.prepared = None;
+            let prepared = prepare(session, dev, total, target, kernel, request.sms)?;
+            session.prepared = Some(prepared);
+        }
+        library(&mut session.libraries, SUPPORT, SUPPORT_SOURCE, target)?;
+        let support = &session.libraries[SUPPORT];
+        let part = partition(&mut session.partitions, dev, request.sms, total)?;
+        let prepared = session.prepared.as_ref().expect("prepared above");
+        let gate;
+        let hold = match &session.latch {
+            Some(flag) => Hold::Latch(flag),
+            None => {
+                let _current = Current::push(part.main.ctx)?;
+                gate = support.function("wcetd_gate")?;
+                Hold::Gate(gate)
+            }
+        };
+        let rest = match request.interference {
+            Interference::Contended => part.rest.as_ref().filter(|r| r.sms > 0),
+            Interference::Isolated => None,
+        };
+        let stressor = match rest {
+            Some(rest) => Some(Stressor::start(rest, support, &session.stop)?),
+            None => None,
+        };
+        let _current = Current::push(part.main.ctx)?;
+        let warmup = request.warmup.max(1);
+        let (times, telemetry) = self
+            .monitor
+            .during(|| time_step(prepared, part.main.stream, &hold, warmup, request.launches));
+        drop(stressor);
+        Ok(Batch {
+            times_ns: times?,
+            granted_sms: part.main.sms,
+            geometry: Some(prepared.geometry),
+            telemetry,
+            interference: if rest.is_some() {
+                Interference::Contended
+            } else {
+                Interference::Isolated
+            },
+            stressor_sms: rest.map_or(0, |r| r.sms),
+        })
+    }
+}
+
+/// What a failed batch leaves behind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Recovery {
+    /// A sticky fault poisoned the context: reset the device and drop every cached handle.
+    ResetDevice,
+    /// The driver refused stream memory operations: time with the gate kernel from now on.
+    UseGate,
+    /// Anything else: drop the prepared problem so the next batch starts it afresh.
+    DropPrepared,
+}
+
+pub(super) fn recovery_for(error: &GpuError) -> Recovery {
+    match error {
+        GpuError::Fault(_) => Recovery::ResetDevice,
+        GpuError::Driver {
+            call: "cuStreamWaitValue32",
+            ..
+        } => Recovery::UseGate,
+        _ => Recovery::DropPrepared,
+    }
 }
 
 impl Gpu for CudaGpu {
@@ -154,53 +327,59 @@ impl Gpu for CudaGpu {
 
     fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
         self.check_partition(request.sms)?;
-        if !suite::ENTRY_POINTS.iter().any(|(k, _)| *k == kernel.name) {
-            return Err(GpuError::UnsupportedKernel(kernel.name.to_string()));
-        }
-        self.library(SUPPORT, SUPPORT_SOURCE)?;
-        self.library(kernel.name, kernel.source)?;
-        let (dev, total) = (self.dev, self.info.total_sms);
-        let part = super::partition(&mut self.partitions, dev, request.sms, total)?;
-        let (lib, support) = (&self.libraries[kernel.name], &self.libraries[SUPPORT]);
-        set_current(part.main.ctx)?;
-        verify(lib, kernel, part.main.stream)?;
-
-        let plan = suite::plan(kernel.name, kernel.problem_size, kernel.input_seed, false)?;
-        let funcs = functions(lib, &plan)?;
-        let bufs = upload(&plan)?;
-        for l in &plan.setup {
-            run_one(&funcs, l, &bufs, part.main.stream)?;
-        }
-        sync_stream(part.main.stream)?;
-        let step = funcs[plan.step.entry];
-        let geometry = Geometry {
-            blocks: plan.step.blocks(),
-            blocks_per_sm: occupancy(step, plan.step.threads_per_block())?,
-        };
-        let gate = support.function("wcetd_gate")?;
-
-        let telemetry_before = self.monitor.read();
-        let stressor = match (request.interference, &part.rest) {
-            (Interference::Contended, Some(rest)) => {
-                Some(Stressor::start(rest, support, part.main.ctx)?)
+        let mut result = self.run_batch(kernel, request);
+        if let Err(e) = &result {
+            match recovery_for(e) {
+                Recovery::ResetDevice => {
+                    if let Err(reset) = self.recover() {
+                        tracing::error!("resetting the device after a fault failed: {reset}");
+                    }
+                }
+                Recovery::UseGate => {
+                    tracing::warn!("{e}; holding launches with the gate kernel instead");
+                    self.session.latch = None;
+                    self.session.prepared = None;
+                    result = self.run_batch(kernel, request);
+                }
+                Recovery::DropPrepared => self.session.prepared = None,
             }
-            _ => None,
-        };
-        let times = time_step(step, gate, &plan.step, &bufs, part.main.stream, request);
-        drop(stressor);
-        set_current(part.main.ctx)?;
-        drop(bufs);
-        let times_ns = times?;
-        Ok(Batch {
-            times_ns,
-            granted_sms: part.main.sms,
-            geometry: Some(geometry),
-            telemetry_before,
-            telemetry_after: self.monitor.read(),
-        })
+        }
+        self.evict_idle_partitions(request.sms);
+        result
     }
 
     fn telemetry(&mut self) -> Telemetry {
         self.monitor.read()
+    }
+
+    fn placement(&self) -> &[crate::gpu::PlacementReport] {
+        &self.placement
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fault_resets_the_device_and_other_errors_only_drop_the_problem() {
+        assert_eq!(
+            recovery_for(&GpuError::Fault("Xid 79".into())),
+            Recovery::ResetDevice
+        );
+        assert_eq!(
+            recovery_for(&GpuError::Driver {
+                call: "cuStreamWaitValue32",
+                detail: "CUDA_ERROR_NOT_SUPPORTED".into()
+            }),
+            Recovery::UseGate
+        );
+        assert_eq!(
+            recovery_for(&GpuError::WrongResult {
+                kernel: "lud".into(),
+                detail: "x".into()
+            }),
+            Recovery::DropPrepared
+        );
     }
 }

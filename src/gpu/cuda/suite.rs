@@ -49,6 +49,28 @@ impl HostBuf {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    pub fn as_ptr(&self) -> *const std::ffi::c_void {
+        match self {
+            HostBuf::F32(v) => v.as_ptr().cast(),
+            HostBuf::I32(v) => v.as_ptr().cast(),
+        }
+    }
+
+    pub fn as_mut_ptr(&mut self) -> *mut std::ffi::c_void {
+        match self {
+            HostBuf::F32(v) => v.as_mut_ptr().cast(),
+            HostBuf::I32(v) => v.as_mut_ptr().cast(),
+        }
+    }
+
+    /// A zeroed buffer of this one's type holding `bytes` bytes (rounded down to whole elements).
+    pub fn zeroed(&self, bytes: usize) -> HostBuf {
+        match self {
+            HostBuf::F32(_) => HostBuf::F32(vec![0.0; bytes / 4]),
+            HostBuf::I32(_) => HostBuf::I32(vec![0; bytes / 4]),
+        }
+    }
 }
 
 /// A kernel argument: a device buffer (by index into [`Plan::buffers`]) or a scalar.
@@ -115,6 +137,7 @@ pub fn check_size(kernel: &str) -> u32 {
     match kernel {
         "bfs" => 4096,
         "backprop" => 1024,
+        "needle" => 4,
         _ => 64,
     }
 }
@@ -123,7 +146,7 @@ pub fn check_size(kernel: &str) -> u32 {
 pub fn plan(kernel: &str, size: u32, seed: u64, reference: bool) -> Result<Plan, GpuError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv(kernel.as_bytes()));
     let plan = match kernel {
-        "needle" => needle(round_up(size, TILE), &mut rng, reference),
+        "needle" => needle(size.max(1), &mut rng, reference),
         "backprop" => backprop(round_up(size, TILE), &mut rng, reference),
         "gaussian" => gaussian(size.max(2), &mut rng, reference),
         "bfs" => bfs(size.max(2), &mut rng, reference),
@@ -260,8 +283,22 @@ pub fn needle_reference(n: u32, reference: &[i32], score: &[i32]) -> Vec<i32> {
     s
 }
 
-fn needle(n: u32, rng: &mut ChaCha8Rng, reference: bool) -> Plan {
-    let (sim, score) = needle_inputs(n, rng);
+/// Length of each aligned sequence: needle's problem size is the number of pairs.
+pub const NW_LEN: u32 = 64;
+
+fn needle(pairs: u32, rng: &mut ChaCha8Rng, reference: bool) -> Plan {
+    let n = NW_LEN;
+    let cells = (n as usize + 1).pow(2) * pairs as usize;
+    let (mut sims, mut scores) = (Vec::with_capacity(cells), Vec::with_capacity(cells));
+    let mut expected = Vec::new();
+    for _ in 0..pairs {
+        let (sim, score) = needle_inputs(n, rng);
+        if reference {
+            expected.extend(needle_reference(n, &sim, &score));
+        }
+        sims.extend(sim);
+        scores.extend(score);
+    }
     let tiles = n / TILE;
     let diag = |d: u32| {
         let first = d.saturating_sub(tiles - 1);
@@ -269,20 +306,20 @@ fn needle(n: u32, rng: &mut ChaCha8Rng, reference: bool) -> Plan {
         let args = vec![Arg::Buf(1), Arg::Buf(0), i(n), Arg::I32(NW_PENALTY), i(d)];
         Launch::new(
             "needle_tile_diagonal",
-            [last - first + 1, 1, 1],
+            [last - first + 1, pairs, 1],
             [TILE, 1, 1],
             args,
         )
     };
     let checks = if reference {
-        vec![exact(1, HostBuf::I32(needle_reference(n, &sim, &score)))]
+        vec![exact(1, HostBuf::I32(expected))]
     } else {
         Vec::new()
     };
     Plan {
         kernel: "needle",
-        size: n,
-        buffers: vec![HostBuf::I32(sim), HostBuf::I32(score)],
+        size: pairs,
+        buffers: vec![HostBuf::I32(sims), HostBuf::I32(scores)],
         setup: (0..tiles - 1).map(diag).collect(),
         step: diag(tiles - 1),
         finish: (tiles..2 * tiles - 1).map(diag).collect(),

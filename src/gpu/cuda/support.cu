@@ -60,3 +60,9 @@ extern "C" __global__ void wcetd_gate(unsigned long long spin_ns)
         asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
     } while (now - start < spin_ns);
 }
+
+// Executes `trap`: a sticky device fault, for testing that the backend recovers from one.
+extern "C" __global__ void wcetd_trap()
+{
+    asm volatile("trap;");
+}

@@ -47,11 +47,10 @@ fn every_kernel_source_defines_its_entry_points() {
 }
 
 /// Runs wherever libnvrtc can be loaded (no GPU needed): every source compiles to PTX with the
-/// entry points the plans launch.
+/// entry points the plans launch, and to a CUBIN for Hopper.
 #[test]
 fn kernel_sources_compile_with_nvrtc_when_it_is_installed() {
-    // SAFETY: only tries to dlopen libnvrtc.
-    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+    if !nvrtc::available() {
         eprintln!("libnvrtc not found; skipping the compile check");
         return;
     }
@@ -61,7 +60,11 @@ fn kernel_sources_compile_with_nvrtc_when_it_is_installed() {
         .collect();
     sources.push((SUPPORT.to_string(), SUPPORT_SOURCE));
     for (name, source) in sources {
-        let ptx = compile(&name, source, Some("compute_90")).unwrap_or_else(|e| panic!("{e}"));
+        let nvrtc::Image::Ptx(ptx) =
+            nvrtc::compile(&name, source, nvrtc::Target::Ptx(90)).unwrap_or_else(|e| panic!("{e}"))
+        else {
+            panic!("asked for PTX")
+        };
         let entries = suite::ENTRY_POINTS
             .iter()
             .find(|(k, _)| *k == name)
@@ -73,46 +76,85 @@ fn kernel_sources_compile_with_nvrtc_when_it_is_installed() {
                 "{name}: no entry {entry} in PTX"
             );
         }
+        let cubin = nvrtc::compile(&name, source, nvrtc::Target::Cubin(90)).unwrap();
+        assert!(matches!(cubin, nvrtc::Image::Cubin(ref b) if b.starts_with(b"\x7fELF")));
     }
 }
 
-#[test]
-fn nvrtc_architectures_cover_hopper() {
-    assert_eq!(nvrtc_arch(9, 0), Some("compute_90"));
-    assert_eq!(nvrtc_arch(3, 5), None);
-}
-
-/// The whole path on a real GPU: `cargo test -- --ignored real_gpu`.
+/// The whole path on a real GPU: `cargo test -- --ignored real_gpu` (or the carried test binary
+/// with `real_gpu --ignored --nocapture`). Prints what it saw, for the hardware notes.
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn real_gpu_end_to_end() {
     let mut gpu = CudaGpu::open(0).expect("a CUDA device");
     let info = gpu.info().clone();
     eprintln!("{info:?}");
+    eprintln!("nvrtc {:?}, target {:?}", nvrtc::version(), gpu.target);
     assert_eq!(info.partition_sizes.last(), Some(&info.total_sms));
-    let smallest = info.partition_sizes[0];
-    let report = gpu.probe_placement(smallest).unwrap();
-    assert!(report.confirmed(), "{report:?}");
+    assert!(info.unusable_sizes.is_empty(), "{:?}", info.unusable_sizes);
+    assert_ne!(info.fingerprint.clock_policy, "unknown");
+    assert_ne!(info.fingerprint.driver, "unknown");
+    for report in gpu.placement() {
+        assert_eq!(report.problem(), None, "{report:?}");
+    }
+    assert_eq!(gpu.placement().len(), info.partition_sizes.len());
+    assert!(
+        gpu.session.latch.is_some(),
+        "the host-released latch is in use"
+    );
+
+    let (smallest, whole) = (info.partition_sizes[0], info.total_sms);
+    let below_whole = info.partition_sizes[info.partition_sizes.len() - 2];
     for kernel in kernels::builtin_suite() {
-        for interference in [Interference::Isolated, Interference::Contended] {
+        for (sms, interference, applied) in [
+            (smallest, Interference::Contended, Interference::Contended),
+            (smallest, Interference::Isolated, Interference::Isolated),
+            (
+                below_whole,
+                Interference::Contended,
+                Interference::Contended,
+            ),
+            (whole, Interference::Contended, Interference::Isolated),
+            (whole, Interference::Isolated, Interference::Isolated),
+        ] {
             let request = RunRequest {
-                sms: smallest,
+                sms,
                 warmup: 2,
-                launches: 5,
+                launches: 20,
                 interference,
             };
             let batch = gpu
                 .run(&kernel, &request)
-                .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
-            assert_eq!(batch.times_ns.len(), 5);
-            assert!(
-                batch.times_ns.iter().all(|&t| t > 0),
-                "{}: {:?}",
+                .unwrap_or_else(|e| panic!("{} at {sms}: {e}", kernel.name));
+            let again = gpu
+                .run(&kernel, &request)
+                .expect("a second batch reuses the problem");
+            let mut times = batch.times_ns.clone();
+            times.extend(&again.times_ns);
+            times.sort_unstable();
+            eprintln!(
+                "{:<9} {sms:>3} SMs {interference:<9} -> {:<9} stressor {:>3}: median {:>9} ns, max {:>9} ns, clock {:?} MHz, {:?}",
                 kernel.name,
-                batch.times_ns
+                batch.interference,
+                batch.stressor_sms,
+                times[times.len() / 2],
+                times[times.len() - 1],
+                batch.telemetry.sm_clock_mhz,
+                batch.telemetry.throttle_reasons,
             );
-            assert_eq!(batch.granted_sms, smallest);
+            assert_eq!(batch.times_ns.len(), 20);
+            assert!(batch.times_ns.iter().all(|&t| t > 0));
+            assert_eq!(batch.granted_sms, sms);
+            assert_eq!(batch.interference, applied);
+            assert_eq!(batch.stressor_sms > 0, applied == Interference::Contended);
             assert!(batch.geometry.unwrap().blocks_per_sm > 0);
+            if sms == whole && interference == Interference::Isolated {
+                assert!(
+                    times[times.len() / 2] >= 10_000,
+                    "{}: the timed step must take at least 10 µs on the whole device",
+                    kernel.name
+                );
+            }
         }
     }
     assert!(matches!(
@@ -127,4 +169,19 @@ fn real_gpu_end_to_end() {
         ),
         Err(GpuError::InvalidPartition { .. })
     ));
+
+    // A sticky fault resets the device, and the next batch runs.
+    let fault = gpu.inject_fault();
+    eprintln!("injected fault: {fault:?}");
+    assert!(matches!(fault, Err(GpuError::Fault(_))), "{fault:?}");
+    let after = gpu.run(
+        &kernels::find("hotspot").unwrap(),
+        &RunRequest {
+            sms: smallest,
+            warmup: 1,
+            launches: 5,
+            interference: Interference::Isolated,
+        },
+    );
+    assert!(after.is_ok(), "after the reset: {after:?}");
 }

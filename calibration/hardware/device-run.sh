@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# What ran on the lent GPU machine (which has no Rust toolchain and no dbus-daemon): release
+# binaries built here and stripped into $BIN (default .device), dbus-daemon and its libraries in
+# $BIN/dbus, results under $OUT. Every step has its own time limit, so one hang cannot take the
+# rest of the call with it. Usage: device-run.sh check|campaign NAME|daemon
+set -u
+BIN=${BIN:-.device}
+OUT=${OUT:?OUT must name the results directory}
+export PATH="$PWD/$BIN/dbus:$PATH" RUST_LOG=${RUST_LOG:-info} NO_COLOR=1
+
+step() { echo "=== $* ($(date -u +%H:%M:%S))"; }
+
+case ${1:-} in
+check)
+    step "device"
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.applications.graphics,temperature.gpu,power.draw,persistence_mode --format=csv
+    step "real_gpu test"
+    timeout 240 "$BIN/libtest" real_gpu --ignored --nocapture --test-threads 1
+    echo "real_gpu rc=$?"
+    step "placement probe"
+    timeout 60 "$BIN/wcetctl" probe --backend cuda
+    timeout 60 "$BIN/wcetctl" --json probe --backend cuda > "$OUT/placement.json"
+    ;;
+campaign)
+    name=${2:?campaign needs a name}
+    step "campaign $name"
+    # Contended launches at small partitions take tens of milliseconds each (the stressor starves
+    # them of memory bandwidth), so contended sweeps name fewer sizes and launches.
+    timeout "${LIMIT:-300}" "$BIN/wcetctl" campaign --backend cuda --launches "${LAUNCHES:-1000}" \
+        --interference "${INTERFERENCE:-isolated}" ${SIZES:+--sizes "$SIZES"} \
+        --out "/tmp/$name" 2>&1 | tr '\r' '\n' | grep -v '^\s*$' | tail -3
+    echo "campaign rc=${PIPESTATUS[0]}"
+    nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv
+    tar czf "$OUT/$name.tar.gz" -C /tmp "$name"
+    ;;
+daemon)
+    step "wcetd --backend cuda"
+    state=/tmp/wcetd-state
+    rm -rf "$state"; mkdir -p "$state"
+    # A shorter screen and heavy-tail campaign than the defaults, to fit the lease.
+    "$BIN/wcetd" --backend cuda --state-dir "$state" --screen-launches 500 \
+        --heavy-tail-launches 1000 > "$OUT/wcetd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [ -s "$state/bus-address" ] && break; sleep 0.1; done
+    ctl() { timeout 60 "$BIN/wcetctl" --state-dir "$state" "$@"; }
+    ctl status
+    # The initial calibration is job 1; wait for it by recalibrating nothing else: poll status.
+    for _ in $(seq 200); do
+        ctl status 2>/dev/null | grep -q "not calibrated\|calibrating" || break
+        sleep 1
+    done
+    ctl status
+    for k in $(ctl list); do ctl curve "$k"; done
+    ctl --json bound hotspot 64
+    kill "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    tail -5 "$OUT/wcetd.log"
+    ;;
+*)
+    echo "usage: $0 check|campaign NAME|daemon" >&2
+    exit 2
+    ;;
+esac
