@@ -35,7 +35,8 @@ pub fn fit_csv(
     Ok(out)
 }
 
-/// Every built-in kernel at every partition size of a simulated device: `launches` samples each.
+/// Every kernel of a simulated device's profile (the built-in suite, or foreign shapes) at every
+/// partition size: `launches` samples each.
 pub fn simulate(
     profile: &DeviceProfile,
     seed: u64,
@@ -51,7 +52,7 @@ pub fn simulate(
     );
     let mut set = SampleSet::new();
     let mut geometry = BTreeMap::new();
-    for kernel in kernels::builtin_suite() {
+    for kernel in profile.kernels.keys().map(|name| kernels::simulated(name)) {
         for &sms in &gpu.info().partition_sizes.clone() {
             let mut times = Vec::with_capacity(launches as usize);
             while times.len() < launches as usize {

@@ -46,7 +46,9 @@ fn physics() -> impl Strategy<Value = KernelPhysics> {
                         tail_alpha: alpha,
                         tail_scale: scale,
                         tail_cap: cap,
+                        additive_ns: 0.0,
                     },
+                    ..KernelPhysics::default()
                 }
             },
         )
