@@ -84,6 +84,9 @@ pub struct KernelCampaign {
     pub kernel: String,
     pub geometry: Option<Geometry>,
     pub sizes: BTreeMap<PartitionSize, SizeRecord>,
+    /// A few launches at sizes not measured in full (the calibration's verification sweep).
+    #[serde(default)]
+    pub verified: BTreeMap<PartitionSize, SizeRecord>,
     pub environment: EnvironmentStamp,
 }
 
@@ -122,6 +125,7 @@ pub fn run_campaign(
         kernel: kernel.name.to_string(),
         geometry: None,
         sizes: BTreeMap::new(),
+        verified: BTreeMap::new(),
         environment: stamp(gpu, settings.interference),
     };
     let mut telemetry = Vec::new();
@@ -194,6 +198,46 @@ pub fn extend_campaign(
             &mut at_size,
         )?;
         done += (record.times_ns.len() as u64).saturating_sub(before);
+    }
+    finish_stamp(&mut campaign.environment, &telemetry);
+    Ok(())
+}
+
+/// Time `launches` launches at each of `sizes` into `campaign.verified` (the verification sweep:
+/// a few launches at sizes not measured in full).
+#[allow(clippy::too_many_arguments)]
+pub fn verify_sizes(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    settings: &CampaignSettings,
+    campaign: &mut KernelCampaign,
+    sizes: &[PartitionSize],
+    launches: u32,
+    cancel: &AtomicBool,
+    progress: Progress<'_>,
+) -> Result<(), MeasureError> {
+    let planned = sizes.len() as u64 * u64::from(launches);
+    let mut telemetry = Vec::new();
+    for (i, &sms) in sizes.iter().enumerate() {
+        let done = i as u64 * u64::from(launches);
+        let record = campaign.verified.entry(sms).or_insert(SizeRecord {
+            granted_sms: sms,
+            times_ns: Vec::new(),
+            batches: 0,
+            throttled_batches: 0,
+        });
+        let target = Target { sms, launches };
+        let mut at_size = |n: u64| progress(done + n, planned);
+        measure_size(
+            gpu,
+            kernel,
+            target,
+            settings,
+            record,
+            cancel,
+            &mut telemetry,
+            &mut at_size,
+        )?;
     }
     finish_stamp(&mut campaign.environment, &telemetry);
     Ok(())

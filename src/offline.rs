@@ -25,6 +25,7 @@ pub fn fit_csv(
         let obs = Observations {
             geometry: geometry.get(kernel).copied(),
             by_size: by_size.clone(),
+            ..Observations::default()
         };
         let table = method::bound_table(&obs, sizes, method, config)
             .with_context(|| format!("kernel {kernel}"))?;
@@ -95,11 +96,20 @@ pub fn evaluate_all(
         let obs = Observations {
             geometry: geometry.get(kernel).copied(),
             by_size: by_size.clone(),
+            ..Observations::default()
         };
         let chosen = sizes.choose(&obs.truncated(budget.launches));
-        let obs = evaluate::campaign_view(&obs, &chosen, budget, config);
+        let view = evaluate::campaign_view(&obs, &chosen, budget, config);
+        // The daemon's own method gets its verification sweep; the published strategies are
+        // run as published, on the planner's sizes alone.
+        let swept = (budget.sweep_launches > 0)
+            .then(|| evaluate::with_sweep(&obs, view.clone(), budget, config));
         for &m in methods {
-            out.push(evaluate::evaluate(kernel, &obs, held, &chosen, m, config));
+            let (obs, sizes) = match (&swept, m) {
+                (Some((o, s)), Method::Wcetd) => (o, s.as_slice()),
+                _ => (&view, chosen.as_slice()),
+            };
+            out.push(evaluate::evaluate(kernel, obs, held, sizes, m, config));
         }
     }
     out

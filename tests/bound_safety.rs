@@ -78,7 +78,11 @@ fn observe(physics: KernelPhysics, seed: u64, sizes: &[u32], launches: u32) -> O
         geometry = batch.geometry;
         by_size.insert(sms, batch.times_ns);
     }
-    Observations { geometry, by_size }
+    Observations {
+        geometry,
+        by_size,
+        ..Observations::default()
+    }
 }
 
 proptest! {

@@ -248,7 +248,7 @@ impl KernelPhysics {
             1.0 + h.height * (-0.5 * ((m - h.center_sms) / h.width_sms).powi(2)).exp()
         });
         let gpc = e.gpc_imbalance.as_ref().map_or(1.0, |g| {
-            if sms % g.sms_per_gpc.max(1) == 0 {
+            if sms.is_multiple_of(g.sms_per_gpc.max(1)) {
                 1.0
             } else {
                 1.0 + g.penalty
