@@ -249,13 +249,14 @@ fn wcetd_notes(
         None => notes.push("no law validated; step envelope between measured sizes".into()),
     }
     if medians.len() == 3 {
+        // One left-out size cannot tell a law that holds from one that happened to pass near it.
         notes.push(match validated {
-            Some(v) if v.fitted.law.has_free_shape(v.fitted.geometry) => format!(
-                "three measured sizes cannot place the knee or onset of {}: between them the bound stays within the measured neighbours",
-                v.fitted.law
+            Some(v) if v.error <= THREE_SIZE_TRUST => format!(
+                "three measured sizes: law {} predicted the left-out size within {:.1}%",
+                v.fitted.law,
+                v.error * 100.0
             ),
-            Some(_) => "three measured sizes: the law was validated on a single left-out size".into(),
-            None => "three measured sizes do not determine the shape: step envelope between them".into(),
+            _ => "three measured sizes cannot determine this kernel's shape: between them the bound is the envelope of the measured neighbours (clamped law or step), not a law".into(),
         });
     }
     if !monotone {
@@ -423,6 +424,9 @@ impl Shape<'_> {
         }
     }
 }
+
+/// Leave-one-out error up to which a law validated on three sizes is said to fit the shape.
+const THREE_SIZE_TRUST: f64 = 0.05;
 
 /// Factor on a law's increments in [`Shape::decomposition_cap`]: slopes fitted to five sizes may
 /// be misjudged by a third.
