@@ -186,8 +186,10 @@ fn sweep(
         let Some(worst) = found.first() else {
             return Ok(notes);
         };
-        let record = campaign.verified[&worst.sms].clone();
-        campaign.sizes.insert(worst.sms, record);
+        // Its verification launches become the first of its full measurement.
+        if let Some(record) = campaign.verified.remove(&worst.sms) {
+            campaign.sizes.insert(worst.sms, record);
+        }
         let added = [worst.sms];
         measure::extend_campaign(
             gpu,

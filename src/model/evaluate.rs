@@ -191,6 +191,7 @@ pub fn with_sweep(
     let full = view.by_size.values().map(Vec::len).min().unwrap_or(0);
     while let Ok(found) = super::verify::disagreements(&view, &all, config) {
         let Some(worst) = found.first() else { break };
+        view.verified.remove(&worst.sms);
         let samples = &calibration.by_size[&worst.sms];
         view.by_size
             .insert(worst.sms, samples[..samples.len().min(full)].to_vec());
