@@ -1,19 +1,86 @@
-//! How long a full-suite calibration takes on the CUDA device: every kernel at every realisable
-//! partition size, 200 timed launches each. Without a GPU it says it skipped and exits 0.
+//! How long calibrating the suite takes.
+//!
+//! On the simulator (always): the daemon's own calibration (`calibrate_kernel`) of every
+//! built-in kernel on the H200 profile, three ways: every size measured (the default budget),
+//! the planner's sizes with the verification sweep (`--calibration-budget 0`), and the planner's
+//! sizes alone (the sweep off). It prints the launches and the GPU time they stand for (the sum
+//! of the simulated launch times, which is what a real device would spend), and the wall time.
+//!
+//! On the CUDA device, when there is one: every kernel at every realisable partition size, 200
+//! timed launches each.
 
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+use wcetd::calibrate::{calibrate_kernel, Recipe, Sweep};
 use wcetd::gpu::cuda::CudaGpu;
+use wcetd::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use wcetd::gpu::{Gpu, Interference, RunRequest};
 use wcetd::kernels;
 
 const LAUNCHES: u32 = 200;
 
+fn simulated() {
+    let ways = [
+        ("every size (default budget)", Sweep::default()),
+        (
+            "planner + sweep (budget 0)",
+            Sweep {
+                budget_s: 0.0,
+                ..Sweep::default()
+            },
+        ),
+        (
+            "planner alone (sweep off)",
+            Sweep {
+                enabled: false,
+                budget_s: 0.0,
+                ..Sweep::default()
+            },
+        ),
+    ];
+    println!(
+        "{:<30} {:>8} {:>10} {:>14} {:>9}",
+        "simulated H200 suite", "sizes", "launches", "gpu_time_s", "wall_s"
+    );
+    for (label, sweep) in ways {
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let recipe = Recipe {
+            sweep,
+            ..Recipe::default()
+        };
+        let started = Instant::now();
+        let (mut sizes, mut launches, mut gpu_ns) = (0usize, 0usize, 0u128);
+        for kernel in kernels::builtin_suite() {
+            let cal = calibrate_kernel(
+                &mut gpu,
+                &kernel,
+                &recipe,
+                &AtomicBool::new(false),
+                &mut |_| {},
+            )
+            .expect("simulated calibration");
+            let c = &cal.campaign;
+            sizes += c.sizes.len();
+            for r in c.sizes.values().chain(c.verified.values()) {
+                launches += r.times_ns.len();
+                gpu_ns += r.times_ns.iter().map(|&t| u128::from(t)).sum::<u128>();
+            }
+        }
+        println!(
+            "{label:<30} {sizes:>8} {launches:>10} {:>14.2} {:>9.2}",
+            gpu_ns as f64 * 1e-9,
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 fn main() {
+    simulated();
     let mut gpu = match CudaGpu::open(0) {
         Ok(gpu) => gpu,
         Err(e) => {
-            println!("calibration_time: skipped, no CUDA device available ({e})");
+            println!("calibration_time: CUDA part skipped, no CUDA device available ({e})");
             return;
         }
     };

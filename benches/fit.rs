@@ -37,7 +37,11 @@ fn dataset() -> Vec<Observations> {
                 geometry = batch.geometry;
                 by_size.insert(sms, batch.times_ns);
             }
-            out.push(Observations { geometry, by_size });
+            out.push(Observations {
+                geometry,
+                by_size,
+                ..Observations::default()
+            });
             if out.len() == 100 {
                 return out;
             }

@@ -103,6 +103,19 @@ pub fn find(name: &str) -> Option<KernelSpec> {
     builtin_suite().into_iter().find(|k| k.name == name)
 }
 
+/// A kernel known only to the simulator (a profile's foreign shape): the built-in one of that
+/// name, or a spec with no source. Offline tools ask for a handful per run, so the name is
+/// leaked to give it the catalogue's `'static` lifetime.
+pub fn simulated(name: &str) -> KernelSpec {
+    find(name).unwrap_or_else(|| KernelSpec {
+        name: Box::leak(name.to_string().into_boxed_str()),
+        summary: "simulated kernel from a device profile",
+        source: "",
+        problem_size: 0,
+        input_seed: 0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -71,6 +71,20 @@ pub struct SizeRecord {
     pub stressor_sms: u32,
 }
 
+impl SizeRecord {
+    /// Nothing measured yet at `sms`.
+    pub fn empty(sms: PartitionSize) -> Self {
+        SizeRecord {
+            granted_sms: sms,
+            times_ns: Vec::new(),
+            batches: 0,
+            throttled_batches: 0,
+            contended_batches: 0,
+            stressor_sms: 0,
+        }
+    }
+}
+
 /// The conditions a campaign ran under.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EnvironmentStamp {
@@ -91,6 +105,9 @@ pub struct KernelCampaign {
     pub kernel: String,
     pub geometry: Option<Geometry>,
     pub sizes: BTreeMap<PartitionSize, SizeRecord>,
+    /// A few launches at sizes not measured in full (the calibration's verification sweep).
+    #[serde(default)]
+    pub verified: BTreeMap<PartitionSize, SizeRecord>,
     pub environment: EnvironmentStamp,
 }
 
@@ -129,20 +146,14 @@ pub fn run_campaign(
         kernel: kernel.name.to_string(),
         geometry: None,
         sizes: BTreeMap::new(),
+        verified: BTreeMap::new(),
         environment: stamp(gpu, settings.interference),
     };
     let mut telemetry = Vec::new();
     while let Some(sms) = next_size(&campaign) {
         let done = campaign.sizes.len() as u64 * u64::from(settings.launches);
         let mut at_size = |n: u64| progress(done + n, planned);
-        let mut record = SizeRecord {
-            granted_sms: sms,
-            times_ns: Vec::new(),
-            batches: 0,
-            throttled_batches: 0,
-            contended_batches: 0,
-            stressor_sms: 0,
-        };
+        let mut record = SizeRecord::empty(sms);
         let target = Target {
             sms,
             launches: settings.launches,
@@ -203,6 +214,44 @@ pub fn extend_campaign(
             &mut at_size,
         )?;
         done += (record.times_ns.len() as u64).saturating_sub(before);
+    }
+    finish_stamp(&mut campaign.environment, &telemetry);
+    Ok(())
+}
+
+/// Time `launches` launches at each of `sizes` into `campaign.verified` (the verification sweep:
+/// a few launches at sizes not measured in full).
+#[allow(clippy::too_many_arguments)]
+pub fn verify_sizes(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    settings: &CampaignSettings,
+    campaign: &mut KernelCampaign,
+    sizes: &[PartitionSize],
+    launches: u32,
+    cancel: &AtomicBool,
+    progress: Progress<'_>,
+) -> Result<(), MeasureError> {
+    let planned = sizes.len() as u64 * u64::from(launches);
+    let mut telemetry = Vec::new();
+    for (i, &sms) in sizes.iter().enumerate() {
+        let done = i as u64 * u64::from(launches);
+        let record = campaign
+            .verified
+            .entry(sms)
+            .or_insert_with(|| SizeRecord::empty(sms));
+        let target = Target { sms, launches };
+        let mut at_size = |n: u64| progress(done + n, planned);
+        measure_size(
+            gpu,
+            kernel,
+            target,
+            settings,
+            record,
+            cancel,
+            &mut telemetry,
+            &mut at_size,
+        )?;
     }
     finish_stamp(&mut campaign.environment, &telemetry);
     Ok(())

@@ -25,6 +25,7 @@ pub fn fit_csv(
         let obs = Observations {
             geometry: geometry.get(kernel).copied(),
             by_size: by_size.clone(),
+            ..Observations::default()
         };
         let table = method::bound_table(&obs, sizes, method, config)
             .with_context(|| format!("kernel {kernel}"))?;
@@ -35,7 +36,8 @@ pub fn fit_csv(
     Ok(out)
 }
 
-/// Every built-in kernel at every partition size of a simulated device: `launches` samples each.
+/// Every kernel of a simulated device's profile (the built-in suite, or foreign shapes) at every
+/// partition size: `launches` samples each.
 pub fn simulate(
     profile: &DeviceProfile,
     seed: u64,
@@ -51,7 +53,7 @@ pub fn simulate(
     );
     let mut set = SampleSet::new();
     let mut geometry = BTreeMap::new();
-    for kernel in kernels::builtin_suite() {
+    for kernel in profile.kernels.keys().map(|name| kernels::simulated(name)) {
         for &sms in &gpu.info().partition_sizes.clone() {
             let mut times = Vec::with_capacity(launches as usize);
             while times.len() < launches as usize {
@@ -94,11 +96,20 @@ pub fn evaluate_all(
         let obs = Observations {
             geometry: geometry.get(kernel).copied(),
             by_size: by_size.clone(),
+            ..Observations::default()
         };
         let chosen = sizes.choose(&obs.truncated(budget.launches));
-        let obs = evaluate::campaign_view(&obs, &chosen, budget, config);
+        let view = evaluate::campaign_view(&obs, &chosen, budget, config);
+        // The daemon's own method gets its verification sweep; the published strategies are
+        // run as published, on the planner's sizes alone.
+        let swept = (budget.sweep_launches > 0)
+            .then(|| evaluate::with_sweep(&obs, view.clone(), budget, config));
         for &m in methods {
-            out.push(evaluate::evaluate(kernel, &obs, held, &chosen, m, config));
+            let (obs, sizes) = match (&swept, m) {
+                (Some((o, s)), Method::Wcetd) => (o, s.as_slice()),
+                _ => (&view, chosen.as_slice()),
+            };
+            out.push(evaluate::evaluate(kernel, obs, held, sizes, m, config));
         }
     }
     out

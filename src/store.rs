@@ -252,3 +252,66 @@ pub fn default_state_dir() -> PathBuf {
     let home = std::env::var_os("HOME").unwrap_or_else(|| "/tmp".into());
     PathBuf::from(home).join(".local/state/wcetd")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::calibrate::{calibrate_kernel, Recipe, Sweep};
+    use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
+    use crate::gpu::Gpu;
+    use std::sync::atomic::AtomicBool;
+
+    /// Remove every key named in `keys`, at any depth.
+    fn strip(v: &mut serde_json::Value, keys: &[&str]) {
+        match v {
+            serde_json::Value::Object(map) => {
+                map.retain(|k, _| !keys.contains(&k.as_str()));
+                map.values_mut().for_each(|x| strip(x, keys));
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|x| strip(x, keys)),
+            _ => {}
+        }
+    }
+
+    /// A store written before issue 13 (no verification sweep, no `top_sms`, the tail kind named
+    /// `exponential-envelope`) still loads.
+    #[test]
+    fn a_store_written_before_the_sweep_still_loads() {
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let recipe = Recipe {
+            sweep: Sweep {
+                budget_s: 0.0,
+                ..Sweep::default()
+            },
+            ..Recipe::default()
+        };
+        let kernel = crate::kernels::find("hotspot").unwrap();
+        let cal = calibrate_kernel(
+            &mut gpu,
+            &kernel,
+            &recipe,
+            &AtomicBool::new(false),
+            &mut |_| {},
+        )
+        .unwrap();
+        let mut all = Calibration::new(gpu.info().clone());
+        all.kernels.insert("hotspot".into(), cal);
+        let mut v = serde_json::to_value(&all).unwrap();
+        strip(
+            &mut v,
+            &["verified", "verified_samples", "top_sms", "per_size"],
+        );
+        let text = v
+            .to_string()
+            .replace("\"gpd-bounded\"", "\"exponential-envelope\"")
+            .replace("\"exponential-quantile\"", "\"exponential-envelope\"");
+        assert!(text.contains("exponential-envelope"));
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        std::fs::write(store.path_for(all.fingerprint()), text).unwrap();
+        let loaded = store.load(all.fingerprint()).expect("the old store loads");
+        let table = &loaded.kernels["hotspot"].table;
+        assert_eq!(table.entries.len(), 17);
+        assert!(table.entries.iter().all(|e| e.verified_samples == 0));
+    }
+}

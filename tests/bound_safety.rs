@@ -46,7 +46,9 @@ fn physics() -> impl Strategy<Value = KernelPhysics> {
                         tail_alpha: alpha,
                         tail_scale: scale,
                         tail_cap: cap,
+                        additive_ns: 0.0,
                     },
+                    ..KernelPhysics::default()
                 }
             },
         )
@@ -76,7 +78,11 @@ fn observe(physics: KernelPhysics, seed: u64, sizes: &[u32], launches: u32) -> O
         geometry = batch.geometry;
         by_size.insert(sms, batch.times_ns);
     }
-    Observations { geometry, by_size }
+    Observations {
+        geometry,
+        by_size,
+        ..Observations::default()
+    }
 }
 
 proptest! {

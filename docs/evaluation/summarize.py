@@ -1,43 +1,69 @@
-"""Pools `wcetctl --json evaluate` outputs (h*.json: H200, e*.json: embedded, k*.json: contended)
-in the current directory into the tables of docs/method.md."""
-import json,sys,glob,collections
+"""Pools `wcetctl --json evaluate` outputs in the current directory (written by run.sh) into the
+tables of docs/method.md. Prefixes: h (H200), e (embedded), k (H200 contended), fh/fe/fk (the
+foreign report set on the same), t (three sizes, offline); ns_ (wcetd without the sweep) and
+old_ (the method before issue 13) where present."""
+import json, glob, collections
+
+HEAVY = {'tmatch', 'rep.pareto'}
+DATASETS = [('h', 'Built-in suite, H200 (17 sizes), 8 seed pairs'),
+            ('e', 'Built-in suite, embedded (8 sizes), 4 seed pairs'),
+            ('k', 'Built-in suite, H200 contended, 4 seed pairs'),
+            ('fh', 'Foreign report set, H200, 8 seed pairs'),
+            ('fe', 'Foreign report set, embedded, 4 seed pairs'),
+            ('fk', 'Foreign report set, H200 contended, 4 seed pairs'),
+            ('t', 'Three sizes (8, 32, 132), offline, no sweep, built-in H200, 8 seed pairs')]
+METHODS = ['wcetd', 'fixed-margin', 'incremental-margin', 'minimal-offset', 'fewest-points', 'envelope']
+
 def load(prefix):
-    rows=[]
-    for f in sorted(glob.glob(prefix+'*.json')):
-        d=json.load(open(f))
-        for k in d['kernels']: rows.append(k)
+    rows = []
+    for f in sorted(glob.glob(prefix + '[0-9]*.json')):
+        rows.extend(json.load(open(f))['kernels'])
     return rows
+
 def score(pairs):
-    n=len(pairs)
-    if n==0: return None
-    pess=[p['bound_ns']/p['holdout_max_ns']-1 for p in pairs]
-    viol=sum(1 for p in pairs if p['bound_ns']<p['holdout_max_ns'])
-    worst=max([0]+[-x for x in pess])
-    return n, viol, worst*100, sum(pess)/n*100, max(pess)*100
-methods=['wcetd','fixed-margin','incremental-margin','minimal-offset','fewest-points','envelope']
-for prefix,label in [('h','H200 (132 SMs, 17 sizes), 16 seed pairs'),('e','Embedded (8 TPCs, 8 sizes), 4 seed pairs'),('k','H200 contended (stressor on the other SMs), 4 seed pairs')]:
-    rows=load(prefix)
+    if not pairs:
+        return None
+    pess = [p['bound_ns'] / p['holdout_max_ns'] - 1 for p in pairs]
+    viol = sum(1 for x in pess if x < 0)
+    return len(pairs), viol, max([0] + [-x for x in pess]) * 100, sum(pess) / len(pess) * 100, max(pess) * 100
+
+def fmt(s, i):
+    return '–' if s is None else f"{s[i]:.1f}%"
+
+def table_row(label, rows, m):
+    mine = [k for k in rows if k['method'] == m]
+    allp = [p for k in mine for p in k['pairs']]
+    light = [p for k in mine if k['kernel'] not in HEAVY for p in k['pairs']]
+    heavy = [p for k in mine if k['kernel'] in HEAVY for p in k['pairs']]
+    a = score(allp)
+    if a is None:
+        return
+    l, h = score(light), score(heavy)
+    print(f"| {label} | {len(mine)} | {a[0]} | {a[1]} | {a[2]:.1f}% | {fmt(l, 3)} | {fmt(l, 4)} | {fmt(h, 3)} |")
+
+for prefix, label in DATASETS:
+    rows = load(prefix)
+    if not rows:
+        continue
     print(f"\n### {label}\n")
-    print("| method | kernels | sizes scored | violations | worst under-prediction | mean pessimism (light tails) | max pessimism (light tails) | mean pessimism (tmatch) |")
+    print("| method | kernels | sizes scored | violations | worst under-prediction | mean pessimism (light tails) | max pessimism (light tails) | mean pessimism (heavy tails) |")
     print("|---|---|---|---|---|---|---|---|")
-    for m in methods:
-        allp=[p for k in rows if k['method']==m for p in k['pairs']]
-        light=[p for k in rows if k['method']==m and k['kernel']!='tmatch' for p in k['pairs']]
-        heavy=[p for k in rows if k['method']==m and k['kernel']=='tmatch' for p in k['pairs']]
-        a=score(allp); l=score(light); h=score(heavy)
-        nk=len([k for k in rows if k['method']==m])
-        print(f"| {m} | {nk} | {a[0]} | {a[1]} | {a[2]:.1f}% | {l[3]:.1f}% | {l[4]:.1f}% | {h[3]:.1f}% |")
-    # per kernel for wcetd
-    print(f"\nPer kernel, `wcetd` method (mean over seeds):\n")
-    print("| kernel | violations | mean pessimism | max pessimism | laws chosen |")
-    print("|---|---|---|---|---|")
-    byk=collections.defaultdict(list)
+    for m in METHODS:
+        table_row(m + (' (with sweep)' if m == 'wcetd' and prefix != 't' else ''), rows, m)
+    table_row('wcetd without sweep', load('ns_' + prefix), 'wcetd')
+    table_row('wcetd before issue 13', load('old_' + prefix), 'wcetd')
+    print(f"\nPer kernel, `wcetd`{' with the sweep' if prefix != 't' else ''} (pooled over seeds):\n")
+    print("| kernel | violations | mean pessimism | max pessimism | sizes measured (mean) | laws chosen |")
+    print("|---|---|---|---|---|---|")
+    byk = collections.defaultdict(list)
     for k in rows:
-        if k['method']=='wcetd': byk[k['kernel']].append(k)
-    for kern, ks in byk.items():
-        pairs=[p for k in ks for p in k['pairs']]
-        s=score(pairs)
-        laws=collections.Counter(n.split()[1] for k in ks for n in k['notes'] if n.startswith('law '))
-        nolaw=sum(1 for k in ks for n in k['notes'] if n.startswith('no law'))
-        lawtxt=', '.join(f"{l} x{c}" for l,c in laws.most_common()) + (f", none x{nolaw}" if nolaw else '')
-        print(f"| {kern} | {s[1]} | {s[3]:.1f}% | {s[4]:.1f}% | {lawtxt} |")
+        if k['method'] == 'wcetd':
+            byk[k['kernel']].append(k)
+    for kern, ks in sorted(byk.items()):
+        s = score([p for k in ks for p in k['pairs']])
+        laws = collections.Counter(n.split()[1] for k in ks for n in k['notes'] if n.startswith('law '))
+        nolaw = sum(1 for k in ks for n in k['notes'] if n.startswith('no law'))
+        added = sum(1 for k in ks for n in k['notes'] if 'measured in full' in n)
+        measured = sum(len(k['calibrated_at']) for k in ks) / len(ks)
+        lawtxt = ', '.join(f"{l} x{c}" for l, c in laws.most_common()) + (f", none x{nolaw}" if nolaw else '')
+        print(f"| {kern} | {s[1]} | {s[3]:.1f}% | {s[4]:.1f}% | {measured:.1f} | {lawtxt} |")

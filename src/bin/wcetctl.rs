@@ -100,6 +100,9 @@ enum Command {
         /// Samples per size used instead when the tail is heavy, as the daemon does.
         #[arg(long, default_value_t = 10_000)]
         heavy_tail_launches: usize,
+        /// Verification-sweep samples at each size not calibrated at, as the daemon takes (0: no sweep).
+        #[arg(long, default_value_t = 32)]
+        sweep_launches: usize,
     },
     /// Measure every kernel at every realisable partition size on a device (the real GPU or the
     /// simulator) and write a dataset: samples-<interference>.csv, geometry.csv, stamp.json.
@@ -250,11 +253,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             launches,
             screen_launches,
             heavy_tail_launches,
+            sweep_launches,
         } => {
             let budget = SampleBudget {
                 launches,
                 screen_launches,
                 heavy_tail_launches,
+                sweep_launches,
             };
             evaluate(cli.json, data, methods, plot.as_deref(), budget)
         }

@@ -6,7 +6,7 @@ use clap::Parser;
 use std::path::PathBuf;
 
 use wcetd::bus::{self, BusChoice, PrivateBus};
-use wcetd::calibrate::Recipe;
+use wcetd::calibrate::{Recipe, Sweep};
 use wcetd::gpu::sim::{DeviceProfile, SimOptions};
 use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
@@ -56,6 +56,11 @@ struct Args {
     /// Most partition sizes the planner measures per kernel.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(2..))]
     max_sizes: u32,
+    /// Seconds of launches per kernel: when measuring every realisable partition size is
+    /// estimated (from the first two sizes) to fit, every size is measured; otherwise the
+    /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
+    #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
+    calibration_budget: f64,
     /// Exceedance probability per launch the tail bound is stated at.
     #[arg(long, default_value_t = 1e-9)]
     exceedance: f64,
@@ -102,6 +107,11 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.calibration_budget >= 0.0 && args.calibration_budget.is_finite(),
+        "--calibration-budget {} is out of range; accepted: seconds, 0 or more",
+        args.calibration_budget
+    );
     anyhow::ensure!(
         args.exceedance > 0.0 && args.exceedance < 1.0,
         "--exceedance {} is out of range; accepted: a probability strictly between 0 and 1",
@@ -170,6 +180,10 @@ fn service_config(args: &Args) -> ServiceConfig {
             method_config: MethodConfig {
                 exceedance: args.exceedance,
                 ..MethodConfig::default()
+            },
+            sweep: Sweep {
+                budget_s: args.calibration_budget,
+                ..Sweep::default()
             },
         },
         ..ServiceConfig::default()

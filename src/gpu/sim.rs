@@ -4,8 +4,15 @@
 //! One launch on m SMs takes `launch + max(compute, memory) + contention`, where compute is
 //! `wave * ceil(blocks / (m * blocks_per_sm))`, memory is `bytes / min(m * sm_bw, roof_bw)` and
 //! contention is `per_sm * max(0, m - onset)`, multiplied by per-launch jitter: a truncated
-//! half-normal body plus, rarely, a capped Pareto delay (the heavy tail). Some batches run through a clock-throttling episode. With a stressor on the other
-//! SMs, the memory time grows with the share of the device the stressor holds.
+//! half-normal body plus, rarely, a Pareto delay (the heavy tail, capped or not), plus an optional
+//! additive half-normal delay. Some batches run through a clock-throttling episode. With a stressor
+//! on the other SMs, the memory time grows with the share of the device the stressor holds.
+//!
+//! The law is the simulator's own; real parts do things it does not. So a kernel may instead give
+//! its noise-free curve as a table (`curve_ns`, any shape, e.g. a curve measured elsewhere), and
+//! named [`Effects`] bend the law the way real parts do: an L2-thrashing hump, partitions that
+//! split a GPC unevenly, a wrong occupancy hint, saturating atomics, wave steps of uneven cost.
+//! `calibration/profiles/foreign/` holds kernels built from them.
 //!
 //! Profiles live in `calibration/profiles/*.toml` and are compiled in; `--sim-profile FILE` loads
 //! another. Every batch draws from a ChaCha stream keyed by (seed, kernel, size, batch number), so a
@@ -55,22 +62,93 @@ pub struct InterferenceProfile {
     pub memory_slowdown: f64,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// How one kernel behaves: the physical fields of the time law above, or a tabulated curve
+/// (`curve_ns`) that replaces them, plus named effects that real parts show and the law does not.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelPhysics {
+    #[serde(default)]
     pub blocks: u32,
+    /// Resident blocks per SM as the occupancy calculator reports it (the hint the model gets).
+    #[serde(default)]
     pub blocks_per_sm: u32,
+    #[serde(default)]
     pub launch_ns: f64,
+    #[serde(default)]
     pub wave_ns: f64,
+    #[serde(default)]
     pub bytes: f64,
+    #[serde(default = "one")]
     pub sm_bytes_per_ns: f64,
+    #[serde(default = "one")]
     pub roof_bytes_per_ns: f64,
     #[serde(default)]
     pub contention_ns_per_sm: f64,
     #[serde(default)]
     pub contention_onset_sms: u32,
+    /// The noise-free time at every realisable size, as `(sms, ns)` pairs: any shape at all. When
+    /// given, the physical fields above are not used for the time (the same key as the `[sim]`
+    /// table of a kernel manifest in the design notes).
+    #[serde(default)]
+    pub curve_ns: Option<Vec<(u32, f64)>>,
+    /// Share of a tabulated curve that a bandwidth stressor on the other SMs slows down.
+    #[serde(default = "half")]
+    pub memory_fraction: f64,
+    #[serde(default)]
+    pub effects: Effects,
     #[serde(default)]
     pub jitter: Jitter,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn half() -> f64 {
+    0.5
+}
+
+/// Effects real GPUs show that the time law does not: each is off unless set.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Effects {
+    /// The working set stops fitting in L2 over a range of sizes: a Gaussian hump in time.
+    pub l2_hump: Option<L2Hump>,
+    /// Partitions that split a GPC unevenly run slower.
+    pub gpc_imbalance: Option<GpcImbalance>,
+    /// Blocks per SM that really fit, when the occupancy hint (`blocks_per_sm`) is wrong.
+    pub actual_blocks_per_sm: Option<u32>,
+    /// Atomics on shared counters: time grows with the SMs issuing them until the memory system
+    /// saturates.
+    pub atomics: Option<Atomics>,
+    /// Cost of a partial last wave as a share of a full one, before its filled share is added:
+    /// the wave `k` of `n` costs `wave_ns * (c + (1 - c) * fill)` when only `fill` of its slots
+    /// hold blocks (1, the default, is the even staircase of the time law).
+    pub partial_wave_cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L2Hump {
+    pub center_sms: f64,
+    pub width_sms: f64,
+    /// Relative slowdown at the centre.
+    pub height: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpcImbalance {
+    pub sms_per_gpc: u32,
+    /// Relative slowdown of a partition that is not a whole number of GPCs.
+    pub penalty: f64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Atomics {
+    pub ns_per_sm: f64,
+    pub saturate_sms: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -84,8 +162,13 @@ pub struct Jitter {
     pub tail_alpha: f64,
     /// Pareto scale of the delay, relative to the launch time.
     pub tail_scale: f64,
-    /// Longest possible delay, relative to the launch time (a preemption or an interrupt ends).
+    /// Longest possible delay, relative to the launch time (a preemption or an interrupt ends);
+    /// `inf` for a tail with no cap.
     pub tail_cap: f64,
+    /// Standard deviation, in ns, of a half-normal delay that does not scale with the launch
+    /// (interrupts, host-side launch overhead), truncated at 4 sigma.
+    #[serde(default)]
+    pub additive_ns: f64,
 }
 
 impl Default for Jitter {
@@ -96,26 +179,86 @@ impl Default for Jitter {
             tail_alpha: 3.0,
             tail_scale: 0.01,
             tail_cap: 0.06,
+            additive_ns: 0.0,
         }
     }
 }
 
 impl KernelPhysics {
-    pub fn geometry(&self) -> Geometry {
-        Geometry {
+    /// The launch geometry the model is told about (with the occupancy hint, right or wrong);
+    /// `None` for a tabulated kernel without one.
+    pub fn geometry(&self) -> Option<Geometry> {
+        (self.blocks > 0 && self.blocks_per_sm > 0).then_some(Geometry {
             blocks: self.blocks,
             blocks_per_sm: self.blocks_per_sm,
-        }
+        })
     }
 
     /// Noise-free time of one launch on `sms` SMs, with the neighbours' memory slowdown factor.
     pub fn ideal_ns(&self, sms: u32, memory_slowdown: f64) -> f64 {
+        let base = match &self.curve_ns {
+            Some(curve) => {
+                let t = curve
+                    .iter()
+                    .find(|(m, _)| *m == sms)
+                    .or_else(|| curve.iter().rev().find(|(m, _)| *m <= sms))
+                    .or(curve.first())
+                    .map_or(0.0, |(_, t)| *t);
+                t * (1.0 + memory_slowdown * self.memory_fraction)
+            }
+            None => self.law_ns(sms, memory_slowdown),
+        };
+        self.with_effects(sms, base)
+    }
+
+    /// The time law of the module documentation, with the uneven-wave and occupancy effects.
+    fn law_ns(&self, sms: u32, memory_slowdown: f64) -> f64 {
         let m = f64::from(sms.max(1));
-        let compute = self.wave_ns * f64::from(self.geometry().waves(sms));
+        let compute = self.wave_ns * self.waves_cost(sms);
         let bandwidth = (m * self.sm_bytes_per_ns).min(self.roof_bytes_per_ns);
         let memory = self.bytes / bandwidth * (1.0 + memory_slowdown);
         let extra_sms = f64::from(sms.saturating_sub(self.contention_onset_sms));
         self.launch_ns + compute.max(memory) + self.contention_ns_per_sm * extra_sms
+    }
+
+    /// Waves of blocks on `sms` SMs at the occupancy that really holds, the partial last wave
+    /// costing what `partial_wave_cost` says.
+    fn waves_cost(&self, sms: u32) -> f64 {
+        let per_sm = self
+            .effects
+            .actual_blocks_per_sm
+            .unwrap_or(self.blocks_per_sm)
+            .max(1);
+        let slots = f64::from(sms.max(1) * per_sm);
+        let exact = f64::from(self.blocks) / slots;
+        let full = exact.floor();
+        let fill = exact - full;
+        if fill <= 0.0 {
+            return full;
+        }
+        let c = self.effects.partial_wave_cost.unwrap_or(1.0);
+        full + c + (1.0 - c) * fill
+    }
+
+    /// The effects that act on the whole launch: hump, GPC imbalance, saturating atomics.
+    fn with_effects(&self, sms: u32, base: f64) -> f64 {
+        let m = f64::from(sms);
+        let e = &self.effects;
+        let hump = e.l2_hump.as_ref().map_or(1.0, |h| {
+            1.0 + h.height * (-0.5 * ((m - h.center_sms) / h.width_sms).powi(2)).exp()
+        });
+        let gpc = e.gpc_imbalance.as_ref().map_or(1.0, |g| {
+            if sms.is_multiple_of(g.sms_per_gpc.max(1)) {
+                1.0
+            } else {
+                1.0 + g.penalty
+            }
+        });
+        let atomics = e
+            .atomics
+            .as_ref()
+            .map_or(0.0, |a| a.ns_per_sm * f64::from(sms.min(a.saturate_sms)));
+        base * hump * gpc + atomics
     }
 }
 
@@ -162,14 +305,40 @@ impl DeviceProfile {
             self.throttle.clock_factor > 0.0 && self.throttle.clock_factor <= 1.0,
             "throttle.clock_factor must be in (0, 1]"
         );
+        let sizes = self.partition_sizes();
         for (name, k) in &self.kernels {
+            match &k.curve_ns {
+                Some(curve) => {
+                    let missing: Vec<u32> = sizes
+                        .iter()
+                        .copied()
+                        .filter(|m| !curve.iter().any(|(c, _)| c == m))
+                        .collect();
+                    anyhow::ensure!(
+                        missing.is_empty(),
+                        "kernel {name}: curve_ns has no time for {missing:?}; accepted: [sms, ns] pairs covering every realisable size {sizes:?}"
+                    );
+                    anyhow::ensure!(
+                        curve.iter().all(|(_, t)| t.is_finite() && *t > 0.0),
+                        "kernel {name}: curve_ns times must be positive numbers of nanoseconds"
+                    );
+                }
+                None => {
+                    anyhow::ensure!(
+                        k.blocks > 0 && k.blocks_per_sm > 0,
+                        "kernel {name}: blocks and blocks_per_sm must be positive (or give curve_ns)"
+                    );
+                    anyhow::ensure!(
+                        k.sm_bytes_per_ns > 0.0 && k.roof_bytes_per_ns > 0.0,
+                        "kernel {name}: bandwidths must be positive"
+                    );
+                }
+            }
             anyhow::ensure!(
-                k.blocks > 0 && k.blocks_per_sm > 0,
-                "kernel {name}: blocks and blocks_per_sm must be positive"
-            );
-            anyhow::ensure!(
-                k.sm_bytes_per_ns > 0.0 && k.roof_bytes_per_ns > 0.0,
-                "kernel {name}: bandwidths must be positive"
+                k.effects.actual_blocks_per_sm != Some(0)
+                    && k.effects.gpc_imbalance.as_ref().is_none_or(|g| g.sms_per_gpc > 0)
+                    && k.effects.l2_hump.as_ref().is_none_or(|h| h.width_sms > 0.0),
+                "kernel {name}: effects need actual_blocks_per_sm, sms_per_gpc and width_sms above 0"
             );
             let j = &k.jitter;
             anyhow::ensure!(
@@ -309,7 +478,10 @@ impl Gpu for SimGpu {
                 }
                 _ => 1.0,
             };
-            let t = ideal * jitter_factor(&mut rng, &physics.jitter) / clock;
+            let mut t = ideal * jitter_factor(&mut rng, &physics.jitter) / clock;
+            if physics.jitter.additive_ns > 0.0 {
+                t += physics.jitter.additive_ns * standard_normal(&mut rng).abs().min(4.0);
+            }
             times_ns.push(t.round() as u64);
             self.launches_run += 1;
             if self.options.pace_us_per_launch > 0 {
@@ -333,7 +505,7 @@ impl Gpu for SimGpu {
         Ok(Batch {
             times_ns,
             granted_sms: request.sms,
-            geometry: Some(physics.geometry()),
+            geometry: physics.geometry(),
             telemetry: after,
             interference: if stressor_sms > 0 {
                 Interference::Contended
@@ -495,5 +667,84 @@ mod tests {
             faulty.run(&k, &request(8)),
             Err(GpuError::Fault(_))
         ));
+    }
+
+    fn foreign(file: &str) -> DeviceProfile {
+        DeviceProfile::load(&format!(
+            "{}/calibration/profiles/foreign/{file}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    #[test]
+    fn foreign_profiles_parse_and_their_effects_bend_the_law() {
+        for file in [
+            "dev-h200.toml",
+            "dev-embedded.toml",
+            "report-h200.toml",
+            "report-embedded.toml",
+        ] {
+            assert!(foreign(file).kernels.len() >= 8, "{file}");
+        }
+        let p = foreign("dev-h200.toml");
+        let hump = &p.kernels["dev.hump"];
+        let mut plain = hump.clone();
+        plain.effects = Effects::default();
+        let ratio = |m| hump.ideal_ns(m, 0.0) / plain.ideal_ns(m, 0.0);
+        assert!((ratio(96) - 1.30).abs() < 1e-9 && ratio(8) < 1.001);
+        let gpc = &p.kernels["dev.gpc"];
+        assert!(
+            gpc.ideal_ns(40, 0.0) > gpc.ideal_ns(48, 0.0) * 1.05,
+            "40 splits a GPC"
+        );
+        let occ = &p.kernels["dev.occupancy"];
+        assert_eq!(
+            occ.geometry().unwrap().blocks_per_sm,
+            8,
+            "the hint is reported"
+        );
+        // 1024 blocks fill 2 waves of 64 SMs at 8 per SM; at the 7 that fit they need 3.
+        assert_eq!(occ.ideal_ns(64, 0.0), 4000.0 + 9000.0 * 3.0);
+        let atomics = &p.kernels["dev.atomics"];
+        let mut plain = atomics.clone();
+        plain.effects = Effects::default();
+        let added = |m| atomics.ideal_ns(m, 0.0) - plain.ideal_ns(m, 0.0);
+        assert!((added(64) - 250.0 * 64.0).abs() < 1e-6 && added(128) == added(72));
+        let table = &p.kernels["dev.table"];
+        assert_eq!(table.ideal_ns(80, 0.0), 60_000.0);
+        assert!(table.geometry().is_none());
+    }
+
+    #[test]
+    fn a_curve_must_cover_every_realisable_size() {
+        let text = include_str!("../../calibration/profiles/embedded.toml").to_string()
+            + "\n[kernels.t]\ncurve_ns = [[2, 100.0], [4, 90.0]]\n";
+        let err = DeviceProfile::parse(&text).unwrap_err().to_string();
+        assert!(
+            err.contains("[6, 8, 10, 12, 14, 16]") && err.contains("accepted"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn additive_jitter_and_uncapped_tails_are_drawn() {
+        let p = foreign("dev-h200.toml");
+        let k = kernels::simulated("dev.pareto");
+        let mut gpu = SimGpu::new(p.clone(), SimOptions::default());
+        let mut r = request(8);
+        r.launches = 20_000;
+        let times = gpu.run(&k, &r).unwrap().times_ns;
+        let ideal = p.kernels["dev.pareto"].ideal_ns(8, 0.0);
+        let worst = *times.iter().max().unwrap() as f64 / ideal;
+        assert!(worst > 1.06, "some delay beyond the old 6% cap: {worst}");
+        let k = kernels::simulated("dev.additive");
+        let times = gpu.run(&k, &request(128)).unwrap().times_ns;
+        let ideal = p.kernels["dev.additive"].ideal_ns(128, 0.0);
+        let spread = (*times.iter().max().unwrap() as f64 - ideal) / ideal;
+        assert!(
+            spread > 0.1,
+            "3 us of additive jitter on a ~45 us launch: {spread}"
+        );
     }
 }

@@ -38,8 +38,26 @@ pub struct BoundEntry {
     pub provenance: Provenance,
     /// Timed launches at this size (0 unless measured).
     pub samples: u64,
-    /// Largest sample at this size (0 unless measured).
+    /// Largest sample at this size (0 unless measured or verified).
     pub observed_max_ns: u64,
+    /// Launches of the verification sweep at this size (0 unless verified). Stores written
+    /// before the sweep read 0.
+    #[serde(default)]
+    pub verified_samples: u64,
+}
+
+impl BoundEntry {
+    /// What the bound at this size rests on: `measured` (a full campaign there), `verified` (the
+    /// fitted curve, checked against a verification sweep there and never below what it saw),
+    /// `fitted` or `extrapolated` (the curve alone).
+    pub fn basis(&self) -> &'static str {
+        match self.provenance {
+            Provenance::Measured => "measured",
+            _ if self.verified_samples > 0 => "verified",
+            Provenance::Fitted => "fitted",
+            Provenance::Extrapolated => "extrapolated",
+        }
+    }
 }
 
 /// Every bound of one kernel, ascending by size, with how they were derived.

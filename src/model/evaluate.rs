@@ -113,7 +113,7 @@ impl CalibrationSizes {
                 let candidates: Vec<u32> = calibration.by_size.keys().copied().collect();
                 let mut chosen = Observations {
                     geometry: calibration.geometry,
-                    by_size: BTreeMap::new(),
+                    ..Observations::default()
                 };
                 while let Some(m) = planner::next_size(&chosen, &candidates, *budget) {
                     chosen.by_size.insert(m, calibration.by_size[&m].clone());
@@ -132,6 +132,8 @@ pub struct SampleBudget {
     pub screen_launches: usize,
     /// Used instead when the screened samples show a heavy tail.
     pub heavy_tail_launches: usize,
+    /// Launches of the verification sweep at each size not chosen (0: no sweep).
+    pub sweep_launches: usize,
 }
 
 impl Default for SampleBudget {
@@ -140,6 +142,7 @@ impl Default for SampleBudget {
             launches: 200,
             screen_launches: 2000,
             heavy_tail_launches: 10_000,
+            sweep_launches: super::verify::SWEEP_LAUNCHES as usize,
         }
     }
 }
@@ -166,6 +169,35 @@ pub fn campaign_view(
     } else {
         screened
     }
+}
+
+/// The daemon's verification sweep on a campaign view: the first `budget.sweep_launches`
+/// samples of `calibration` at every size of it not in `view`, then, while some verified size's
+/// median is above the fitted curve by more than its noise explains, that size taken in full (as
+/// many samples as the measured sizes have). Returns the view and the sizes now measured.
+pub fn with_sweep(
+    calibration: &Observations,
+    mut view: Observations,
+    budget: SampleBudget,
+    config: &MethodConfig,
+) -> (Observations, Vec<u32>) {
+    let all: Vec<u32> = calibration.by_size.keys().copied().collect();
+    for (&m, samples) in &calibration.by_size {
+        if !view.by_size.contains_key(&m) {
+            let n = samples.len().min(budget.sweep_launches);
+            view.verified.insert(m, samples[..n].to_vec());
+        }
+    }
+    let full = view.by_size.values().map(Vec::len).min().unwrap_or(0);
+    while let Ok(found) = super::verify::disagreements(&view, &all, config) {
+        let Some(worst) = found.first() else { break };
+        view.verified.remove(&worst.sms);
+        let samples = &calibration.by_size[&worst.sms];
+        view.by_size
+            .insert(worst.sms, samples[..samples.len().min(full)].to_vec());
+    }
+    let measured = view.by_size.keys().copied().collect();
+    (view, measured)
 }
 
 /// Calibrate `method` on `calibration` at `sizes` and score it on every size of `holdout`.

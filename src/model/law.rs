@@ -41,9 +41,10 @@ pub enum Law {
     /// a + w * waves(m) + c * m: wave steps with contention approximated as linear in m from 0
     /// (one parameter fewer than `wave-contention`, so five sizes can validate it; needs geometry).
     WaveLinear,
-    /// a + b / min(m, k) + c * (1024 - m): past the roof, time still falls linearly as this
-    /// partition grows, as when a neighbour on the other SMs holds a shrinking share of the memory
-    /// system. (1024 is above any SM count, so with a >= 0, c >= 0 this is any linear decline.)
+    /// a + b / min(m, k) + c * (M - m), M the largest size fitted (the whole device, which the
+    /// planner always measures): past the roof, time still falls linearly as this partition
+    /// grows, as when a neighbour on the other M - m SMs holds a shrinking share of the memory
+    /// system.
     RoofShare,
 }
 
@@ -97,8 +98,9 @@ impl Law {
         }
     }
 
-    /// Basis functions at `m` for nonlinear parameter `q` (unused by laws without one).
-    fn basis(self, m: f64, q: f64, geometry: Option<Geometry>) -> Basis {
+    /// Basis functions at `m` for nonlinear parameter `q` (unused by laws without one); `top` is
+    /// the largest size fitted.
+    fn basis(self, m: f64, q: f64, geometry: Option<Geometry>, top: f64) -> Basis {
         let waves = |m: f64| match geometry {
             Some(g) => f64::from(g.waves(m as u32)),
             None => (q / m).ceil(),
@@ -125,7 +127,7 @@ impl Law {
             Law::RoofContention => three(1.0, 1.0 / m.min(q), (m - q).max(0.0)),
             Law::RoofAmdahl => three(1.0, 1.0 / m.min(q), 1.0 / m),
             Law::WaveLinear => three(1.0, waves(m), m),
-            Law::RoofShare => three(1.0, 1.0 / m.min(q), (1024.0 - m).max(0.0)),
+            Law::RoofShare => three(1.0, 1.0 / m.min(q), (top - m).max(0.0)),
         }
     }
 
@@ -176,14 +178,21 @@ pub struct FittedLaw {
     /// The nonlinear parameter (knee, onset or capacity); 0 when the law has none.
     pub nonlinear: f64,
     pub geometry: Option<Geometry>,
+    /// The largest size the law was fitted on (`M` of `roof-share`). Stores written before it
+    /// existed read 0; their laws are only ever shown by name, never evaluated.
+    #[serde(default)]
+    pub top_sms: u32,
 }
 
 impl FittedLaw {
     pub fn predict(&self, sms: u32) -> f64 {
-        let basis = self
-            .law
-            .basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
-        basis.dot(&self.coefficients)
+        self.basis_at(sms).dot(&self.coefficients)
+    }
+
+    fn basis_at(&self, sms: u32) -> Basis {
+        let m = f64::from(sms.max(1));
+        let top = f64::from(self.top_sms);
+        self.law.basis(m, self.nonlinear, self.geometry, top)
     }
 
     /// The law's term that grows with m (contention), or `None` for a law without one. The
@@ -191,9 +200,7 @@ impl FittedLaw {
     pub fn rising_part(&self, sms: u32) -> Option<f64> {
         match self.law {
             Law::Contention | Law::WaveContention | Law::RoofContention | Law::WaveLinear => {
-                let basis = self
-                    .law
-                    .basis(f64::from(sms.max(1)), self.nonlinear, self.geometry);
+                let basis = self.basis_at(sms);
                 Some(basis.v[2] * self.coefficients.get(2).copied().unwrap_or(0.0))
             }
             _ => None,
@@ -231,6 +238,7 @@ pub fn fit(law: Law, points: &[Point], geometry: Option<Geometry>) -> Option<Fit
         coefficients,
         nonlinear,
         geometry,
+        top_sms: hi as u32,
     })
 }
 
@@ -262,10 +270,13 @@ fn wave_capacity(pts: &[Point], lo: f64, hi: f64) -> f64 {
     breakpoints
         .into_iter()
         .map(|q| (q, nnls_relative(Law::Wave, pts, q, None).1))
-        .fold(
-            (lo, f64::INFINITY),
-            |best, (q, c)| if c < best.1 { (q, c) } else { best },
-        )
+        .fold((lo, f64::INFINITY), |best, (q, c)| {
+            if c < best.1 - COST_TIE {
+                (q, c)
+            } else {
+                best
+            }
+        })
         .0
 }
 
@@ -276,7 +287,7 @@ fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f6
     let step = (hi - lo) / CELLS as f64;
     let (best_i, _) = (0..=CELLS).map(|i| (i, cost(lo + step * i as f64))).fold(
         (0, f64::INFINITY),
-        |acc, (i, c)| if c < acc.1 { (i, c) } else { acc },
+        |acc, (i, c)| if c < acc.1 - COST_TIE { (i, c) } else { acc },
     );
     let grid_best = lo + step * best_i as f64;
     let a = (grid_best - step).max(lo);
@@ -295,10 +306,15 @@ fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f6
         .ok()
         .and_then(|r| r.state().best_param);
     match refined {
-        Some(q) if cost(q) < cost(grid_best) => q,
+        Some(q) if cost(q) < cost(grid_best) - COST_TIE => q,
         _ => grid_best,
     }
 }
+
+/// Costs (sums of squared relative errors, so free of units) closer than this are ties: where
+/// several knees fit the points equally (a knee anywhere inside a gap), the smallest is taken,
+/// rather than whichever rounding favours.
+const COST_TIE: f64 = 1e-12;
 
 /// The one-dimensional problem argmin solves: residual of the best coefficients at `q`.
 struct NonlinearCost<'a> {
@@ -320,15 +336,22 @@ impl CostFunction for NonlinearCost<'_> {
 /// (a 3x3 Gram matrix), so each active set costs a tiny solve and its residual follows in closed
 /// form. When the unconstrained solution is already nonnegative it is the constrained optimum
 /// (the problem is convex); otherwise every active set (at most 7) is tried.
+///
+/// The solve does not depend on the unit of time or of m: rows are basis / time, so the Gram
+/// entries scale as 1/time², and a pivot judged against a fixed threshold would call a
+/// well-posed system singular at one time scale and not at another (at 20-500 us two-column laws
+/// with a 1/m term collapsed to one column). Each column is scaled to unit norm first, so every
+/// pivot is compared with 1, and the coefficients are scaled back after.
 // Index loops read as the matrix algebra they are.
 #[allow(clippy::needless_range_loop)]
 fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f64>, f64) {
+    let top = f64::from(pts.iter().map(|p| p.sms).max().unwrap_or(1));
     let mut gram = [[0.0; 3]; 3];
     let mut xty = [0.0; 3];
     let mut cols = 0;
     // Rows are basis / time against a target of 1 (relative error).
     for p in pts {
-        let b = law.basis(f64::from(p.sms), q, g);
+        let b = law.basis(f64::from(p.sms), q, g, top);
         cols = b.n;
         for i in 0..b.n {
             let xi = b.v[i] / p.time_ns;
@@ -338,13 +361,26 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
             }
         }
     }
+    let norm: [f64; 3] = std::array::from_fn(|i| gram[i][i].sqrt());
+    let mut unit = [[0.0; 3]; 3];
+    let mut unit_xty = [0.0; 3];
+    for i in 0..cols {
+        unit_xty[i] = if norm[i] > 0.0 { xty[i] / norm[i] } else { 0.0 };
+        for j in 0..cols {
+            unit[i][j] = if norm[i] > 0.0 && norm[j] > 0.0 {
+                gram[i][j] / (norm[i] * norm[j])
+            } else {
+                0.0
+            };
+        }
+    }
     let yty = pts.len() as f64;
     let residual = |c: &[f64; 3]| {
         let mut r = yty;
         for i in 0..cols {
-            r -= 2.0 * c[i] * xty[i];
+            r -= 2.0 * c[i] * unit_xty[i];
             for j in 0..cols {
-                r += c[i] * gram[i][j] * c[j];
+                r += c[i] * unit[i][j] * c[j];
             }
         }
         r.max(0.0)
@@ -352,7 +388,7 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
     let full = (1u32 << cols) - 1;
     let mut best = ([0.0; 3], f64::INFINITY);
     for mask in std::iter::once(full).chain((1..full).rev()) {
-        let Some(coef) = solve_active(&gram, &xty, cols, mask) else {
+        let Some(coef) = solve_active(&unit, &unit_xty, cols, mask) else {
             continue;
         };
         if coef.iter().any(|&c| c < 0.0) {
@@ -366,10 +402,19 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
             break;
         }
     }
-    (best.0[..cols].to_vec(), best.1)
+    let coefficients = (0..cols)
+        .map(|i| {
+            if norm[i] > 0.0 {
+                best.0[i] / norm[i]
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    (coefficients, best.1)
 }
 
-/// Least squares restricted to the columns in `mask`, from the Gram matrix.
+/// Least squares restricted to the columns in `mask`, from the Gram matrix of unit columns.
 fn solve_active(gram: &[[f64; 3]; 3], xty: &[f64; 3], cols: usize, mask: u32) -> Option<[f64; 3]> {
     let active: Vec<usize> = (0..cols).filter(|c| mask & (1 << c) != 0).collect();
     let a = active
@@ -385,12 +430,17 @@ fn solve_active(gram: &[[f64; 3]; 3], xty: &[f64; 3], cols: usize, mask: u32) ->
     Some(coef)
 }
 
-/// Gaussian elimination with partial pivoting; `None` for a singular system.
+/// Columns whose Gram pivot falls below this share of their unit norm are numerically
+/// dependent on the others (the system is treated as singular).
+const SINGULAR_PIVOT: f64 = 1e-10;
+
+/// Gaussian elimination with partial pivoting on a matrix whose diagonal is 1 (unit columns);
+/// `None` for a singular system.
 fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
     let n = b.len();
     for col in 0..n {
         let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
-        if a[pivot][col].abs() < 1e-12 {
+        if a[pivot][col].abs() < SINGULAR_PIVOT {
             return None;
         }
         a.swap(col, pivot);
@@ -436,15 +486,75 @@ mod tests {
 
     #[test]
     fn roof_finds_its_knee() {
-        let pts = points(
-            |m| 5000.0 + 1e6 / f64::from(m.min(50)),
-            &[8, 24, 40, 64, 96, 132],
-        );
+        let truth = |m: u32| 5000.0 + 1e6 / f64::from(m.min(50));
+        let pts = points(truth, &[8, 24, 40, 64, 96, 132]);
         let fitted = fit(Law::Roof, &pts, None).unwrap();
-        assert!(
-            (fitted.predict(112) / (5000.0 + 20000.0) - 1.0).abs() < 0.01,
-            "{fitted:?}"
-        );
+        // Every size, both sides of the knee, and both columns in use: a fit that lost its
+        // constant (a singular solve) matches past the knee and misses before it.
+        for m in (8..=132).step_by(8) {
+            assert!(
+                (fitted.predict(m) / truth(m) - 1.0).abs() < 0.01,
+                "m={m} {fitted:?}"
+            );
+        }
+        assert!(fitted.coefficients.iter().all(|&c| c > 0.0), "{fitted:?}");
+    }
+
+    /// The unit of time is arbitrary: a law fitted to c*T is the law fitted to T with every
+    /// coefficient times c, for times from 1 us to 1 s and c from 1e-3 to 1e3.
+    mod scale_free {
+        use super::*;
+        use proptest::prelude::*;
+
+        const SIZES: [u32; 6] = [8, 24, 40, 64, 96, 132];
+
+        fn shape() -> impl Strategy<Value = Vec<Point>> {
+            // A serial part, a parallel part, a knee and a contention slope, then scaled so the
+            // smallest size takes `t8` ns.
+            (0.0..1.0f64, 16.0..120.0f64, 0.0..0.3f64, 3.0..9.0f64).prop_map(
+                |(serial, knee, rise, log_t8)| {
+                    let raw = |m: f64| serial + 8.0 / m.min(knee) + rise * (m / 132.0).powi(2);
+                    let scale = 10f64.powf(log_t8) / raw(8.0);
+                    SIZES
+                        .iter()
+                        .map(|&m| Point {
+                            sms: m,
+                            time_ns: raw(f64::from(m)) * scale,
+                        })
+                        .collect()
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+            #[test]
+            fn fitting_c_times_t_gives_the_same_law_scaled_by_c(
+                pts in shape(),
+                log_c in -3.0..3.0f64,
+            ) {
+                let c = 10f64.powf(log_c);
+                let scaled: Vec<Point> = pts
+                    .iter()
+                    .map(|p| Point { sms: p.sms, time_ns: p.time_ns * c })
+                    .collect();
+                for law in Law::ALL {
+                    let (Some(a), Some(b)) = (fit(law, &pts, None), fit(law, &scaled, None)) else {
+                        prop_assert_eq!(fit(law, &pts, None).is_some(), fit(law, &scaled, None).is_some());
+                        continue;
+                    };
+                    prop_assert!((a.nonlinear - b.nonlinear).abs() <= 1e-6 * a.nonlinear.abs().max(1.0),
+                        "{law}: {a:?} vs {b:?}");
+                    let largest = a.coefficients.iter().copied().fold(0.0, f64::max);
+                    for (x, y) in a.coefficients.iter().zip(&b.coefficients) {
+                        prop_assert!((x * c - y).abs() <= 1e-6 * largest * c, "{law}: {a:?} vs {b:?}");
+                    }
+                    for m in (8..=132).step_by(8) {
+                        prop_assert!((a.predict(m) * c / b.predict(m) - 1.0).abs() < 1e-6, "{law} at {m}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,28 +1,22 @@
-//! Bound methods: the project's own (`wcetd`) and the published strategies it is measured against.
+//! The project's bound method, `wcetd`, and the list of methods (`wcetd` and the published
+//! strategies of [`super::published`]).
 //!
 //! `wcetd`: the shape comes from a scaling law fitted to per-size medians (stable, so a law can be
 //! told apart from noise), chosen and given its margin by leave-one-out validation; the height
-//! comes from a tail model of the pooled jitter. Between measured sizes of a kernel that never got
-//! slower with more SMs, the bound is held between the neighbours' typical times, which is safe
-//! under monotonicity whatever the law says. Where no law validates, it falls back to the step
-//! envelope; where more SMs were seen to be slower, it assumes no monotonicity.
-//!
-//! Published strategies (fitted, as published, to per-size maxima with the Amdahl law a + b/m):
-//! `fixed-margin` (+3%), `incremental-margin` (3% raised in steps of 2% up to 13% until every
-//! calibration maximum is covered), `minimal-offset` (the smallest additive offset that lifts the
-//! curve above every calibration maximum, with the subset of calibration sizes searched for the
-//! tightest such curve), `fewest-points` (the fewest calibration sizes whose curve plus offset is
-//! safe at every calibration size), and `envelope` (largest sample at the next smaller measured
-//! size plus 20%). Every method obeys the one hard rule: never below a sample observed at a size.
+//! comes from a tail model of the jitter. Where the law is not to be trusted alone, measured
+//! neighbours, monotonicity and the verification sweep hold the bound up. Every step that turns
+//! these into the bound at one size is in one function, [`Shape::safety_chain`], in order, each
+//! with the reason it keeps the bound safe; the tail ratio, monotone smoothing and rule 1 follow
+//! in [`wcetd`].
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-use super::law::{self, FittedLaw, Law, Point};
+use super::law::{FittedLaw, Point};
 use super::tail::{self, TailBound};
-use super::validate;
-use super::{BoundEntry, BoundTable, ModelError, Observations, Provenance};
+use super::{published, validate, verify};
+use super::{BoundEntry, BoundTable, ModelError, Observations, Provenance, MONOTONE_TOLERANCE};
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -125,25 +119,24 @@ pub fn bound_table(
     }
     match method {
         Method::Wcetd => wcetd(obs, sizes, config),
-        Method::Envelope => envelope(obs, sizes),
-        published => amdahl_on_maxima(obs, sizes, published),
+        published => published::bound_table(obs, sizes, published),
     }
 }
 
-/// The project's method (see the module documentation).
+/// The project's method: the safety chain's typical time at each size, times the tail ratio, made
+/// non-increasing on a monotone kernel (only raising), never below a sample seen there (rule 1).
 fn wcetd(
     obs: &Observations,
     sizes: &[u32],
     config: &MethodConfig,
 ) -> Result<BoundTable, ModelError> {
-    let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
-    let tail = tail::tail_bound(&per_size, config.exceedance);
+    let tail = tail::tail_bound(obs, config.exceedance);
     let typical = TypicalFit::new(obs, sizes, config);
-    let shape = typical.shape(obs, config);
+    let shape = typical.shape(obs, config, true);
     let mut entries = Vec::with_capacity(sizes.len());
     for &m in sizes {
-        let (central, provenance) = shape.central(m)?;
-        let bound = central * tail.ratio * (1.0 + config.unseen_condition_margin);
+        let (central, provenance) = shape.safety_chain(m)?;
+        let bound = central * tail.ratio_at(m) * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
     if typical.monotone {
@@ -152,7 +145,13 @@ fn wcetd(
     let validated = typical.validated;
     Ok(BoundTable {
         method: Method::Wcetd,
-        notes: wcetd_notes(&validated, typical.monotone, &tail, config),
+        notes: wcetd_notes(
+            &validated,
+            &typical.medians,
+            typical.monotone,
+            &tail,
+            config,
+        ),
         law: validated.as_ref().map(|v| v.fitted.clone()),
         law_margin: typical.law_margin,
         validation_error: validated.as_ref().map_or(0.0, |v| v.error),
@@ -162,18 +161,19 @@ fn wcetd(
     })
 }
 
-/// The `wcetd` method's typical-time curve (its bound before the tail ratio) at `sizes`: the
-/// planner measures next where this curve is loosest.
+/// The `wcetd` method's typical-time curve (its bound before the tail ratio) at `sizes`, from
+/// the measured sizes alone (verification launches are not used: the sweep compares them with
+/// this curve). The planner measures next where this curve is loosest.
 pub fn typical_curve(
     obs: &Observations,
     sizes: &[u32],
     config: &MethodConfig,
 ) -> Result<Vec<(u32, f64)>, ModelError> {
     let typical = TypicalFit::new(obs, sizes, config);
-    let shape = typical.shape(obs, config);
+    let shape = typical.shape(obs, config, false);
     sizes
         .iter()
-        .map(|&m| Ok((m, shape.central(m)?.0)))
+        .map(|&m| Ok((m, shape.safety_chain(m)?.0)))
         .collect()
 }
 
@@ -208,7 +208,12 @@ impl TypicalFit {
         }
     }
 
-    fn shape<'a>(&'a self, obs: &Observations, config: &'a MethodConfig) -> Shape<'a> {
+    fn shape<'a>(
+        &'a self,
+        obs: &'a Observations,
+        config: &'a MethodConfig,
+        use_verified: bool,
+    ) -> Shape<'a> {
         Shape {
             medians: &self.medians,
             law: self.validated.as_ref().map(|v| &v.fitted),
@@ -216,6 +221,11 @@ impl TypicalFit {
             monotone: self.monotone,
             measured_non_monotone: !is_monotone(&self.medians),
             geometry: obs.geometry,
+            verified: if use_verified {
+                Some(&obs.verified)
+            } else {
+                None
+            },
             config,
         }
     }
@@ -223,6 +233,7 @@ impl TypicalFit {
 
 fn wcetd_notes(
     validated: &Option<validate::Validated>,
+    medians: &[Point],
     monotone: bool,
     tail: &TailBound,
     config: &MethodConfig,
@@ -236,6 +247,17 @@ fn wcetd_notes(
             (v.under_prediction.max(v.error) + config.base_margin) * 100.0
         )),
         None => notes.push("no law validated; step envelope between measured sizes".into()),
+    }
+    if medians.len() == 3 {
+        // One left-out size cannot tell a law that holds from one that happened to pass near it.
+        notes.push(match validated {
+            Some(v) if v.error <= THREE_SIZE_TRUST => format!(
+                "three measured sizes: law {} predicted the left-out size within {:.1}%",
+                v.fitted.law,
+                v.error * 100.0
+            ),
+            _ => "three measured sizes cannot determine this kernel's shape: between them the bound is the envelope of the measured neighbours (clamped law or step), not a law".into(),
+        });
     }
     if !monotone {
         notes.push("more SMs were measured to be slower: monotonicity not assumed".into());
@@ -259,69 +281,106 @@ struct Shape<'a> {
     /// The medians themselves rise somewhere (not only the law's curve).
     measured_non_monotone: bool,
     geometry: Option<crate::kernels::Geometry>,
+    /// Verification launches per size, when the chain may use them.
+    verified: Option<&'a std::collections::BTreeMap<u32, Vec<u64>>>,
     config: &'a MethodConfig,
 }
 
 impl Shape<'_> {
-    fn central(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
+    /// The typical time at `m` that the bound is built on (the bound is this times the tail
+    /// ratio): every step, in order, with why it keeps the bound safe. Only step 6 can lower the
+    /// estimate, and it is an upper bound in its own right.
+    fn safety_chain(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
         let left = self.medians.iter().rev().find(|p| p.sms <= m);
         let right = self.medians.iter().find(|p| p.sms >= m);
-        let law = self.law.map(|f| f.predict(m) * (1.0 + self.law_margin));
-        match (left, right) {
-            (Some(l), Some(_)) if l.sms == m => Ok((l.time_ns, Provenance::Measured)),
-            (Some(l), Some(r)) => Ok((self.between(m, law, l, r), Provenance::Fitted)),
-            (None, Some(r)) => self.below(m, law, r),
-            (Some(l), None) => self.above(m, law, l),
-            (None, None) => Err(ModelError::NoSamples),
+        // 1. A measured size: its median. The tail ratio over the median, fitted to these very
+        //    samples, and rule 1 (never below a sample there) make the bound.
+        if let Some(l) = left.filter(|l| l.sms == m) {
+            return Ok((l.time_ns, Provenance::Measured));
         }
-    }
-
-    fn between(&self, m: u32, law: Option<f64>, l: &Point, r: &Point) -> f64 {
-        if self.monotone {
-            // Under monotonicity C(r) <= C(m) <= C(l), whatever the law says. Medians may rise
-            // within the 1% tolerance, so order the two before clamping.
-            let (lo, hi) = (l.time_ns.min(r.time_ns), l.time_ns.max(r.time_ns));
-            // Inside one gap a law with a fitted knee or onset can trade its position against the
-            // slope after it and drop far too early; five sizes cannot tell. The power law through
-            // the neighbours (linear in log-log) is exact on 1/m stretches and close on slow
-            // declines, so such a law may not go below it. Laws fixed by the geometry (waves)
-            // cannot make that trade and keep their staircase.
+        // 2. Outside the measured sizes: the law plus its margin plus the extrapolation margin,
+        //    never below the nearest measured median; refused without a law (the daemon always
+        //    measures both extremes, so only offline fits get here).
+        let law = self.law.map(|f| f.predict(m) * (1.0 + self.law_margin));
+        let (l, r) = match (left, right) {
+            (Some(l), Some(r)) => (l, r),
+            (None, Some(edge)) | (Some(edge), None) => {
+                let estimate = self.outside(m, law, edge)?;
+                return Ok((self.verified_floor(m, estimate), Provenance::Extrapolated));
+            }
+            (None, None) => return Err(ModelError::NoSamples),
+        };
+        let (lo, hi) = (l.time_ns.min(r.time_ns), l.time_ns.max(r.time_ns));
+        let estimate = if self.monotone {
+            // 3. A kernel whose medians never rise: C(r) <= C(m) <= C(l) whatever the law says, so
+            //    the law (or, without one, the left neighbour) is clamped between the neighbours.
+            //    A law with a fitted knee or onset can trade its position against the slope
+            //    after it and drop too early inside one gap, so it may not go below the power law
+            //    through the neighbours (exact on 1/m stretches, close on slow declines).
             let free_shape = self.law.is_none_or(|f| f.law.has_free_shape(f.geometry));
             let floor = if free_shape {
                 power_law_interpolation(m, l, r).clamp(lo, hi)
             } else {
                 lo
             };
-            return law.unwrap_or(hi).clamp(lo, hi).max(floor);
-        }
-        // Without monotonicity a bump between measured sizes (a wave step meeting rising
-        // contention) is visible only to the law, so the law gets the extra margin too. A dip
-        // below both neighbours is never believed: leave-one-out cannot test the law there, and a
-        // flexible law can pass through every point with a spurious valley between them.
-        let extra = 1.0 + self.config.non_monotone_margin;
-        let step = l.time_ns.max(r.time_ns) * (1.0 + self.config.extrapolation_margin);
-        let floor = l
-            .time_ns
-            .min(r.time_ns)
-            .max(self.wave_interpolation(m, l, r).unwrap_or(0.0));
-        let estimate = law.map_or(step, |v| (v * extra).max(floor));
-        estimate.min(self.decomposition_cap(m, l, r).unwrap_or(f64::INFINITY))
+            law.unwrap_or(hi).clamp(lo, hi).max(floor)
+        } else {
+            // 4. A kernel measured to get slower with more SMs: without a law, the higher
+            //    neighbour plus the extrapolation margin. A law is never believed below the lower
+            //    neighbour (leave-one-out cannot test a valley between points), nor below the
+            //    wave-count interpolation of the falling part plus the law's contention at m
+            //    (exact for wave steps on a linear rise, so a law that misses a step is held up).
+            let floor = lo.max(self.wave_interpolation(m, l, r).unwrap_or(0.0));
+            let step = hi * (1.0 + self.config.extrapolation_margin);
+            let estimate = law.map_or(step, |v| {
+                (v * (1.0 + self.config.non_monotone_margin)).max(floor)
+            });
+            // 5. ...and never above the decomposition cap: whatever the split of the time into
+            //    a part that never rises with m and one that never falls, T(m) is at most a
+            //    measured neighbour plus the change of the matching part, so a law whose margin
+            //    is wide cannot inflate the bound beyond what the neighbours allow.
+            estimate.min(self.decomposition_cap(m, l, r).unwrap_or(f64::INFINITY))
+        };
+        // 6. A size the verification sweep saw: never below the upper confidence limit of its
+        //    median. Steps 2-5 rest on the law and on monotonicity; this rests on launches at
+        //    m itself, so a hump or a step no law predicts still lifts the bound.
+        Ok((self.verified_floor(m, estimate), Provenance::Fitted))
     }
 
-    /// An upper bound between measured neighbours that trusts the law only for how its parts
-    /// change, not for its level. Whatever the split of the time into a part that never rises
-    /// with m (waves, 1/m, a roof) and a part that never falls (contention), for l < m < r:
+    /// Step 6 of the chain.
+    fn verified_floor(&self, m: u32, estimate: f64) -> f64 {
+        let seen = self.verified.and_then(|v| v.get(&m));
+        let floor = seen
+            .and_then(|s| verify::median_interval(s))
+            .map_or(0.0, |(_, hi)| hi);
+        estimate.max(floor)
+    }
+
+    /// Step 2 of the chain: `edge` is the nearest measured size.
+    fn outside(&self, m: u32, law: Option<f64>, edge: &Point) -> Result<f64, ModelError> {
+        let extra = 1.0 + self.config.extrapolation_margin;
+        let above = m > edge.sms;
+        match law {
+            // Above the largest size of a monotone kernel, its time is at most the largest's.
+            _ if above && self.monotone => Ok(edge.time_ns),
+            Some(v) => Ok(v.max(edge.time_ns) * extra),
+            None if above => {
+                Err(self.refuse(m, "more SMs were seen to be slower and no law validated"))
+            }
+            None => Err(self.refuse(m, "no scaling law validated on the measured sizes")),
+        }
+    }
+
+    /// Step 5 of the chain. Whatever the split of the time into a part that never rises with m
+    /// (waves, 1/m, a roof) and a part that never falls (contention), for l < m < r:
     /// `T(m) <= T(l) + [I(m) - I(l)]` and `T(m) <= T(r) + [D(m) - D(r)]`. Both anchor on measured
-    /// medians; the law supplies only the increments (with half again for a misjudged slope),
-    /// so a law whose validation margin is wide cannot inflate the bound beyond them. `None`
-    /// when the law has no rising part, or when its rising part cannot explain the measured rise
-    /// across the gap (the split is then not to be trusted).
+    /// medians; the law supplies only the increments (with half again for a misjudged slope).
+    /// `None` when the law has no rising part, or when its rising part cannot explain every
+    /// measured rise (the split is then not to be trusted).
     fn decomposition_cap(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
         let law = self.law?;
         let rising = |x: u32| law.rising_part(x);
         let falling = |x: u32| Some(law.predict(x) - law.rising_part(x)?);
-        // Every measured rise, not only this gap's, must be explained by the law's rising part:
-        // a law that puts no contention where the medians climb has the split wrong everywhere.
         let explains = |a: &Point, b: &Point| {
             rising(a.sms)
                 .zip(rising(b.sms))
@@ -340,50 +399,20 @@ impl Shape<'_> {
         Some(from_left.min(from_right))
     }
 
-    /// On a kernel measured to get slower with more SMs, the time between two measured sizes
-    /// interpolated linearly in the number of thread-block waves: exact for the compute part
-    /// (`w * waves`) and for contention that grows linearly, so a law that misses a wave step
-    /// cannot take the bound below it.
+    /// Step 4's floor: on a kernel measured to get slower with more SMs, the time between two
+    /// measured sizes interpolated linearly in the number of thread-block waves. Only the part
+    /// that falls with m is interpolated; the law's rising part (contention), when it has one, is
+    /// added back at m itself, so contention growing inside the gap is not averaged away.
     fn wave_interpolation(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
         let g = self.geometry.filter(|_| self.measured_non_monotone)?;
         let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
         if wl == wr {
             return None;
         }
-        // Only the part that falls with m is interpolated; the law's rising part (contention),
-        // when it has one, is added back at m itself, so that contention growing inside the gap
-        // is not averaged away where the wave count stands still.
         let rising = |x: u32| self.law.and_then(|f| f.rising_part(x)).unwrap_or(0.0);
         let (fl, fr) = (l.time_ns - rising(l.sms), r.time_ns - rising(r.sms));
         let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
         Some(fr + (fl - fr) * t + rising(m))
-    }
-
-    fn below(
-        &self,
-        m: u32,
-        law: Option<f64>,
-        first: &Point,
-    ) -> Result<(f64, Provenance), ModelError> {
-        let extra = 1.0 + self.config.extrapolation_margin;
-        match law {
-            Some(v) => Ok((v.max(first.time_ns) * extra, Provenance::Extrapolated)),
-            None => Err(self.refuse(m, "no scaling law validated on the measured sizes")),
-        }
-    }
-
-    fn above(
-        &self,
-        m: u32,
-        law: Option<f64>,
-        last: &Point,
-    ) -> Result<(f64, Provenance), ModelError> {
-        let extra = 1.0 + self.config.extrapolation_margin;
-        match law {
-            _ if self.monotone => Ok((last.time_ns, Provenance::Extrapolated)),
-            Some(v) => Ok((v.max(last.time_ns) * extra, Provenance::Extrapolated)),
-            None => Err(self.refuse(m, "more SMs were seen to be slower and no law validated")),
-        }
     }
 
     fn refuse(&self, sms: u32, why: &str) -> ModelError {
@@ -396,8 +425,8 @@ impl Shape<'_> {
     }
 }
 
-/// Medians may rise by this factor between measured sizes and still count as not rising (noise).
-const MONOTONE_TOLERANCE: f64 = 1.01;
+/// Leave-one-out error up to which a law validated on three sizes is said to fit the shape.
+const THREE_SIZE_TRUST: f64 = 0.05;
 
 /// Factor on a law's increments in [`Shape::decomposition_cap`]: slopes fitted to five sizes may
 /// be misjudged by a third.
@@ -414,7 +443,7 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
     (l.time_ns.ln() * (1.0 - w) + r.time_ns.ln() * w).exp()
 }
 
-/// Medians never rise by more than 1% from one measured size to the next.
+/// Medians never rise by more than [`MONOTONE_TOLERANCE`] from one measured size to the next.
 pub(super) fn is_monotone(medians: &[Point]) -> bool {
     medians
         .windows(2)
@@ -428,10 +457,12 @@ fn make_non_increasing(entries: &mut [BoundEntry]) {
     }
 }
 
-/// An entry for size `m` with rule 1 applied: never below a sample observed there.
-fn entry(obs: &Observations, m: u32, bound: f64, provenance: Provenance) -> BoundEntry {
+/// An entry for size `m` with rule 1 applied: never below a sample observed there, in a full
+/// measurement or in the verification sweep.
+pub(super) fn entry(obs: &Observations, m: u32, bound: f64, provenance: Provenance) -> BoundEntry {
     let observed = obs.observed_max(m).unwrap_or(0);
     let samples = obs.by_size.get(&m).map_or(0, |s| s.len() as u64);
+    let verified_samples = obs.verified.get(&m).map_or(0, |s| s.len() as u64);
     let bound_ns = if bound.is_finite() {
         bound.ceil() as u64
     } else {
@@ -443,160 +474,11 @@ fn entry(obs: &Observations, m: u32, bound: f64, provenance: Provenance) -> Boun
         provenance,
         samples,
         observed_max_ns: observed,
-    }
-}
-
-fn provenance_of(obs: &Observations, m: u32) -> Provenance {
-    let lo = obs.by_size.keys().next().copied().unwrap_or(0);
-    let hi = obs.by_size.keys().next_back().copied().unwrap_or(0);
-    if obs.by_size.contains_key(&m) {
-        Provenance::Measured
-    } else if m < lo || m > hi {
-        Provenance::Extrapolated
-    } else {
-        Provenance::Fitted
-    }
-}
-
-/// Largest sample at the next smaller measured size, plus 20% (the first smaller size when none is).
-fn envelope(obs: &Observations, sizes: &[u32]) -> Result<BoundTable, ModelError> {
-    let maxima = obs.max_points();
-    let entries = sizes
-        .iter()
-        .map(|&m| {
-            let basis = maxima.iter().rev().find(|p| p.sms <= m).or(maxima.first());
-            let bound = basis.map_or(0.0, |p| p.time_ns) * 1.2;
-            entry(obs, m, bound, provenance_of(obs, m))
-        })
-        .collect();
-    Ok(simple_table(Method::Envelope, None, 0.2, entries))
-}
-
-/// The published strategies: Amdahl fitted to per-size maxima, with their margins and offsets.
-fn amdahl_on_maxima(
-    obs: &Observations,
-    sizes: &[u32],
-    method: Method,
-) -> Result<BoundTable, ModelError> {
-    let maxima = obs.max_points();
-    let too_few = || ModelError::TooFewSizes {
-        method,
-        needed: 2,
-        got: maxima.len(),
-    };
-    let (fitted, bound_of): (FittedLaw, Box<dyn Fn(f64) -> f64>) = match method {
-        Method::FixedMargin => {
-            let f = law::fit(Law::Amdahl, &maxima, None).ok_or_else(too_few)?;
-            (f, Box::new(|p| p * 1.03))
-        }
-        Method::IncrementalMargin => {
-            let f = law::fit(Law::Amdahl, &maxima, None).ok_or_else(too_few)?;
-            let margin = incremental_margin(&f, &maxima);
-            (f, Box::new(move |p| p * (1.0 + margin)))
-        }
-        Method::MinimalOffset => {
-            let (f, offset) = best_subset(&maxima, false).ok_or_else(too_few)?;
-            (f, Box::new(move |p| p + offset))
-        }
-        _ => {
-            let (f, offset) = best_subset(&maxima, true).ok_or_else(too_few)?;
-            (f, Box::new(move |p| p + offset))
-        }
-    };
-    let entries = sizes
-        .iter()
-        .map(|&m| entry(obs, m, bound_of(fitted.predict(m)), provenance_of(obs, m)))
-        .collect();
-    Ok(simple_table(method, Some(fitted), 0.0, entries))
-}
-
-/// 3%, then +2% at a time up to 13%, until every calibration maximum is covered.
-fn incremental_margin(f: &FittedLaw, maxima: &[Point]) -> f64 {
-    let mut margin = 0.03;
-    while margin < 0.13
-        && maxima
-            .iter()
-            .any(|p| f.predict(p.sms) * (1.0 + margin) < p.time_ns)
-    {
-        margin += 0.02;
-    }
-    margin.min(0.13)
-}
-
-/// Search subsets of the calibration sizes (at least 2) for the curve plus minimal offset that
-/// covers every calibration maximum with the smallest mean bound. With `fewest`, the smallest
-/// subset that is safe with the offset computed on its own points wins instead.
-fn best_subset(maxima: &[Point], fewest: bool) -> Option<(FittedLaw, f64)> {
-    let n = maxima.len();
-    if n < 2 {
-        return None;
-    }
-    // 2^17 subsets of 17 sizes is too many to fit; beyond 12 sizes search pairs and triples only.
-    let max_k = if n <= 12 { n } else { 3 };
-    let mut best: Option<(usize, f64, FittedLaw, f64)> = None;
-    for mask in 1u64..(1 << n) {
-        let k = mask.count_ones() as usize;
-        if k < 2 || k > max_k {
-            continue;
-        }
-        let subset: Vec<Point> = (0..n)
-            .filter(|i| mask & (1 << i) != 0)
-            .map(|i| maxima[i])
-            .collect();
-        let Some(f) = law::fit(Law::Amdahl, &subset, None) else {
-            continue;
-        };
-        let offset_on = |pts: &[Point]| {
-            pts.iter()
-                .map(|p| p.time_ns - f.predict(p.sms))
-                .fold(0.0, f64::max)
-        };
-        let offset = if fewest {
-            offset_on(&subset)
+        verified_samples: if provenance == Provenance::Measured {
+            0
         } else {
-            offset_on(maxima)
-        };
-        let safe = maxima
-            .iter()
-            .all(|p| f.predict(p.sms) + offset >= p.time_ns);
-        if !safe {
-            continue;
-        }
-        let mean = maxima
-            .iter()
-            .map(|p| f.predict(p.sms) + offset)
-            .sum::<f64>()
-            / n as f64;
-        let key = if fewest { k } else { 0 };
-        if best.as_ref().is_none_or(|b| (key, mean) < (b.0, b.1)) {
-            best = Some((key, mean, f, offset));
-        }
-    }
-    best.map(|(_, _, f, o)| (f, o)).or_else(|| {
-        let f = law::fit(Law::Amdahl, maxima, None)?;
-        let o = maxima
-            .iter()
-            .map(|p| p.time_ns - f.predict(p.sms))
-            .fold(0.0, f64::max);
-        Some((f, o))
-    })
-}
-
-fn simple_table(
-    method: Method,
-    law: Option<FittedLaw>,
-    margin: f64,
-    entries: Vec<BoundEntry>,
-) -> BoundTable {
-    BoundTable {
-        method,
-        law,
-        law_margin: margin,
-        validation_error: 0.0,
-        monotone: false,
-        tail: None,
-        entries,
-        notes: Vec::new(),
+            verified_samples
+        },
     }
 }
 
@@ -612,6 +494,7 @@ mod tests {
                 .iter()
                 .map(|(m, s)| (*m, s.to_vec()))
                 .collect::<BTreeMap<_, _>>(),
+            ..Observations::default()
         }
     }
 

@@ -1,12 +1,14 @@
 //! The model: from timed samples at a few partition sizes to a conservative bound at every size.
 //!
 //! It knows nothing of the GPU or the bus. In: [`Observations`] (samples per measured size, in
-//! launch order, and the launch geometry when known). Out: a [`BoundTable`]. The pieces:
+//! launch order, a few verification launches at sizes not measured in full, and the launch
+//! geometry when known). Out: a [`BoundTable`]. The pieces:
 //! - [`law`]: scaling laws and their fits (argmin);
 //! - [`validate`]: law choice and safety margin by leave-one-out validation;
 //! - [`tail`]: the statistical tail bound (peaks over threshold);
-//! - [`method`]: the bound methods, the project's own (`wcetd`) and the published ones it is
-//!   compared against;
+//! - [`method`]: the project's bound method (`wcetd`), its safety chain in one function;
+//! - [`published`]: the published strategies it is compared against;
+//! - [`verify`]: which sizes the verification sweep says must be measured in full;
 //! - [`planner`]: which size to measure next;
 //! - [`evaluate`]: how a method fares against held-out samples.
 //!
@@ -17,8 +19,10 @@ pub mod evaluate;
 pub mod law;
 pub mod method;
 pub mod planner;
+pub mod published;
 pub mod tail;
 pub mod validate;
+pub mod verify;
 
 use std::collections::BTreeMap;
 
@@ -28,12 +32,24 @@ pub use method::{Method, MethodConfig};
 
 use crate::kernels::Geometry;
 
+/// Medians may rise by this factor from one measured size to the next and still count as not
+/// rising (noise). Shared by the method, law selection and the planner.
+pub const MONOTONE_TOLERANCE: f64 = 1.01;
+
+/// A fitted law's curve may rise by this factor from one size to the next and still count as
+/// not rising (tighter than for medians: a curve has no noise).
+pub const CURVE_MONOTONE_TOLERANCE: f64 = 1.005;
+
 /// Timed samples of one kernel: per measured partition size, every launch time in nanoseconds, in
 /// launch order. No sample is ever dropped for being high.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Observations {
     pub geometry: Option<Geometry>,
     pub by_size: BTreeMap<u32, Vec<u64>>,
+    /// A few dozen launches at sizes not measured in full (the verification sweep): too few to
+    /// fit a law or a tail to, but observed, so rule 1 holds for them, and enough to bound the
+    /// median there.
+    pub verified: BTreeMap<u32, Vec<u64>>,
 }
 
 impl Observations {
@@ -62,14 +78,18 @@ impl Observations {
             .collect()
     }
 
+    /// The largest sample at `sms`, from the full measurement or the verification sweep.
     pub fn observed_max(&self, sms: u32) -> Option<u64> {
-        self.by_size.get(&sms).and_then(|s| s.iter().max().copied())
+        let full = self.by_size.get(&sms).into_iter().flatten();
+        let verified = self.verified.get(&sms).into_iter().flatten();
+        full.chain(verified).max().copied()
     }
 
     /// Only the first `launches` samples of each size.
     pub fn truncated(&self, launches: usize) -> Observations {
         Observations {
             geometry: self.geometry,
+            verified: self.verified.clone(),
             by_size: self
                 .by_size
                 .iter()
@@ -82,6 +102,7 @@ impl Observations {
     pub fn restricted_to(&self, keep: &[u32]) -> Observations {
         Observations {
             geometry: self.geometry,
+            verified: self.verified.clone(),
             by_size: self
                 .by_size
                 .iter()

@@ -149,14 +149,13 @@ fn disagreement(m: u32, points: &[Point], fitted: &[law::FittedLaw]) -> f64 {
 mod tests {
     use super::*;
     use crate::kernels::Geometry;
-    use std::collections::BTreeMap;
 
     #[test]
     fn starts_at_the_extremes_and_respects_the_budget() {
         let sizes: Vec<u32> = (1..=16).map(|i| i * 8).chain([132]).collect();
         let mut obs = Observations {
             geometry: None,
-            by_size: BTreeMap::new(),
+            ..Observations::default()
         };
         let truth = |m: u32| (10_000 + 1_000_000 / m.min(56)) as u64;
         let mut chosen = Vec::new();
@@ -180,7 +179,7 @@ mod tests {
         };
         let mut obs = Observations {
             geometry: Some(geometry),
-            by_size: BTreeMap::new(),
+            ..Observations::default()
         };
         let truth = |m: u32| {
             let waves = 3_000.0 * f64::from(geometry.waves(m));

@@ -4,40 +4,60 @@
 //! Jitter on a GPU is mostly multiplicative (clock dithering, DRAM refresh, interrupts scale with
 //! the work), so the model works on ratios `time / median at that size`, pooled across every
 //! measured size of a kernel. Pooling gives hundreds of tail samples from a few sizes and lets the
-//! tail bound apply at sizes that were never measured.
+//! tail bound apply at sizes that were never measured. Pooling is an assumption, and it is
+//! tested: each size's ratios are compared with the other sizes' (two-sample Kolmogorov-Smirnov,
+//! Bonferroni-corrected 1%); additive jitter, which is relatively larger where the kernel is
+//! faster, fails it. Then every measured size gets a tail bound of its own, and a size that was
+//! not measured gets the largest of them.
 //!
 //! The method is peaks over threshold: exceedances of the ratios over a high quantile follow a
 //! generalised Pareto distribution (Pickands-Balkema-de Haan), fitted by probability-weighted
-//! moments (Hosking & Wallis 1987). Three outcomes, each reported:
-//! - `gpd-bounded`: the shape is not positive and the fit passes a Kolmogorov-Smirnov check. The
-//!   bound is the quantile, at the target probability, of an exponential tail (shape 0) fitted
-//!   over the same threshold: above the bounded tail's own quantile, the conservative choice of
-//!   measurement-based probabilistic timing analysis, and steady from one campaign to the next
-//!   (the endpoint of a fitted negative shape is not).
-//!   Samples that fail the Ljung-Box independence check (a throttling episode is a run of slow
-//!   launches) are declustered first: the fit uses the maximum of each cluster of exceedances.
-//! - `exponential-envelope`: the shape is positive but not significantly so, or the fit fails its
-//!   check; the same exponential-tail quantile is used.
-//! - `heavy-tail`: the shape is more than two standard errors above 0 at some threshold. The
-//!   quantile at 1e-9 would be thousands of times the median, so the bound is stated at 1e-4 per
-//!   launch (reported in `exceedance`), and is at least the exponential envelope and twice the
+//! moments (Hosking & Wallis 1987). The threshold is the lowest candidate quantile above which
+//! the shape estimate is stable (every higher threshold's estimate within two standard errors of
+//! it), not a fixed one. The shape's standard error is (1 + shape) / sqrt(n), its asymptotic
+//! likelihood value. The fit is checked by Kolmogorov-Smirnov with a critical value from a
+//! parametric bootstrap (the parameters are estimated from the same data, so the textbook
+//! 1.36/sqrt(n) is too lenient). Outcomes, each reported:
+//! - `gpd-bounded`: the shape is not positive and the fit passes. The bound is the quantile, at
+//!   the target probability, of an exponential tail (shape 0) fitted over the same threshold:
+//!   above the bounded tail's own quantile, the conservative choice of measurement-based
+//!   probabilistic timing analysis, and steady from one campaign to the next.
+//! - `gpd-upper-shape`: the shape is positive but not significantly so: the GPD quantile at the
+//!   shape's upper confidence limit (two standard errors above the estimate).
+//! - `exponential-quantile` (`exponential-envelope` in stores written before this name): the fit
+//!   is rejected and the shape is not positive: the exponential-tail quantile.
+//! - `heavy-tail`: the shape is more than two standard errors above 0 at some threshold, or a few
+//!   huge outliers dwarf the body. The quantile at 1e-9 would be thousands of times the median, so
+//!   the bound is stated at [`HEAVY_TAIL_EXCEEDANCE`] per launch (reported in `exceedance`), at
+//!   the shape's upper confidence limit, and is at least the exponential quantile and twice the
 //!   worst excess observed.
-//! - `observed`: too few samples for any model; the ratio of the largest sample is used.
+//! - `observed`: fewer than 100 samples: no model; the largest ratio plus as much again (twice the
+//!   largest excess over the median), a stated margin rather than the bare maximum.
 //!
+//! Samples that fail the Ljung-Box independence check (a throttling episode is a run of slow
+//! launches) are declustered first: the fit uses the maximum of each cluster of exceedances.
 //! In every case the result is never below the largest observed ratio.
 
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use super::Observations;
 
 /// Which tail bound was used, and why.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TailKind {
     GpdBounded,
-    /// Named `exponential-envelope` on the wire and on disk, as before it became a single
-    /// exponential-tail quantile, so clients and stored calibrations keep working.
-    #[serde(rename = "exponential-envelope")]
-    Exponential,
-    /// The shape is significantly positive: no probability is claimed.
+    /// A positive shape that is not significant: the quantile at its upper confidence limit.
+    GpdUpperShape,
+    /// The exponential-tail quantile. Stores written before it was named for what it computes
+    /// say `exponential-envelope`; they still load.
+    #[serde(alias = "exponential-envelope")]
+    ExponentialQuantile,
+    /// The shape is significantly positive: no probability below [`HEAVY_TAIL_EXCEEDANCE`] is
+    /// claimed.
     HeavyTail,
     Observed,
 }
@@ -46,7 +66,8 @@ pub enum TailKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TailBound {
     pub kind: TailKind,
-    /// Bound on time / median, never below `observed_max_ratio`.
+    /// Bound on time / median, never below `observed_max_ratio`; with per-size bounds, the
+    /// largest of them (what a size that was not measured gets).
     pub ratio: f64,
     pub observed_max_ratio: f64,
     /// Exceedance probability per launch the bound is stated at.
@@ -56,8 +77,122 @@ pub struct TailBound {
     pub samples: usize,
     pub independent: bool,
     pub fit_accepted: bool,
+    /// When pooling across sizes was rejected: the bound of each measured size on its own.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_size: BTreeMap<u32, f64>,
     /// Plain-language reasons for the choice, for `GetBoundInfo` and reports.
     pub notes: Vec<String>,
+}
+
+impl TailBound {
+    /// The ratio that applies at size `m`: its own where pooling was rejected and `m` was
+    /// measured, the pooled (or largest per-size) ratio otherwise.
+    pub fn ratio_at(&self, m: u32) -> f64 {
+        self.per_size.get(&m).copied().unwrap_or(self.ratio)
+    }
+}
+
+impl std::fmt::Display for TailKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TailKind::GpdBounded => "gpd-bounded",
+            TailKind::GpdUpperShape => "gpd-upper-shape",
+            TailKind::ExponentialQuantile => "exponential-quantile",
+            TailKind::HeavyTail => "heavy-tail",
+            TailKind::Observed => "observed",
+        })
+    }
+}
+
+/// Fewest samples a tail model is fitted to; below, a stated margin over the largest.
+const MIN_SAMPLES: usize = 100;
+const MIN_EXCEEDANCES: usize = 10;
+/// Exceedances closer than this many launches belong to one cluster.
+const DECLUSTER_RUN: usize = 10;
+/// A largest excess this many times the body's 95th-percentile excess marks a heavy tail. (4
+/// took a throttling run of several percent on a tight body for a heavy tail.)
+const OUTLIER_FACTOR: f64 = 8.0;
+/// The exceedance a heavy-tailed bound is stated at.
+pub const HEAVY_TAIL_EXCEEDANCE: f64 = 1e-4;
+/// Candidate thresholds (quantiles of the ratios), lowest first.
+const THRESHOLDS: [f64; 6] = [0.80, 0.85, 0.90, 0.93, 0.95, 0.97];
+/// Standard errors of the shape for its significance and its upper confidence limit.
+const SHAPE_Z: f64 = 2.0;
+/// Parametric-bootstrap replicates for the goodness-of-fit critical value (5% level).
+const BOOTSTRAP: usize = 99;
+/// Overall level of the pooling test (split over the sizes, Bonferroni).
+const POOLING_LEVEL: f64 = 0.01;
+
+/// Whether the tail of `obs` is heavy or may be (a positive shape, significant or not): a
+/// campaign then takes more samples, which narrow the shape's confidence interval.
+pub fn is_heavy(obs: &Observations, config: &super::MethodConfig) -> bool {
+    let per_size: Vec<Vec<f64>> = obs.by_size.values().map(|s| ratios(s)).collect();
+    let kind = pooled_tail_bound(&per_size, config.exceedance, Pool::All).kind;
+    matches!(kind, TailKind::HeavyTail | TailKind::GpdUpperShape)
+}
+
+/// The tail bound of `obs`: pooled over sizes when the sizes agree; else pooled after each
+/// size's excesses are scaled to a common spread, and scaled back per size.
+pub fn tail_bound(obs: &Observations, exceedance: f64) -> TailBound {
+    let sizes: Vec<(u32, &[u64])> = obs
+        .by_size
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(&m, s)| (m, s.as_slice()))
+        .collect();
+    let per_size: Vec<&[u64]> = sizes.iter().map(|(_, s)| *s).collect();
+    let sequences: Vec<Vec<f64>> = per_size.iter().map(|s| ratios(s)).collect();
+    let Some(note) = pooling_rejected(&sequences) else {
+        return pooled_tail_bound(&sequences, exceedance, Pool::Balanced);
+    };
+    // Location-scale pooling: the excess over the median is assumed to have one shape at every
+    // size but a scale of its own (additive jitter is relatively larger where the kernel is
+    // faster). Each size's excesses are scaled to the mean spread, the tail fitted to the pool,
+    // and the bound scaled back with each size's spread.
+    let spreads: Vec<f64> = sequences.iter().map(|r| spread(r)).collect();
+    let mean_spread = spreads.iter().sum::<f64>() / spreads.len() as f64;
+    let scaled: Vec<Vec<f64>> = sequences
+        .iter()
+        .zip(&spreads)
+        .map(|(r, s)| {
+            r.iter()
+                .map(|x| 1.0 + (x - 1.0) * mean_spread / s)
+                .collect()
+        })
+        .collect();
+    let mut bound = pooled_tail_bound(&scaled, exceedance, Pool::Balanced);
+    bound.notes.push(note);
+    let mut widest: f64 = 1.0;
+    for (((m, _), r), s) in sizes.iter().zip(&sequences).zip(&spreads) {
+        let own_max = r.iter().copied().fold(1.0, f64::max);
+        let ratio = (1.0 + (bound.ratio - 1.0) * s / mean_spread).max(own_max);
+        bound.per_size.insert(*m, ratio);
+        widest = widest.max(ratio);
+        bound.observed_max_ratio = bound.observed_max_ratio.max(own_max);
+    }
+    bound.notes.push(format!(
+        "excess scaled per size (90th-percentile spread {}): bounds {}; a size not measured gets the largest",
+        spreads
+            .iter()
+            .map(|s| format!("{:.2}%", s * 100.0))
+            .collect::<Vec<_>>()
+            .join(", "),
+        bound
+            .per_size
+            .iter()
+            .map(|(m, r)| format!("{m}: x{r:.4}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ));
+    bound.ratio = widest;
+    bound
+}
+
+/// A size's spread: its 90th-percentile ratio over the median, minus 1 (never 0).
+fn spread(ratios: &[f64]) -> f64 {
+    let mut sorted = ratios.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    (quantile_sorted(&sorted, 0.9) - 1.0).max(1e-6)
 }
 
 /// Which samples the tail is fitted to.
@@ -70,39 +205,72 @@ enum Pool {
     All,
 }
 
-impl std::fmt::Display for TailKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            TailKind::GpdBounded => "gpd-bounded",
-            TailKind::Exponential => "exponential-envelope",
-            TailKind::HeavyTail => "heavy-tail",
-            TailKind::Observed => "observed",
-        })
+/// Ratios to the median of one size's samples.
+fn ratios(samples: &[u64]) -> Vec<f64> {
+    let median = quantile_u64(samples, 0.5);
+    if median <= 0.0 {
+        return Vec::new();
     }
+    samples.iter().map(|&t| t as f64 / median).collect()
 }
 
-const MIN_EXCEEDANCES: usize = 10;
-/// Exceedances closer than this many launches belong to one cluster.
-const DECLUSTER_RUN: usize = 10;
-/// A largest excess this many times the body's 95th-percentile excess marks a heavy tail.
-const OUTLIER_FACTOR: f64 = 4.0;
-/// The exceedance a heavy-tailed bound is stated at: about what a few thousand launches support.
-const HEAVY_TAIL_EXCEEDANCE: f64 = 1e-4;
-const THRESHOLDS: [f64; 4] = [0.90, 0.95, 0.98, 0.99];
-
-/// Whether the pooled tail of `obs` is heavy (a campaign then takes more samples).
-pub fn is_heavy(obs: &super::Observations, config: &super::MethodConfig) -> bool {
-    let per_size: Vec<&[u64]> = obs.by_size.values().map(Vec::as_slice).collect();
-    pooled_tail_bound(&per_size, config.exceedance, Pool::All).kind == TailKind::HeavyTail
+/// `Some(why)` when some size's ratios differ from the other sizes' by more than chance allows
+/// (two-sample Kolmogorov-Smirnov at [`POOLING_LEVEL`] over the number of sizes).
+fn pooling_rejected(per_size: &[Vec<f64>]) -> Option<String> {
+    if per_size.len() < 2 {
+        return None;
+    }
+    let level = POOLING_LEVEL / per_size.len() as f64;
+    let c = (-(level / 2.0).ln() / 2.0).sqrt();
+    let sorted: Vec<Vec<f64>> = per_size
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.sort_by(f64::total_cmp);
+            r
+        })
+        .collect();
+    for (i, own) in sorted.iter().enumerate() {
+        let mut rest: Vec<f64> = sorted
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != i)
+            .flat_map(|(_, r)| r.iter().copied())
+            .collect();
+        rest.sort_by(f64::total_cmp);
+        let (n, k) = (own.len() as f64, rest.len() as f64);
+        if n < 2.0 || k < 2.0 {
+            continue;
+        }
+        let d = ks_two_sample(own, &rest);
+        if d > c * ((n + k) / (n * k)).sqrt() {
+            return Some(format!(
+                "jitter differs between sizes (two-sample Kolmogorov-Smirnov D = {d:.3} at one size, level {POOLING_LEVEL} over {} sizes): tail bounded per size",
+                per_size.len()
+            ));
+        }
+    }
+    None
 }
 
-/// Tail bound from per-size sample sequences (in launch order), fitted to an equal number of
-/// launches from each size and never below the largest ratio observed in any launch.
-pub fn tail_bound(per_size: &[&[u64]], exceedance: f64) -> TailBound {
-    pooled_tail_bound(per_size, exceedance, Pool::Balanced)
+/// Largest distance between the empirical distribution functions of two sorted samples.
+fn ks_two_sample(a: &[f64], b: &[f64]) -> f64 {
+    let (mut i, mut j, mut d) = (0, 0, 0.0f64);
+    while i < a.len() && j < b.len() {
+        let x = a[i].min(b[j]);
+        while i < a.len() && a[i] <= x {
+            i += 1;
+        }
+        while j < b.len() && b[j] <= x {
+            j += 1;
+        }
+        d = d.max((i as f64 / a.len() as f64 - j as f64 / b.len() as f64).abs());
+    }
+    d
 }
 
-fn pooled_tail_bound(per_size: &[&[u64]], exceedance: f64, pool: Pool) -> TailBound {
+/// The tail bound of ratio sequences (one per size, in launch order) pooled as `pool` says.
+fn pooled_tail_bound(per_size: &[Vec<f64>], exceedance: f64, pool: Pool) -> TailBound {
     let share = match pool {
         Pool::Balanced => per_size
             .iter()
@@ -112,46 +280,39 @@ fn pooled_tail_bound(per_size: &[&[u64]], exceedance: f64, pool: Pool) -> TailBo
             .unwrap_or(0),
         Pool::All => usize::MAX,
     };
-    let mut ratios = Vec::new();
+    let mut pooled = Vec::new();
     let mut sequences = Vec::new();
     let mut independent = true;
     let mut observed_max_ratio: f64 = 1.0;
-    for samples in per_size {
-        let median = quantile_u64(samples, 0.5);
-        if median <= 0.0 {
-            continue;
-        }
-        let max = samples.iter().max().copied().unwrap_or(0);
-        observed_max_ratio = observed_max_ratio.max(max as f64 / median);
-        let seq: Vec<f64> = samples[..samples.len().min(share)]
-            .iter()
-            .map(|&t| t as f64 / median)
-            .collect();
+    for all in per_size {
+        observed_max_ratio = all.iter().copied().fold(observed_max_ratio, f64::max);
+        let seq = all[..all.len().min(share)].to_vec();
         independent &= ljung_box_passes(&seq, 10);
-        ratios.extend_from_slice(&seq);
+        pooled.extend_from_slice(&seq);
         sequences.push(seq);
     }
-    ratios.sort_by(f64::total_cmp);
+    pooled.sort_by(f64::total_cmp);
     let mut bound = TailBound {
         kind: TailKind::Observed,
         ratio: observed_max_ratio,
         observed_max_ratio,
         exceedance,
         shape: 0.0,
-        samples: ratios.len(),
+        samples: pooled.len(),
         independent,
         fit_accepted: false,
+        per_size: BTreeMap::new(),
         notes: Vec::new(),
     };
-    if ratios.len() * 10 < MIN_EXCEEDANCES * 100 {
+    if pooled.len() < MIN_SAMPLES {
+        bound.ratio = 1.0 + 2.0 * (observed_max_ratio - 1.0);
         bound.notes.push(format!(
-            "{} samples are too few for a tail model (need {}); using the largest observed",
-            ratios.len(),
-            MIN_EXCEEDANCES * 10
+            "{} samples are too few for a tail model (need {MIN_SAMPLES}): twice the largest excess over the median",
+            pooled.len()
         ));
         return bound;
     }
-    choose(&mut bound, &ratios, &sequences);
+    choose(&mut bound, &pooled, &sequences);
     bound.ratio = bound.ratio.max(observed_max_ratio);
     bound.notes.push(format!(
         "tail bound x{:.4} of the median (largest observed x{:.4}, {} samples)",
@@ -160,52 +321,74 @@ fn pooled_tail_bound(per_size: &[&[u64]], exceedance: f64, pool: Pool) -> TailBo
     bound
 }
 
+/// The lowest candidate threshold (with enough exceedances) above which the shape is stable:
+/// the estimate at every higher threshold lies within [`SHAPE_Z`] of its own standard errors of
+/// the estimate here. The highest usable one when none is.
+fn stable_threshold(fit_at: &dyn Fn(f64) -> GpdFit) -> Option<GpdFit> {
+    let fits: Vec<GpdFit> = THRESHOLDS
+        .iter()
+        .map(|&q| fit_at(q))
+        .filter(|g| g.excess.len() >= MIN_EXCEEDANCES)
+        .collect();
+    let stable = (0..fits.len()).find(|&i| {
+        fits[i + 1..]
+            .iter()
+            .all(|h| (h.shape - fits[i].shape).abs() <= SHAPE_Z * h.shape_se())
+    });
+    let i = stable.unwrap_or(fits.len().checked_sub(1)?);
+    fits.into_iter().nth(i)
+}
+
 fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
     let p = bound.exceedance;
     // Dependent samples (a throttling episode is a run of slow launches) are declustered: the
     // tail is fitted to the maximum of each cluster of exceedances (Coles 2001, section 5.3).
-    let gpd = if bound.independent {
-        GpdFit::at(sorted, THRESHOLDS[0])
-    } else {
-        GpdFit::declustered(sorted, sequences, THRESHOLDS[0])
+    let fit_at = |q: f64| {
+        if bound.independent {
+            GpdFit::at(sorted, q)
+        } else {
+            GpdFit::declustered(sorted, sequences, q)
+        }
+    };
+    let Some(gpd) = stable_threshold(&fit_at) else {
+        bound.kind = TailKind::ExponentialQuantile;
+        bound.ratio = exponential_envelope(sorted, p);
+        bound
+            .notes
+            .push("too few exceedances at every threshold: exponential-tail quantile".into());
+        return;
     };
     bound.shape = gpd.shape;
-    bound.fit_accepted = gpd.ks_passes(sorted);
-    let envelope = exponential_envelope(sorted, p);
+    bound.fit_accepted = gpd.ks_passes_bootstrap();
     if !bound.independent {
         bound.notes.push(format!(
             "samples are autocorrelated (Ljung-Box, lag 10, 1%): tail fitted to {} cluster maxima (runs declustering, run length {DECLUSTER_RUN})",
             gpd.excess.len()
         ));
     }
-    if gpd.shape > 0.0 {
-        bound
-            .notes
-            .push(format!("heavy tail: GPD shape {:.2} > 0", gpd.shape));
-    }
+    bound.notes.push(format!(
+        "threshold at the {:.0}th percentile, where the shape is stable: GPD shape {:.2} +- {:.2} ({} exceedances)",
+        gpd.quantile_level * 100.0,
+        gpd.shape,
+        gpd.shape_se(),
+        gpd.excess.len()
+    ));
     if !bound.fit_accepted {
         bound
             .notes
-            .push("GPD fit rejected by Kolmogorov-Smirnov at 5%".into());
+            .push("GPD fit rejected by Kolmogorov-Smirnov at 5% (bootstrap critical value)".into());
     }
+    let envelope = exponential_envelope(sorted, p);
     let heavy = THRESHOLDS
         .iter()
-        .map(|&q| GpdFit::at(sorted, q))
+        .map(|&q| fit_at(q))
         .filter(|g| g.excess.len() >= 2 * MIN_EXCEEDANCES && g.significantly_heavy())
         .max_by(|a, b| a.shape.total_cmp(&b.shape));
     // A few huge outliers over a tight body are a heavy tail even when too few to make the GPD
     // shape significant: the largest excess dwarfs the spread of the body.
     let body = quantile_sorted(sorted, 0.95) - 1.0;
     let outliers = body > 0.0 && bound.observed_max_ratio - 1.0 > OUTLIER_FACTOR * body;
-    let heavy = heavy.or_else(|| {
-        outliers.then(|| {
-            THRESHOLDS
-                .iter()
-                .map(|&q| GpdFit::at(sorted, q))
-                .filter(|g| g.excess.len() >= MIN_EXCEEDANCES)
-                .max_by(|a, b| a.shape.total_cmp(&b.shape))
-        })?
-    });
+    let heavy = heavy.or_else(|| outliers.then(|| gpd.clone()));
     if outliers {
         bound.notes.push(format!(
             "outliers: largest excess {:.1}% is over {OUTLIER_FACTOR}x the body's 95th percentile ({:.1}%)",
@@ -215,20 +398,35 @@ fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
     }
     if let Some(tail) = heavy {
         // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the median,
-        // which no scheduler can use. State the bound at the smallest probability a campaign's
-        // few hundred samples can support instead, and say so.
+        // which no scheduler can use. State the bound at a probability a campaign of tens of
+        // thousands of launches can support instead, and say so.
         let p = bound.exceedance.max(HEAVY_TAIL_EXCEEDANCE);
+        let upper = tail.upper_shape().max(0.0);
         bound.kind = TailKind::HeavyTail;
         bound.shape = tail.shape;
         bound.exceedance = p;
         bound.ratio = envelope
-            .max(tail.quantile(p, tail.shape.max(0.0)))
+            .max(tail.quantile(p, upper))
             .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
         bound.notes.push(format!(
-            "heavy tail (GPD shape {:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
+            "heavy tail (GPD shape {:.2}, upper limit {upper:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
             tail.shape
         ));
-    } else if gpd.excess.len() >= MIN_EXCEEDANCES && bound.fit_accepted && gpd.shape <= 0.0 {
+    } else if gpd.shape > 0.0 {
+        // The tail may be heavy: the quantile at the shape's upper confidence limit. At 1e-9 it
+        // runs to hundreds of times the median on a few dozen exceedances, so, as for a heavy
+        // tail, it is stated at the probability the data can support, and never below the
+        // exponential quantile at the configured one.
+        let upper = gpd.upper_shape();
+        let stated = p.max(HEAVY_TAIL_EXCEEDANCE);
+        bound.kind = TailKind::GpdUpperShape;
+        bound.exceedance = stated;
+        bound.ratio = gpd.quantile(stated, upper).max(gpd.exponential_quantile(p));
+        bound.notes.push(format!(
+            "GPD shape {:.2} > 0 but not significant: quantile at {stated:e} with the shape's upper confidence limit {upper:.2}, at least the exponential quantile at {p:e}",
+            gpd.shape
+        ));
+    } else if bound.fit_accepted {
         bound.kind = TailKind::GpdBounded;
         bound.ratio = gpd.exponential_quantile(p);
         bound.notes.push(format!(
@@ -236,8 +434,8 @@ fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
             gpd.shape
         ));
     } else {
-        bound.kind = TailKind::Exponential;
-        bound.ratio = gpd.exponential_quantile(p);
+        bound.kind = TailKind::ExponentialQuantile;
+        bound.ratio = gpd.exponential_quantile(p).max(envelope);
         bound
             .notes
             .push(format!("exponential tail; quantile at {p:e}"));
@@ -260,7 +458,10 @@ fn exponential_envelope(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// A generalised Pareto fit to the exceedances over one threshold.
+#[derive(Debug, Clone)]
 struct GpdFit {
+    /// The quantile of the ratios the threshold sits at.
+    quantile_level: f64,
     threshold: f64,
     zeta: f64,
     shape: f64,
@@ -273,7 +474,7 @@ impl GpdFit {
     fn at(sorted: &[f64], q: f64) -> GpdFit {
         let (threshold, excess) = exceedances(sorted, q);
         let zeta = excess.len() as f64 / sorted.len() as f64;
-        GpdFit::from_excess(threshold, excess, zeta)
+        GpdFit::from_excess(q, threshold, excess, zeta)
     }
 
     /// Fit to cluster maxima: within each launch-order sequence, exceedances of the threshold
@@ -300,27 +501,14 @@ impl GpdFit {
         }
         maxima.sort_by(f64::total_cmp);
         let zeta = maxima.len() as f64 / sorted.len().max(1) as f64;
-        GpdFit::from_excess(threshold, maxima, zeta)
+        GpdFit::from_excess(q, threshold, maxima, zeta)
     }
 
     /// Probability-weighted-moment estimates (Hosking & Wallis 1987) from sorted excesses.
-    fn from_excess(threshold: f64, excess: Vec<f64>, zeta: f64) -> GpdFit {
-        let n = excess.len() as f64;
-        let a0 = excess.iter().sum::<f64>() / n;
-        let a1 = excess
-            .iter()
-            .enumerate()
-            .map(|(i, y)| y * (n - 1.0 - i as f64) / (n - 1.0).max(1.0))
-            .sum::<f64>()
-            / n;
-        let denom = a0 - 2.0 * a1;
-        let (shape, scale) = if denom.abs() < 1e-15 || a0 <= 0.0 {
-            (0.0, a0.max(1e-12))
-        } else {
-            let k = a0 / denom - 2.0;
-            (-k, (2.0 * a0 * a1 / denom).max(1e-12))
-        };
+    fn from_excess(quantile_level: f64, threshold: f64, excess: Vec<f64>, zeta: f64) -> GpdFit {
+        let (shape, scale) = pwm(&excess);
         GpdFit {
+            quantile_level,
             threshold,
             zeta,
             shape,
@@ -329,13 +517,19 @@ impl GpdFit {
         }
     }
 
-    fn cdf(&self, y: f64, shape: f64) -> f64 {
-        if shape.abs() < 1e-9 {
-            1.0 - (-y / self.scale).exp()
-        } else {
-            let base = (1.0 + shape * y / self.scale).max(0.0);
-            1.0 - base.powf(-1.0 / shape)
-        }
+    /// Asymptotic standard error of the shape, (1 + shape) / sqrt(n) (the inverse Fisher
+    /// information of the GPD likelihood).
+    fn shape_se(&self) -> f64 {
+        (1.0 + self.shape).abs() / (self.excess.len().max(1) as f64).sqrt()
+    }
+
+    /// The shape's upper confidence limit, [`SHAPE_Z`] standard errors above the estimate.
+    fn upper_shape(&self) -> f64 {
+        self.shape + SHAPE_Z * self.shape_se()
+    }
+
+    fn cdf(&self, y: f64) -> f64 {
+        gpd_cdf(y, self.shape, self.scale)
     }
 
     fn quantile(&self, p: f64, shape: f64) -> f64 {
@@ -359,26 +553,90 @@ impl GpdFit {
         self.threshold + mean * (self.zeta / p).max(1.0).ln()
     }
 
-    /// A shape more than two standard errors above 0.
+    /// A shape more than [`SHAPE_Z`] standard errors above 0.
     fn significantly_heavy(&self) -> bool {
-        let se = (1.0 - self.shape).abs() / (self.excess.len() as f64).sqrt();
-        self.shape - 2.0 * se > 0.0
+        self.shape - SHAPE_Z * self.shape_se() > 0.0
     }
 
-    /// Kolmogorov-Smirnov against the fitted GPD at 5% (critical value 1.36 / sqrt(n)).
-    fn ks_passes(&self, _sorted: &[f64]) -> bool {
-        let n = self.excess.len() as f64;
-        let d = self
+    /// Kolmogorov-Smirnov against the fitted GPD at 5%, with the critical value from a
+    /// parametric bootstrap: samples of the same size drawn from the fitted GPD, refitted, and
+    /// their statistic's 95th percentile taken. Seeded from the data, so it is reproducible.
+    fn ks_passes_bootstrap(&self) -> bool {
+        let n = self.excess.len();
+        if n < MIN_EXCEEDANCES {
+            return false;
+        }
+        let d = ks_statistic(&self.excess, |y| self.cdf(y));
+        let seed = self
             .excess
             .iter()
-            .enumerate()
-            .map(|(i, &y)| {
-                let f = self.cdf(y, self.shape);
-                (f - i as f64 / n).abs().max(((i + 1) as f64 / n - f).abs())
+            .fold(n as u64, |h, y| h.rotate_left(7) ^ y.to_bits());
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut replicate = vec![0.0; n];
+        let mut ds: Vec<f64> = (0..BOOTSTRAP)
+            .map(|_| {
+                for y in replicate.iter_mut() {
+                    *y = gpd_draw(&mut rng, self.shape, self.scale);
+                }
+                replicate.sort_by(f64::total_cmp);
+                let (shape, scale) = pwm(&replicate);
+                ks_statistic(&replicate, |y| gpd_cdf(y, shape, scale))
             })
-            .fold(0.0, f64::max);
-        d <= 1.36 / n.sqrt()
+            .collect();
+        ds.sort_by(f64::total_cmp);
+        d <= quantile_sorted(&ds, 0.95)
     }
+}
+
+/// PWM shape and scale from sorted excesses.
+fn pwm(excess: &[f64]) -> (f64, f64) {
+    let n = excess.len() as f64;
+    let a0 = excess.iter().sum::<f64>() / n.max(1.0);
+    let a1 = excess
+        .iter()
+        .enumerate()
+        .map(|(i, y)| y * (n - 1.0 - i as f64) / (n - 1.0).max(1.0))
+        .sum::<f64>()
+        / n.max(1.0);
+    let denom = a0 - 2.0 * a1;
+    if denom.abs() < 1e-15 || a0 <= 0.0 {
+        (0.0, a0.max(1e-12))
+    } else {
+        let k = a0 / denom - 2.0;
+        (-k, (2.0 * a0 * a1 / denom).max(1e-12))
+    }
+}
+
+fn gpd_cdf(y: f64, shape: f64, scale: f64) -> f64 {
+    if shape.abs() < 1e-9 {
+        1.0 - (-y / scale).exp()
+    } else {
+        let base = (1.0 + shape * y / scale).max(0.0);
+        1.0 - base.powf(-1.0 / shape)
+    }
+}
+
+/// One draw from a GPD by inversion.
+fn gpd_draw(rng: &mut ChaCha8Rng, shape: f64, scale: f64) -> f64 {
+    let u: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
+    if shape.abs() < 1e-9 {
+        -scale * u.ln()
+    } else {
+        scale / shape * (u.powf(-shape) - 1.0)
+    }
+}
+
+/// Kolmogorov-Smirnov distance between sorted values and a distribution function.
+fn ks_statistic(sorted: &[f64], cdf: impl Fn(f64) -> f64) -> f64 {
+    let n = sorted.len() as f64;
+    sorted
+        .iter()
+        .enumerate()
+        .map(|(i, &y)| {
+            let f = cdf(y);
+            (f - i as f64 / n).abs().max(((i + 1) as f64 / n - f).abs())
+        })
+        .fold(0.0, f64::max)
 }
 
 /// Threshold at quantile `q` and the sorted excesses above it.
@@ -436,6 +694,13 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    fn one_size(s: &[u64]) -> Observations {
+        Observations {
+            by_size: [(8, s.to_vec())].into(),
+            ..Observations::default()
+        }
+    }
+
     fn draw(n: usize, seed: u64, f: impl Fn(&mut ChaCha8Rng) -> f64) -> Vec<u64> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         (0..n).map(|_| (100_000.0 * f(&mut rng)) as u64).collect()
@@ -444,7 +709,7 @@ mod tests {
     #[test]
     fn bounded_jitter_gets_a_tight_gpd_bound() {
         let s = draw(1000, 1, |r| 1.0 + 0.04 * r.random::<f64>());
-        let b = tail_bound(&[&s], 1e-9);
+        let b = tail_bound(&one_size(&s), 1e-9);
         assert_eq!(b.kind, TailKind::GpdBounded, "{b:?}");
         assert!(b.ratio >= b.observed_max_ratio);
         assert!(b.ratio < 1.10, "{b:?}");
@@ -455,7 +720,7 @@ mod tests {
         let s = draw(1000, 2, |r| {
             1.0 + 0.02 * (r.random::<f64>().powf(-1.0 / 1.2) - 1.0)
         });
-        let b = tail_bound(&[&s], 1e-9);
+        let b = tail_bound(&one_size(&s), 1e-9);
         assert_eq!(b.kind, TailKind::HeavyTail, "{b:?}");
         assert!(b.shape > 0.0);
         assert_eq!(b.exceedance, HEAVY_TAIL_EXCEEDANCE);
@@ -466,16 +731,16 @@ mod tests {
     fn autocorrelated_samples_are_reported() {
         // A slow drift: every sample close to the one before.
         let s: Vec<u64> = (0..400).map(|i| 100_000 + (i % 200) * 50).collect();
-        let b = tail_bound(&[&s], 1e-9);
+        let b = tail_bound(&one_size(&s), 1e-9);
         assert!(!b.independent);
-        assert_eq!(b.kind, TailKind::Exponential);
+        assert_ne!(b.kind, TailKind::HeavyTail);
     }
 
     #[test]
     fn few_samples_use_the_observed_maximum() {
         let s = [100, 101, 130];
-        let b = tail_bound(&[&s], 1e-9);
+        let b = tail_bound(&one_size(&s), 1e-9);
         assert_eq!(b.kind, TailKind::Observed);
-        assert!((b.ratio - 130.0 / 101.0).abs() < 1e-12);
+        assert!((b.ratio - (1.0 + 2.0 * (130.0 / 101.0 - 1.0))).abs() < 1e-12);
     }
 }

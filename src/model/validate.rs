@@ -10,6 +10,7 @@
 use crate::kernels::Geometry;
 
 use super::law::{self, FittedLaw, Law, Point};
+use super::{CURVE_MONOTONE_TOLERANCE, MONOTONE_TOLERANCE};
 
 /// A law that passed validation, fitted to all points.
 #[derive(Debug, Clone)]
@@ -56,7 +57,7 @@ pub fn select_consistent(
 ) -> Option<Validated> {
     let data_monotone = points
         .windows(2)
-        .all(|w| w[1].time_ns <= w[0].time_ns * 1.01);
+        .all(|w| w[1].time_ns <= w[0].time_ns * MONOTONE_TOLERANCE);
     let candidates: Vec<(usize, Validated)> = Law::ALL
         .iter()
         .filter_map(|&l| Some((l.parameters(geometry)?, validate(l, points, geometry)?)))
@@ -82,11 +83,11 @@ pub fn select_consistent(
         .map(|(_, v)| v)
 }
 
-/// The law's curve never rises by more than 0.5% from one size to the next.
+/// The law's curve never rises by more than [`CURVE_MONOTONE_TOLERANCE`] from one size to the next.
 pub fn curve_is_monotone(law: &FittedLaw, sizes: &[u32]) -> bool {
     sizes
         .windows(2)
-        .all(|w| law.predict(w[1]) <= law.predict(w[0]) * 1.005)
+        .all(|w| law.predict(w[1]) <= law.predict(w[0]) * CURVE_MONOTONE_TOLERANCE)
 }
 
 /// Validate one law; `None` when there are not enough points to leave one out.
