@@ -48,3 +48,4 @@ pub mod samples;
 pub mod service;
 pub mod store;
 pub mod taskset;
+pub mod workload;

@@ -101,6 +101,45 @@ enum Command {
         #[arg(long, default_value_t = 10_000)]
         heavy_tail_launches: usize,
     },
+    /// Predict mean times on another device from measured runs (gpu-perf CSV columns); prints
+    /// kernel,N,rows,cols,predicted_ms. A prediction, never a bound.
+    Project {
+        /// Measured runs of one device (RUNS.csv).
+        #[arg(long)]
+        source: PathBuf,
+        /// The device to predict for: a description TOML, or a committed one (rtx4070, titanx, h200, embedded).
+        #[arg(long)]
+        target: String,
+        /// Configurations to predict [default: the rows of --source]; measured columns are ignored.
+        #[arg(long)]
+        configs: Option<PathBuf>,
+    },
+    /// Predicted typical time of a built-in KERNEL at every partition size of a device it may never
+    /// have run on. A prediction, never a bound.
+    Predict {
+        kernel: String,
+        /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded).
+        #[arg(long)]
+        device: String,
+        /// Partition sizes [default: every TPC, 2, 4, ... up to the device's SMs].
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u32>,
+    },
+    /// The pre-registered prediction study of docs/prediction.md on the gpu-perf dataset.
+    PredictionStudy {
+        /// Directory with runs_4070.csv and runs_titanx.csv.
+        #[arg(long, default_value = "calibration/gpu-perf")]
+        data: PathBuf,
+        /// Directory with rtx4070.toml and titanx.toml.
+        #[arg(long, default_value = "calibration/devices")]
+        devices: PathBuf,
+        /// Every row as labelled, instead of the rows that ran at their labelled size.
+        #[arg(long)]
+        as_labelled: bool,
+        /// Also list every scored row.
+        #[arg(long)]
+        rows: bool,
+    },
     /// Plot one kernel's samples and every method's bound curve (SVG).
     Plot {
         kernel: String,
@@ -202,6 +241,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref data,
             ref out,
         } => plot_one(kernel, data, out),
+        Command::Project {
+            ref source,
+            ref target,
+            ref configs,
+        } => project(source, target, configs.as_deref()),
+        Command::Predict {
+            ref kernel,
+            ref device,
+            ref sizes,
+        } => predict(cli.json, kernel, device, sizes),
+        Command::PredictionStudy {
+            ref data,
+            ref devices,
+            as_labelled,
+            rows,
+        } => prediction_study(data, devices, as_labelled, rows),
         _ => online(cli).await,
     }
 }
@@ -613,5 +668,81 @@ fn plot_one(kernel: &str, data: &Datasets, out: &Path) -> anyhow::Result<()> {
     let refs: Vec<_> = evals.iter().collect();
     offline::plot(kernel, hold, &refs, out)?;
     println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn project(source: &Path, target: &str, configs: Option<&Path>) -> anyhow::Result<()> {
+    use wcetd::model::predict::{self, runs};
+    let runs = runs::read_runs_file(source)?;
+    let target = predict::device::load(target)?;
+    let configs = match configs {
+        Some(p) => runs::read_configs_file(p)?,
+        None => runs.iter().map(|r| r.config.clone()).collect(),
+    };
+    let rows = predict::project(&runs, &target, &configs)
+        .with_context(|| format!("learning from {}", source.display()))?;
+    let mut unseen: Vec<&str> = rows
+        .iter()
+        .filter(|(_, _, b)| *b == predict::Basis::Static)
+        .map(|(c, _, _)| c.kernel.as_str())
+        .collect();
+    unseen.dedup();
+    if !unseen.is_empty() {
+        eprintln!(
+            "note: no runs of {} in {}: predicted from their static counts alone",
+            unseen.join(", "),
+            source.display()
+        );
+    }
+    print!("{}", predict::projection_csv(&rows));
+    Ok(())
+}
+
+fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Result<()> {
+    let d = wcetd::model::predict::device::load(device)?;
+    let work = wcetd::workload::builtin(kernel)?;
+    let sizes: Vec<u32> = if sizes.is_empty() {
+        (1..=d.sms / 2).map(|t| 2 * t).chain([d.sms]).collect()
+    } else if sizes.contains(&0) {
+        bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
+    } else {
+        sizes.to_vec()
+    };
+    let curve = wcetd::model::predict::partition_curve(&work, &d, &sizes);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kernel": kernel, "device": d.name, "basis": work.basis,
+                "knee_sms": curve.knee(), "predicted_typical_ns": curve.points})
+        );
+        return Ok(());
+    }
+    println!(
+        "{kernel} on {} (a prediction of the typical time, never a bound)\nbasis: {}",
+        d.name, work.basis
+    );
+    println!("{:>5}  {:>20}", "SMs", "predicted_typical_ns");
+    for (m, t) in &curve.points {
+        println!("{m:>5}  {:>20}", t.round() as u64);
+    }
+    if let Some(k) = curve.knee() {
+        println!("knee: {k} SMs (within 5% of the whole device)");
+    }
+    Ok(())
+}
+
+fn prediction_study(
+    data: &Path,
+    devices: &Path,
+    as_labelled: bool,
+    rows: bool,
+) -> anyhow::Result<()> {
+    use wcetd::model::predict::{runs, study, DeviceDescription};
+    let a = runs::read_runs_file(&data.join("runs_4070.csv"))?;
+    let b = runs::read_runs_file(&data.join("runs_titanx.csv"))?;
+    let da = DeviceDescription::load(&devices.join("rtx4070.toml"))?;
+    let db = DeviceDescription::load(&devices.join("titanx.toml"))?;
+    let outcomes = study::run_all((&a, &da), (&b, &db), !as_labelled)?;
+    print!("{}", study::report(&outcomes, rows));
     Ok(())
 }

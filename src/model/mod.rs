@@ -8,7 +8,8 @@
 //! - [`method`]: the bound methods, the project's own (`wcetd`) and the published ones it is
 //!   compared against;
 //! - [`planner`]: which size to measure next;
-//! - [`evaluate`]: how a method fares against held-out samples.
+//! - [`evaluate`]: how a method fares against held-out samples;
+//! - [`predict`]: typical-time predictions where nothing was measured (never bounds).
 //!
 //! The one rule no method may break: a bound is never below a sample observed at that size.
 
@@ -17,6 +18,7 @@ pub mod evaluate;
 pub mod law;
 pub mod method;
 pub mod planner;
+pub mod predict;
 pub mod tail;
 pub mod validate;
 

@@ -1,0 +1,161 @@
+//! Static work of the kernels the daemon knows, for predictions made before (or instead of)
+//! measuring: the launch geometry of each built-in kernel's timed step and the buffers it is
+//! given, from the suite's launch plans (pure host code; no GPU), and, when the CUDA backend has
+//! compiled the kernel, FLOPs and bytes from its PTX ([`from_ptx`]). Sits beside the catalogue:
+//! the model's predictor reads the [`StaticWork`] this makes and knows nothing of where it came from.
+//!
+//! Building a plan generates the kernel's inputs (seconds for the whole suite), so the plans'
+//! figures are committed in `calibration/work/builtin.toml` and read from there; a test rebuilds
+//! them from the plans and fails when the file is out of date.
+
+use anyhow::Context;
+
+use crate::gpu::cuda::suite::{self, Arg, Plan};
+use crate::kernels;
+use crate::model::predict::ptx::PtxFeatures;
+use crate::model::predict::StaticWork;
+
+/// Bytes of the distinct buffers the timed step is given.
+fn footprint(plan: &Plan) -> f64 {
+    let mut seen = Vec::new();
+    for a in &plan.step.args {
+        if let Arg::Buf(i) = a {
+            if !seen.contains(i) {
+                seen.push(*i);
+            }
+        }
+    }
+    seen.iter()
+        .filter_map(|&i| plan.buffers.get(i))
+        .map(|b| b.bytes() as f64)
+        .sum()
+}
+
+fn plan_of(kernel: &str) -> anyhow::Result<Plan> {
+    let spec = kernels::find(kernel).with_context(|| {
+        format!(
+            "no built-in kernel `{kernel}`; accepted: {}",
+            kernels::BUILTIN_NAMES.join(", ")
+        )
+    })?;
+    Ok(suite::plan(
+        spec.name,
+        spec.problem_size,
+        spec.input_seed,
+        false,
+    )?)
+}
+
+const TABLE: &str = include_str!("../calibration/work/builtin.toml");
+
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Table {
+    kernels: std::collections::BTreeMap<String, StaticWork>,
+}
+
+/// Static work of a built-in kernel's timed launch without its PTX (from the committed table):
+/// the geometry of the launch, and its buffers' footprint as the bytes it moves (each byte once)
+/// and as its working set. FLOPs are unknown (0), so a prediction from this is a memory roofline
+/// and launch overhead only.
+pub fn builtin(kernel: &str) -> anyhow::Result<StaticWork> {
+    builtin_suite().remove(kernel).with_context(|| {
+        format!(
+            "no built-in kernel `{kernel}`; accepted: {}",
+            kernels::BUILTIN_NAMES.join(", ")
+        )
+    })
+}
+
+/// Static work of every built-in kernel, by name.
+pub fn builtin_suite() -> std::collections::BTreeMap<String, StaticWork> {
+    toml::from_str::<Table>(TABLE)
+        .expect("calibration/work/builtin.toml parses (checked by a test)")
+        .kernels
+}
+
+/// [`builtin`], computed from the launch plan (slow: it builds the kernel's inputs).
+pub fn from_plan(kernel: &str) -> anyhow::Result<StaticWork> {
+    let plan = plan_of(kernel)?;
+    let bytes = footprint(&plan);
+    Ok(StaticWork {
+        blocks: u64::from(plan.step.blocks()),
+        threads_per_block: plan.step.threads_per_block(),
+        regs_per_thread: 0,
+        shared_per_block: 0,
+        flops: 0.0,
+        bytes,
+        working_set: bytes,
+        basis: format!(
+            "launch plan of `{}` ({} blocks of {} threads, {:.1} MB of buffers read once); no PTX, so FLOPs unknown",
+            plan.step.entry,
+            plan.step.blocks(),
+            plan.step.threads_per_block(),
+            bytes / 1e6
+        ),
+    })
+}
+
+/// Static work of a built-in kernel's timed launch from the PTX the CUDA backend compiled: the
+/// instruction mix of one thread times the threads of the launch. For the integrator to call with
+/// the backend's PTX; `regs_per_thread` comes from the compiled module when it is known (0 if not).
+pub fn from_ptx(kernel: &str, ptx: &str, regs_per_thread: u32) -> anyhow::Result<StaticWork> {
+    let plan = plan_of(kernel)?;
+    let f: PtxFeatures = crate::model::predict::ptx::features(ptx, plan.step.entry)?;
+    let threads = f64::from(plan.step.blocks()) * f64::from(plan.step.threads_per_block());
+    let loops = if f.loops {
+        "; has loops, counted once: a lower estimate"
+    } else {
+        ""
+    };
+    Ok(StaticWork {
+        blocks: u64::from(plan.step.blocks()),
+        threads_per_block: plan.step.threads_per_block(),
+        regs_per_thread,
+        shared_per_block: u32::try_from(f.static_shared_bytes).unwrap_or(u32::MAX),
+        flops: f.flops_per_thread * threads,
+        bytes: f.global_bytes_per_thread * threads,
+        working_set: footprint(&plan),
+        basis: format!(
+            "PTX of `{}`: {:.0} FLOPs and {:.0} global bytes per thread x {threads:.0} threads{loops}",
+            f.entry, f.flops_per_thread, f.global_bytes_per_thread
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed table is what the plans give; `WCETD_REGENERATE=1` rewrites it.
+    #[test]
+    fn the_committed_table_matches_the_launch_plans() {
+        let kernels: std::collections::BTreeMap<String, StaticWork> = kernels::BUILTIN_NAMES
+            .iter()
+            .map(|k| (k.to_string(), from_plan(k).unwrap()))
+            .collect();
+        let text = format!(
+            "# Static work of the built-in kernels' timed launches, from their launch plans\n# (src/workload.rs; regenerate with WCETD_REGENERATE=1 cargo test --lib workload).\n\n{}",
+            toml::to_string(&Table { kernels: kernels.clone() }).unwrap()
+        );
+        if std::env::var_os("WCETD_REGENERATE").is_some() {
+            std::fs::write(
+                concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/work/builtin.toml"),
+                &text,
+            )
+            .unwrap();
+        }
+        assert_eq!(
+            builtin_suite(),
+            kernels,
+            "calibration/work/builtin.toml is out of date; rewrite it with WCETD_REGENERATE=1 cargo test --lib workload"
+        );
+        for (k, w) in &kernels {
+            assert!(
+                w.blocks > 0 && w.threads_per_block > 0 && w.bytes > 0.0,
+                "{k}: {w:?}"
+            );
+        }
+        let e = builtin("nope").unwrap_err().to_string();
+        assert!(e.contains("accepted: needle"), "{e}");
+    }
+}
