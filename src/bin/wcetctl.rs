@@ -139,6 +139,9 @@ enum Command {
         /// Also list every scored row.
         #[arg(long)]
         rows: bool,
+        /// L2 bandwidth of both devices as a multiple of their DRAM bandwidth [default: 3].
+        #[arg(long)]
+        l2_over_dram: Option<f64>,
     },
     /// Plot one kernel's samples and every method's bound curve (SVG).
     Plot {
@@ -256,7 +259,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref devices,
             as_labelled,
             rows,
-        } => prediction_study(data, devices, as_labelled, rows),
+            l2_over_dram,
+        } => prediction_study(data, devices, as_labelled, rows, l2_over_dram),
         _ => online(cli).await,
     }
 }
@@ -372,41 +376,66 @@ fn variant_json(v: &zbus::OwnedVariant) -> serde_json::Value {
 }
 
 async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyhow::Result<()> {
+    const COLUMNS: [&str; 7] = [
+        "provenance",
+        "observed_max_ns",
+        "samples",
+        "typical_ns",
+        "mean_ns",
+        "predicted_typical_ns",
+        "prediction",
+    ];
     let curve = bounds.get_curve(kernel).await.map_err(explain)?;
     let mut rows = Vec::new();
     for (sms, bound) in &curve {
         let info = bounds.get_bound_info(kernel, *sms).await.map_err(explain)?;
-        let text = |k: &str| info.get(k).map(variant_json).unwrap_or_default();
-        rows.push((
-            *sms,
-            *bound,
-            text("provenance"),
-            text("observed_max_ns"),
-            text("samples"),
-        ));
+        let values: Vec<serde_json::Value> = COLUMNS
+            .iter()
+            .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
+            .collect();
+        rows.push((*sms, *bound, values));
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|r| serde_json::json!({"sms": r.0, "bound_ns": r.1, "provenance": r.2, "observed_max_ns": r.3, "samples": r.4}))
+            .map(|(sms, bound, values)| {
+                let mut o = serde_json::json!({"sms": sms, "bound_ns": bound});
+                for (k, v) in COLUMNS.iter().zip(values) {
+                    o[*k] = v.clone();
+                }
+                o
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
-        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>15}  {:>7}",
-        "SMs", "bound_ns", "provenance", "observed_max_ns", "samples"
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "SMs",
+        "bound_ns",
+        "provenance",
+        "observed_max_ns",
+        "samples",
+        "typical_ns",
+        "mean_ns",
+        "predicted_ns"
     );
-    for (sms, bound, prov, max, n) in rows {
-        // JSON values ignore width and alignment, so render them as text first.
-        let text = |v: serde_json::Value| {
-            v.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string())
-        };
-        let (prov, max, n) = (text(prov), text(max), text(n));
-        println!("{sms:>5}  {bound:>14}  {prov:<12}  {max:>15}  {n:>7}");
+    // JSON values ignore width and alignment, so render them as text first.
+    let text = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let mut label = String::new();
+    for (sms, bound, v) in &rows {
+        let t: Vec<String> = v.iter().map(text).collect();
+        println!(
+            "{sms:>5}  {bound:>14}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+            t[0], t[1], t[2], t[3], t[4], t[5]
+        );
+        label.clone_from(&t[6]);
     }
+    println!("typical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
     Ok(())
 }
 
@@ -736,12 +765,21 @@ fn prediction_study(
     devices: &Path,
     as_labelled: bool,
     rows: bool,
+    l2_over_dram: Option<f64>,
 ) -> anyhow::Result<()> {
     use wcetd::model::predict::{runs, study, DeviceDescription};
     let a = runs::read_runs_file(&data.join("runs_4070.csv"))?;
     let b = runs::read_runs_file(&data.join("runs_titanx.csv"))?;
-    let da = DeviceDescription::load(&devices.join("rtx4070.toml"))?;
-    let db = DeviceDescription::load(&devices.join("titanx.toml"))?;
+    let mut da = DeviceDescription::load(&devices.join("rtx4070.toml"))?;
+    let mut db = DeviceDescription::load(&devices.join("titanx.toml"))?;
+    if let Some(x) = l2_over_dram {
+        if !(x.is_finite() && x > 0.0) {
+            bail!("--l2-over-dram {x}; accepted: a positive multiple of the DRAM bandwidth");
+        }
+        for d in [&mut da, &mut db] {
+            d.l2_bandwidth_gbps = Some(x * d.mem_bandwidth_gbps);
+        }
+    }
     let outcomes = study::run_all((&a, &da), (&b, &db), !as_labelled)?;
     print!("{}", study::report(&outcomes, rows));
     Ok(())

@@ -79,11 +79,12 @@ pub enum RunsError {
         value: String,
         accepted: &'static str,
     },
-    #[error("{what}, line {line}: {detail}")]
+    #[error("{what}, line {line}: {detail}; accepted: a CSV file whose header names {required}")]
     Malformed {
         what: String,
         line: u64,
         detail: String,
+        required: &'static str,
     },
     #[error("{what}: no rows after the header")]
     Empty { what: String },
@@ -222,6 +223,7 @@ fn read_records<T>(
             what: what.to_string(),
             line: 1,
             detail: e.to_string(),
+            required,
         })?
         .clone();
     let mut out = Vec::new();
@@ -230,6 +232,7 @@ fn read_records<T>(
             what: what.to_string(),
             line: e.position().map_or(0, |p| p.line()),
             detail: e.to_string(),
+            required,
         })?;
         let line = record.position().map_or(0, |p| p.line());
         out.push(row(&Rec {
