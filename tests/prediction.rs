@@ -6,9 +6,9 @@ mod common;
 use std::collections::HashMap;
 
 use common::{wcetctl, Daemon};
-use zbus::zvariant::OwnedValue;
+use zbus::OwnedVariant;
 
-type Info = HashMap<String, OwnedValue>;
+type Info = HashMap<String, OwnedVariant>;
 
 fn u64_of(info: &Info, key: &str) -> u64 {
     u64::try_from(
