@@ -100,21 +100,43 @@ pub fn from_plan(kernel: &str) -> anyhow::Result<StaticWork> {
 /// the backend's PTX; `regs_per_thread` comes from the compiled module when it is known (0 if not).
 pub fn from_ptx(kernel: &str, ptx: &str, regs_per_thread: u32) -> anyhow::Result<StaticWork> {
     let plan = plan_of(kernel)?;
-    let f: PtxFeatures = crate::model::predict::ptx::features(ptx, plan.step.entry)?;
-    let threads = f64::from(plan.step.blocks()) * f64::from(plan.step.threads_per_block());
+    let launch = Launch {
+        entry: plan.step.entry,
+        blocks: u64::from(plan.step.blocks()),
+        threads_per_block: plan.step.threads_per_block(),
+        regs_per_thread,
+    };
+    from_ptx_launch(ptx, &launch, footprint(&plan))
+}
+
+/// One launch's geometry, as a manifest or a plan gives it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Launch<'a> {
+    pub entry: &'a str,
+    pub blocks: u64,
+    pub threads_per_block: u32,
+    /// 0 when unknown.
+    pub regs_per_thread: u32,
+}
+
+/// Static work of any launch (a manifest kernel's too) from its module's PTX and the bytes of the
+/// buffers it is given.
+pub fn from_ptx_launch(ptx: &str, launch: &Launch, working_set: f64) -> anyhow::Result<StaticWork> {
+    let f: PtxFeatures = crate::model::predict::ptx::features(ptx, launch.entry)?;
+    let threads = launch.blocks as f64 * f64::from(launch.threads_per_block);
     let loops = if f.loops {
         "; has loops, counted once: a lower estimate"
     } else {
         ""
     };
     Ok(StaticWork {
-        blocks: u64::from(plan.step.blocks()),
-        threads_per_block: plan.step.threads_per_block(),
-        regs_per_thread,
+        blocks: launch.blocks,
+        threads_per_block: launch.threads_per_block,
+        regs_per_thread: launch.regs_per_thread,
         shared_per_block: u32::try_from(f.static_shared_bytes).unwrap_or(u32::MAX),
         flops: f.flops_per_thread * threads,
         bytes: f.global_bytes_per_thread * threads,
-        working_set: footprint(&plan),
+        working_set,
         basis: format!(
             "PTX of `{}`: {:.0} FLOPs and {:.0} global bytes per thread x {threads:.0} threads{loops}",
             f.entry, f.flops_per_thread, f.global_bytes_per_thread
@@ -157,5 +179,29 @@ mod tests {
         }
         let e = builtin("nope").unwrap_err().to_string();
         assert!(e.contains("accepted: needle"), "{e}");
+    }
+
+    #[test]
+    fn ptx_counts_times_the_grid_give_the_work() {
+        let ptx = ".visible .entry k(\n.param .u64 p\n)\n{\n\tld.global.f32 \t%f1, [%rd1];\n\tfma.rn.f32 \t%f2, %f1, %f1, %f1;\n\tst.global.f32 \t[%rd1], %f2;\n\tret;\n}\n";
+        let launch = Launch {
+            entry: "k",
+            blocks: 10,
+            threads_per_block: 128,
+            regs_per_thread: 8,
+        };
+        let w = from_ptx_launch(ptx, &launch, 1e6).unwrap();
+        assert_eq!((w.flops, w.bytes, w.working_set), (2560.0, 10240.0, 1e6));
+        assert!(w.basis.contains("PTX of `k`"), "{}", w.basis);
+        let e = from_ptx_launch(
+            ptx,
+            &Launch {
+                entry: "j",
+                ..launch
+            },
+            1e6,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("entries found: k"), "{e}");
     }
 }
