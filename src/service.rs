@@ -20,9 +20,10 @@ use tokio::sync::broadcast;
 use crate::calibrate::{self, Recipe};
 use crate::gpu::{DeviceInfo, Gpu, Interference};
 use crate::kernels::{self, KernelSpec};
-use crate::model::predict::{self, DeviceDescription};
+use crate::model::predict::DeviceDescription;
 use crate::model::BoundEntry;
 use crate::store::{Calibration, KernelCalibration, Store};
+use crate::workload::Forecast;
 
 /// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -153,46 +154,6 @@ pub struct Prediction {
     pub typical_ns: u64,
     /// Says it is a prediction, for which device, from what.
     pub label: String,
-}
-
-/// Predicted typical curves of the kernels whose static work is known, computed once at start.
-#[derive(Debug, Clone, Default)]
-struct Forecast {
-    curves: BTreeMap<String, Predicted>,
-}
-
-#[derive(Debug, Clone)]
-struct Predicted {
-    curve: predict::PredictedCurve,
-    label: String,
-}
-
-impl Forecast {
-    fn new(description: Option<&DeviceDescription>, sizes: &[u32]) -> Forecast {
-        let Some(d) = description else {
-            return Forecast::default();
-        };
-        let curves = crate::workload::builtin_suite()
-            .into_iter()
-            .map(|(kernel, work)| {
-                let label = format!(
-                    "a prediction of the typical time, never a bound: roofline on {} from the {}",
-                    d.name, work.basis
-                );
-                let curve = predict::partition_curve(&work, d, sizes);
-                (kernel, Predicted { curve, label })
-            })
-            .collect();
-        Forecast { curves }
-    }
-
-    fn at(&self, kernel: &str, sms: u32) -> Option<Prediction> {
-        let p = self.curves.get(kernel)?;
-        Some(Prediction {
-            typical_ns: p.curve.at(sms)?.round() as u64,
-            label: p.label.clone(),
-        })
-    }
 }
 
 /// How a bound relates to the SM clock: it is valid at the clock it was calibrated at, and is
@@ -454,7 +415,11 @@ impl Service {
             clock,
             typical_ns,
             mean_ns,
-            predicted: self.inner.forecast.at(kernel, partition),
+            predicted: self
+                .inner
+                .forecast
+                .at(kernel, partition)
+                .map(|(typical_ns, label)| Prediction { typical_ns, label }),
         })
     }
 

@@ -144,6 +144,44 @@ pub fn from_ptx_launch(ptx: &str, launch: &Launch, working_set: f64) -> anyhow::
     })
 }
 
+/// Predicted typical curves of the kernels whose static work is known, for one device
+/// description and the daemon's partition sizes, computed once at start. The service reports them
+/// beside bounds; nothing computes a bound from them.
+#[derive(Debug, Clone, Default)]
+pub struct Forecast {
+    curves: std::collections::BTreeMap<String, (crate::model::predict::PredictedCurve, String)>,
+}
+
+impl Forecast {
+    /// No description: no predictions.
+    pub fn new(
+        description: Option<&crate::model::predict::DeviceDescription>,
+        sizes: &[u32],
+    ) -> Forecast {
+        let Some(d) = description else {
+            return Forecast::default();
+        };
+        let curves = builtin_suite()
+            .into_iter()
+            .map(|(kernel, work)| {
+                let label = format!(
+                    "a prediction of the typical time, never a bound: roofline on {} from the {}",
+                    d.name, work.basis
+                );
+                let curve = crate::model::predict::partition_curve(&work, d, sizes);
+                (kernel, (curve, label))
+            })
+            .collect();
+        Forecast { curves }
+    }
+
+    /// The predicted typical time (ns) of `kernel` on `sms` SMs and its label.
+    pub fn at(&self, kernel: &str, sms: u32) -> Option<(u64, String)> {
+        let (curve, label) = self.curves.get(kernel)?;
+        Some((curve.at(sms)?.round() as u64, label.clone()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
