@@ -93,7 +93,7 @@ fn dram_roof(c: &Config, d: &DeviceDescription) -> f64 {
     }
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     v.retain(|x| x.is_finite());
     if v.is_empty() {
         return None;

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::device::DeviceDescription;
-use super::fit::Predictor;
+use super::fit::{median, Predictor};
 use super::runs::{Config, Run};
 
 /// The kernels held out in the new-kernel experiment, as the study chose them.
@@ -218,12 +218,8 @@ pub fn new_kernels(runs: &[Run], device: &DeviceDescription) -> anyhow::Result<V
         .filter(|r| roof(&r.config, device) > 0.0)
         .map(|r| r.mean_ms / roof(&r.config, device))
         .collect();
-    let median = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let scale = median(scale);
-    let typical = median(train.iter().map(|r| r.mean_ms).collect());
+    let scale = median(scale).unwrap_or(1.0);
+    let typical = median(train.iter().map(|r| r.mean_ms).collect()).unwrap_or(0.0);
     Ok(runs
         .iter()
         .filter(is_new)
