@@ -349,7 +349,7 @@ async fn print_bound(
     } else {
         for (k, v) in &sorted {
             println!(
-                "{k:>16}  {}",
+                "{k:>20}  {}",
                 v.as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| v.to_string())
