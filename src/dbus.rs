@@ -184,8 +184,20 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("clock_scaled", b.clock.scaled.into());
     put("calibrated_clock_mhz", b.clock.calibrated_mhz.into());
     put("current_clock_mhz", b.clock.current_mhz.into());
+    // The average case beside the worst: measured, never a bound.
+    put("typical_ns", b.typical_ns.into());
+    put("mean_ns", b.mean_ns.into());
+    // A prediction, labelled as one; 0 where there is none. No bound is computed from it.
+    let (predicted, label) = b.predicted.as_ref().map_or_else(
+        || (0, NO_PREDICTION.to_string()),
+        |p| (p.typical_ns, p.label.clone()),
+    );
+    put("predicted_typical_ns", predicted.into());
+    put("prediction", label.into());
     d
 }
+
+const NO_PREDICTION: &str = "none: no device description (wcetd --device-description) or no static work known for this kernel";
 
 /// `org.wcetd.Calibration1`: operators only (root, the operator group, or the daemon's own user).
 pub struct Calibration {

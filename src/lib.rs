@@ -30,6 +30,8 @@
 //!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
 //!   fitting and evaluation for `wcetctl`.
+//! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
+//!   [`model::predict`], which are reported beside bounds and never change one.
 //!
 //! The rule no layer may break: a bound is never below a sample observed at its size.
 
@@ -50,3 +52,4 @@ pub mod service;
 pub mod store;
 pub mod sweep;
 pub mod taskset;
+pub mod workload;

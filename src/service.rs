@@ -20,8 +20,10 @@ use tokio::sync::broadcast;
 use crate::calibrate::{self, Recipe};
 use crate::gpu::{DeviceInfo, Gpu, Interference};
 use crate::kernels::{self, KernelSpec};
+use crate::model::predict::DeviceDescription;
 use crate::model::BoundEntry;
 use crate::store::{Calibration, KernelCalibration, Store};
+use crate::workload::Forecast;
 
 /// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -52,6 +54,9 @@ pub struct ServiceConfig {
     pub max_queued_jobs: usize,
     /// Queue a calibration of every built-in kernel without bounds for this device at start.
     pub initial_calibration: bool,
+    /// Device description the predicted typical times are computed for; `None`: no predictions.
+    /// Predictions are reported beside bounds and never change one.
+    pub prediction: Option<DeviceDescription>,
 }
 
 impl Default for ServiceConfig {
@@ -60,6 +65,7 @@ impl Default for ServiceConfig {
             recipe: Recipe::default(),
             max_queued_jobs: 16,
             initial_calibration: true,
+            prediction: None,
         }
     }
 }
@@ -135,6 +141,19 @@ pub struct BoundInfo {
     pub interference: Interference,
     pub notes: Vec<String>,
     pub clock: ClockScaling,
+    /// Measured median and mean launch time at this size (0 where this size was not measured).
+    pub typical_ns: u64,
+    pub mean_ns: u64,
+    /// The predicted typical time at this size, if there is one: a prediction, never a bound.
+    pub predicted: Option<Prediction>,
+}
+
+/// A predicted typical time and what it rests on. No bound is ever computed from one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prediction {
+    pub typical_ns: u64,
+    /// Says it is a prediction, for which device, from what.
+    pub label: String,
 }
 
 /// How a bound relates to the SM clock: it is valid at the clock it was calibrated at, and is
@@ -168,6 +187,8 @@ struct Inner {
     config: ServiceConfig,
     /// SM clock in MHz as last read by the GPU worker, 0 when unreadable.
     current_clock_mhz: AtomicU32,
+    /// Read only to report predictions; no bound depends on it.
+    forecast: Forecast,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -190,6 +211,7 @@ impl Service {
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
         let calibration = initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
+        let forecast = Forecast::new(config.prediction.as_ref(), &device.partition_sizes);
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -200,6 +222,7 @@ impl Service {
             events,
             config,
             current_clock_mhz: AtomicU32::new(clock),
+            forecast,
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -364,6 +387,11 @@ impl Service {
         })?;
         let mut notes = cal.table.notes.clone();
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
+        let (typical_ns, mean_ns) = cal
+            .campaign
+            .sizes
+            .get(&partition)
+            .map_or((0, 0), |r| typical_and_mean(&r.times_ns));
         Ok(BoundInfo {
             kernel: kernel.to_string(),
             entry,
@@ -385,6 +413,13 @@ impl Service {
             interference,
             notes,
             clock,
+            typical_ns,
+            mean_ns,
+            predicted: self
+                .inner
+                .forecast
+                .at(kernel, partition)
+                .map(|(typical_ns, label)| Prediction { typical_ns, label }),
         })
     }
 
@@ -561,6 +596,17 @@ fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> S
             known.join(", ")
         }
     ))
+}
+
+/// Median and mean of measured launch times (0, 0 when there are none).
+fn typical_and_mean(times: &[u64]) -> (u64, u64) {
+    if times.is_empty() {
+        return (0, 0);
+    }
+    let median = crate::model::tail::quantile_u64(times, 0.5).round() as u64;
+    let sum: u128 = times.iter().map(|&t| u128::from(t)).sum();
+    let mean = (sum + times.len() as u128 / 2) / times.len() as u128;
+    (median, u64::try_from(mean).unwrap_or(u64::MAX))
 }
 
 fn join(sizes: &[u32]) -> String {

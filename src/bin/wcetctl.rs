@@ -137,6 +137,48 @@ enum Command {
         #[command(flatten)]
         device: DeviceArgs,
     },
+    /// Predict mean times on another device from measured runs (gpu-perf CSV columns); prints
+    /// kernel,N,rows,cols,predicted_ms. A prediction, never a bound.
+    Project {
+        /// Measured runs of one device (RUNS.csv).
+        #[arg(long)]
+        source: PathBuf,
+        /// The device to predict for: a description TOML, or a committed one (rtx4070, titanx, h200, embedded).
+        #[arg(long)]
+        target: String,
+        /// Configurations to predict [default: the rows of --source]; measured columns are ignored.
+        #[arg(long)]
+        configs: Option<PathBuf>,
+    },
+    /// Predicted typical time of a built-in KERNEL at every partition size of a device it may never
+    /// have run on. A prediction, never a bound.
+    Predict {
+        kernel: String,
+        /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded).
+        #[arg(long)]
+        device: String,
+        /// Partition sizes [default: every TPC, 2, 4, ... up to the device's SMs].
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<u32>,
+    },
+    /// The pre-registered prediction study of docs/prediction.md on the gpu-perf dataset.
+    PredictionStudy {
+        /// Directory with runs_4070.csv and runs_titanx.csv.
+        #[arg(long, default_value = "calibration/gpu-perf")]
+        data: PathBuf,
+        /// Directory with rtx4070.toml and titanx.toml.
+        #[arg(long, default_value = "calibration/devices")]
+        devices: PathBuf,
+        /// Every row as labelled, instead of the rows that ran at their labelled size.
+        #[arg(long)]
+        as_labelled: bool,
+        /// Also list every scored row.
+        #[arg(long)]
+        rows: bool,
+        /// L2 bandwidth of both devices as a multiple of their DRAM bandwidth [default: 3].
+        #[arg(long)]
+        l2_over_dram: Option<f64>,
+    },
     /// Plot one kernel's samples and every method's bound curve (SVG).
     Plot {
         kernel: String,
@@ -288,6 +330,23 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             campaign(device, &settings, kernels, out)
         }
         Command::Probe { ref device } => probe(cli.json, device),
+        Command::Project {
+            ref source,
+            ref target,
+            ref configs,
+        } => project(source, target, configs.as_deref()),
+        Command::Predict {
+            ref kernel,
+            ref device,
+            ref sizes,
+        } => predict(cli.json, kernel, device, sizes),
+        Command::PredictionStudy {
+            ref data,
+            ref devices,
+            as_labelled,
+            rows,
+            l2_over_dram,
+        } => prediction_study(data, devices, as_labelled, rows, l2_over_dram),
         _ => online(cli).await,
     }
 }
@@ -376,7 +435,7 @@ async fn print_bound(
     } else {
         for (k, v) in &sorted {
             println!(
-                "{k:>16}  {}",
+                "{k:>20}  {}",
                 v.as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| v.to_string())
@@ -403,41 +462,66 @@ fn variant_json(v: &zbus::OwnedVariant) -> serde_json::Value {
 }
 
 async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyhow::Result<()> {
+    const COLUMNS: [&str; 7] = [
+        "provenance",
+        "observed_max_ns",
+        "samples",
+        "typical_ns",
+        "mean_ns",
+        "predicted_typical_ns",
+        "prediction",
+    ];
     let curve = bounds.get_curve(kernel).await.map_err(explain)?;
     let mut rows = Vec::new();
     for (sms, bound) in &curve {
         let info = bounds.get_bound_info(kernel, *sms).await.map_err(explain)?;
-        let text = |k: &str| info.get(k).map(variant_json).unwrap_or_default();
-        rows.push((
-            *sms,
-            *bound,
-            text("provenance"),
-            text("observed_max_ns"),
-            text("samples"),
-        ));
+        let values: Vec<serde_json::Value> = COLUMNS
+            .iter()
+            .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
+            .collect();
+        rows.push((*sms, *bound, values));
     }
     if json {
         let v: Vec<_> = rows
             .iter()
-            .map(|r| serde_json::json!({"sms": r.0, "bound_ns": r.1, "provenance": r.2, "observed_max_ns": r.3, "samples": r.4}))
+            .map(|(sms, bound, values)| {
+                let mut o = serde_json::json!({"sms": sms, "bound_ns": bound});
+                for (k, v) in COLUMNS.iter().zip(values) {
+                    o[*k] = v.clone();
+                }
+                o
+            })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
-        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>15}  {:>7}",
-        "SMs", "bound_ns", "provenance", "observed_max_ns", "samples"
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "SMs",
+        "bound_ns",
+        "provenance",
+        "observed_max_ns",
+        "samples",
+        "typical_ns",
+        "mean_ns",
+        "predicted_ns"
     );
-    for (sms, bound, prov, max, n) in rows {
-        // JSON values ignore width and alignment, so render them as text first.
-        let text = |v: serde_json::Value| {
-            v.as_str()
-                .map(str::to_string)
-                .unwrap_or_else(|| v.to_string())
-        };
-        let (prov, max, n) = (text(prov), text(max), text(n));
-        println!("{sms:>5}  {bound:>14}  {prov:<12}  {max:>15}  {n:>7}");
+    // JSON values ignore width and alignment, so render them as text first.
+    let text = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let mut label = String::new();
+    for (sms, bound, v) in &rows {
+        let t: Vec<String> = v.iter().map(text).collect();
+        println!(
+            "{sms:>5}  {bound:>14}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+            t[0], t[1], t[2], t[3], t[4], t[5]
+        );
+        label.clone_from(&t[6]);
     }
+    println!("typical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
     Ok(())
 }
 
@@ -800,5 +884,90 @@ fn plot_one(kernel: &str, data: &Datasets, out: &Path) -> anyhow::Result<()> {
     let refs: Vec<_> = evals.iter().collect();
     offline::plot(kernel, hold, &refs, out)?;
     println!("wrote {}", out.display());
+    Ok(())
+}
+
+fn project(source: &Path, target: &str, configs: Option<&Path>) -> anyhow::Result<()> {
+    use wcetd::model::predict::{self, runs};
+    let runs = runs::read_runs_file(source)?;
+    let target = predict::device::load(target)?;
+    let configs = match configs {
+        Some(p) => runs::read_configs_file(p)?,
+        None => runs.iter().map(|r| r.config.clone()).collect(),
+    };
+    let rows = predict::project(&runs, &target, &configs)
+        .with_context(|| format!("learning from {}", source.display()))?;
+    let mut unseen: Vec<&str> = rows
+        .iter()
+        .filter(|(_, _, b)| *b == predict::Basis::Static)
+        .map(|(c, _, _)| c.kernel.as_str())
+        .collect();
+    unseen.dedup();
+    if !unseen.is_empty() {
+        eprintln!(
+            "note: no runs of {} in {}: predicted from their static counts alone",
+            unseen.join(", "),
+            source.display()
+        );
+    }
+    print!("{}", predict::projection_csv(&rows));
+    Ok(())
+}
+
+fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Result<()> {
+    let d = wcetd::model::predict::device::load(device)?;
+    let work = wcetd::workload::builtin(kernel)?;
+    let sizes: Vec<u32> = if sizes.is_empty() {
+        (1..=d.sms / 2).map(|t| 2 * t).chain([d.sms]).collect()
+    } else if sizes.contains(&0) {
+        bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
+    } else {
+        sizes.to_vec()
+    };
+    let curve = wcetd::model::predict::partition_curve(&work, &d, &sizes);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kernel": kernel, "device": d.name, "basis": work.basis,
+                "knee_sms": curve.knee(), "predicted_typical_ns": curve.points})
+        );
+        return Ok(());
+    }
+    println!(
+        "{kernel} on {} (a prediction of the typical time, never a bound)\nbasis: {}",
+        d.name, work.basis
+    );
+    println!("{:>5}  {:>20}", "SMs", "predicted_typical_ns");
+    for (m, t) in &curve.points {
+        println!("{m:>5}  {:>20}", t.round() as u64);
+    }
+    if let Some(k) = curve.knee() {
+        println!("knee: {k} SMs (within 5% of the whole device)");
+    }
+    Ok(())
+}
+
+fn prediction_study(
+    data: &Path,
+    devices: &Path,
+    as_labelled: bool,
+    rows: bool,
+    l2_over_dram: Option<f64>,
+) -> anyhow::Result<()> {
+    use wcetd::model::predict::{runs, study, DeviceDescription};
+    let a = runs::read_runs_file(&data.join("runs_4070.csv"))?;
+    let b = runs::read_runs_file(&data.join("runs_titanx.csv"))?;
+    let mut da = DeviceDescription::load(&devices.join("rtx4070.toml"))?;
+    let mut db = DeviceDescription::load(&devices.join("titanx.toml"))?;
+    if let Some(x) = l2_over_dram {
+        if !(x.is_finite() && x > 0.0) {
+            bail!("--l2-over-dram {x}; accepted: a positive multiple of the DRAM bandwidth");
+        }
+        for d in [&mut da, &mut db] {
+            d.l2_bandwidth_gbps = Some(x * d.mem_bandwidth_gbps);
+        }
+    }
+    let outcomes = study::run_all((&a, &da), (&b, &db), !as_labelled)?;
+    print!("{}", study::report(&outcomes, rows));
     Ok(())
 }

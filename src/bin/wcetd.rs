@@ -82,6 +82,37 @@ struct Args {
     /// Do not calibrate missing kernels at start.
     #[arg(long)]
     no_initial_calibration: bool,
+    /// Device description for predicted typical times in GetBoundInfo (predictions, never bounds):
+    /// `auto` (the committed description whose name the device's contains), a committed name
+    /// (rtx4070, titanx, h200, embedded), or a TOML file.
+    #[arg(long, default_value = "auto")]
+    device_description: String,
+    /// Report no predicted typical times.
+    #[arg(long, conflicts_with = "device_description")]
+    no_prediction: bool,
+}
+
+/// The description predictions are made for; `None` with `--no-prediction`, or when `auto` finds
+/// none for this device (said in the log; GetBoundInfo then says so too).
+fn device_description(
+    args: &Args,
+    device_name: &str,
+) -> anyhow::Result<Option<wcetd::model::predict::DeviceDescription>> {
+    use wcetd::model::predict::device;
+    if args.no_prediction {
+        return Ok(None);
+    }
+    if args.device_description != "auto" {
+        return Ok(Some(device::load(&args.device_description)?));
+    }
+    let found = device::builtin_matching(device_name);
+    if found.is_none() {
+        tracing::warn!(
+            device = device_name,
+            "no committed device description matches; no predicted typical times (see --device-description)"
+        );
+    }
+    Ok(found)
 }
 
 fn main() -> std::process::ExitCode {
@@ -136,6 +167,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let config = service_config(&args);
     let config = ServiceConfig {
         initial_calibration: !args.no_initial_calibration,
+        prediction: device_description(&args, &gpu.info().name)?,
         ..config
     };
     let (service, first_job) = Service::start(gpu, store, config);

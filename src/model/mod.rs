@@ -10,7 +10,8 @@
 //! - [`published`]: the published strategies it is compared against;
 //! - [`verify`]: which sizes the verification sweep says must be measured in full;
 //! - [`planner`]: which size to measure next;
-//! - [`evaluate`]: how a method fares against held-out samples.
+//! - [`evaluate`]: how a method fares against held-out samples;
+//! - [`predict`]: typical-time predictions where nothing was measured (never bounds).
 //!
 //! The one rule no method may break: a bound is never below a sample observed at that size.
 
@@ -19,6 +20,7 @@ pub mod evaluate;
 pub mod law;
 pub mod method;
 pub mod planner;
+pub mod predict;
 pub mod published;
 pub mod tail;
 pub mod validate;

@@ -1,0 +1,279 @@
+//! Static features of a kernel from its PTX text: the instruction mix of one thread, which times
+//! the grid gives the launch's FLOPs and global-memory bytes. A pure function of the text, so the
+//! CUDA backend can hand over what NVRTC compiled and the model never touches a GPU.
+//!
+//! Counts are static: each instruction once, as if every branch were taken once and every loop
+//! ran once. A kernel with a backward branch (a loop) does more than this; [`PtxFeatures::loops`]
+//! says so, and a prediction built on the counts is then a lower estimate of the work.
+
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct PtxFeatures {
+    pub entry: String,
+    /// Executable instructions in the body.
+    pub instructions: u64,
+    /// Floating-point operations of one thread (a fused multiply-add counts 2).
+    pub flops_per_thread: f64,
+    /// Bytes one thread loads from and stores to global memory.
+    pub global_bytes_per_thread: f64,
+    /// Atomic and reduction operations on global memory of one thread.
+    pub atomics_per_thread: f64,
+    /// Shared-memory loads and stores of one thread.
+    pub shared_accesses_per_thread: f64,
+    /// Statically declared shared memory of one block.
+    pub static_shared_bytes: u64,
+    /// Whether the body has a backward branch: the counts are then per iteration.
+    pub loops: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PtxError {
+    #[error("no `.entry {entry}` in the PTX; entries found: {found}")]
+    NoEntry { entry: String, found: String },
+    #[error("`.entry {0}` has no body between braces")]
+    NoBody(String),
+}
+
+/// Every entry point of a module, in order.
+pub fn entries(ptx: &str) -> Vec<String> {
+    ptx.lines()
+        .filter_map(|l| {
+            let rest = &l[l.find(".entry")? + ".entry".len()..];
+            let name: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
+}
+
+/// Features of `entry` in `ptx`.
+pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
+    let found = entries(ptx);
+    if !found.iter().any(|e| e == entry) {
+        return Err(PtxError::NoEntry {
+            entry: entry.to_string(),
+            found: if found.is_empty() {
+                "none".into()
+            } else {
+                found.join(", ")
+            },
+        });
+    }
+    let body = body_of(ptx, entry).ok_or_else(|| PtxError::NoBody(entry.to_string()))?;
+    let mut f = PtxFeatures {
+        entry: entry.to_string(),
+        ..Default::default()
+    };
+    let mut labels: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, raw) in body.iter().enumerate() {
+        let line = raw.split("//").next().unwrap_or("").trim();
+        if let Some(label) = line.strip_suffix(':') {
+            labels.insert(label.trim(), i);
+            continue;
+        }
+        let line = line.trim_end_matches(';').trim();
+        if line.is_empty() || line.starts_with('{') || line.starts_with('}') {
+            continue;
+        }
+        if line.starts_with('.') {
+            if line.starts_with(".shared") {
+                f.static_shared_bytes += declared_bytes(line);
+            }
+            continue;
+        }
+        // A guard predicate (`@%p1 bra ...`) does not change what the instruction is.
+        let line = match line.strip_prefix('@') {
+            Some(rest) => rest
+                .split_once(char::is_whitespace)
+                .map_or("", |(_, r)| r.trim()),
+            None => line,
+        };
+        let mut parts = line.split_whitespace();
+        let Some(op) = parts.next() else { continue };
+        f.instructions += 1;
+        if op.starts_with("bra") {
+            let target = parts.next().unwrap_or("").trim_end_matches(';');
+            if labels.get(target).is_some_and(|&at| at <= i) {
+                f.loops = true;
+            }
+            continue;
+        }
+        count(op, &mut f);
+    }
+    Ok(f)
+}
+
+/// The lines between the braces of `entry`'s body.
+fn body_of<'a>(ptx: &'a str, entry: &str) -> Option<Vec<&'a str>> {
+    let lines: Vec<&str> = ptx.lines().collect();
+    let start = lines.iter().position(|l| {
+        l.find(".entry").is_some_and(|at| {
+            l[at + ".entry".len()..]
+                .trim_start()
+                .strip_prefix(entry)
+                .is_some_and(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        })
+    })?;
+    let open = (start..lines.len()).find(|&i| lines[i].trim() == "{")?;
+    let mut depth = 0i32;
+    for (i, line) in lines.iter().enumerate().skip(open) {
+        depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+        if depth == 0 {
+            return Some(lines[open + 1..i].to_vec());
+        }
+    }
+    None
+}
+
+/// Bytes of one `.shared ... name[N]` declaration.
+fn declared_bytes(line: &str) -> u64 {
+    if line.contains(".extern") {
+        return 0;
+    }
+    let elem = type_bytes(line).unwrap_or(1);
+    let count = line
+        .rsplit_once('[')
+        .and_then(|(_, r)| r.split(']').next())
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(1);
+    elem * count
+}
+
+/// Size of the scalar type named among `.`-separated modifiers, times a `.v2`/`.v4` vector width.
+fn type_bytes(op: &str) -> Option<u64> {
+    let mut width = 1;
+    let mut size = None;
+    for m in op.split(|c: char| c == '.' || c.is_whitespace()) {
+        match m {
+            "v2" => width = 2,
+            "v4" => width = 4,
+            "b8" | "u8" | "s8" => size = Some(1),
+            "b16" | "u16" | "s16" | "f16" | "bf16" => size = Some(2),
+            "b32" | "u32" | "s32" | "f32" | "f16x2" | "bf16x2" => size = Some(4),
+            "b64" | "u64" | "s64" | "f64" => size = Some(8),
+            "b128" => size = Some(16),
+            _ => {}
+        }
+    }
+    size.map(|s| s * width)
+}
+
+fn is_float(op: &str) -> bool {
+    op.split('.')
+        .any(|m| matches!(m, "f32" | "f64" | "f16" | "f16x2" | "bf16" | "bf16x2"))
+}
+
+fn count(op: &str, f: &mut PtxFeatures) {
+    let base = op.split('.').next().unwrap_or("");
+    let space = |s: &str| op.split('.').any(|m| m == s);
+    match base {
+        "ld" | "ldu" | "st" if space("global") => {
+            f.global_bytes_per_thread += type_bytes(op).unwrap_or(4) as f64
+        }
+        "ld" | "st" if space("shared") => f.shared_accesses_per_thread += 1.0,
+        "atom" | "red" if space("global") || !space("shared") => f.atomics_per_thread += 1.0,
+        "fma" | "mad" if is_float(op) => {
+            let lanes = if op.contains("x2") { 2.0 } else { 1.0 };
+            f.flops_per_thread += 2.0 * lanes
+        }
+        "add" | "sub" | "mul" | "div" | "rcp" | "sqrt" | "rsqrt" | "ex2" | "lg2" | "sin"
+        | "cos" | "tanh" | "min" | "max"
+            if is_float(op) =>
+        {
+            f.flops_per_thread += if op.contains("x2") { 2.0 } else { 1.0 }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAXPY: &str = r#"
+.version 8.0
+.target sm_90
+.address_size 64
+
+.visible .entry saxpy(
+	.param .f32 saxpy_param_0,
+	.param .u64 saxpy_param_1,
+	.param .u64 saxpy_param_2,
+	.param .u32 saxpy_param_3
+)
+{
+	.reg .pred 	%p<2>;
+	.reg .f32 	%f<5>;
+	.reg .b32 	%r<6>;
+	.reg .b64 	%rd<8>;
+
+	ld.param.f32 	%f1, [saxpy_param_0];
+	ld.param.u64 	%rd1, [saxpy_param_1];
+	mov.u32 	%r2, %ntid.x;
+	mad.lo.s32 	%r4, %r1, %r2, %r3;
+	setp.ge.s32 	%p1, %r4, %r5;
+	@%p1 bra 	$L__BB0_2;
+	cvta.to.global.u64 	%rd3, %rd1;
+	ld.global.nc.f32 	%f2, [%rd5];
+	ld.global.f32 	%f3, [%rd7];
+	fma.rn.f32 	%f4, %f2, %f1, %f3;
+	st.global.f32 	[%rd7], %f4;   // y = a*x + y
+$L__BB0_2:
+	ret;
+}
+
+.visible .entry tiled(
+	.param .u64 tiled_param_0
+)
+{
+	.reg .b32 	%r<9>;
+	.reg .f32 	%f<9>;
+	.shared .align 4 .b8 _ZZ5tiledE4tile[4096];
+
+$L__BB1_1:
+	ld.shared.f32 	%f1, [%r1];
+	ld.global.v4.f32 	{%f2, %f3, %f4, %f5}, [%rd1];
+	add.f32 	%f6, %f1, %f2;
+	atom.global.add.u32 	%r2, [%rd2], 1;
+	bar.sync 	0;
+	setp.lt.u32 	%p1, %r3, 16;
+	@%p1 bra 	$L__BB1_1;
+	ret;
+}
+"#;
+
+    #[test]
+    fn a_straight_line_kernel_is_counted_exactly() {
+        let f = features(SAXPY, "saxpy").unwrap();
+        assert_eq!(f.flops_per_thread, 2.0, "one fma; mad.lo.s32 is integer");
+        assert_eq!(
+            f.global_bytes_per_thread, 12.0,
+            "two 4-byte loads and one store"
+        );
+        assert!(!f.loops);
+        assert_eq!(f.static_shared_bytes, 0);
+        assert_eq!(f.instructions, 12);
+    }
+
+    #[test]
+    fn loops_vectors_atomics_and_shared_memory_are_seen() {
+        let f = features(SAXPY, "tiled").unwrap();
+        assert!(f.loops, "the branch goes back to $L__BB1_1");
+        assert_eq!(f.global_bytes_per_thread, 16.0);
+        assert_eq!(f.atomics_per_thread, 1.0);
+        assert_eq!(f.shared_accesses_per_thread, 1.0);
+        assert_eq!(f.static_shared_bytes, 4096);
+        assert_eq!(f.flops_per_thread, 1.0);
+    }
+
+    #[test]
+    fn an_unknown_entry_names_the_ones_there_are() {
+        assert_eq!(entries(SAXPY), ["saxpy", "tiled"]);
+        let e = features(SAXPY, "sax").unwrap_err().to_string();
+        assert!(e.contains("saxpy, tiled"), "{e}");
+    }
+}
