@@ -604,9 +604,15 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A samples file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
 fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    samples::read_samples(file).with_context(|| format!("reading {}", path.display()))
+    let input: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
+    } else {
+        Box::new(std::io::BufReader::new(file))
+    };
+    samples::read_samples(input).with_context(|| format!("reading {}", path.display()))
 }
 
 fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometry>> {
