@@ -9,13 +9,14 @@
 //! measured in full and the kernel refitted, until the curve agrees with every verified size.
 
 use chrono::Utc;
+use std::collections::BTreeMap;
 use std::sync::atomic::AtomicBool;
 
 use crate::gpu::Gpu;
 use crate::kernels::KernelSpec;
 use crate::measure::{self, CampaignSettings, KernelCampaign, MeasureError};
 use crate::model::{self, method, verify, Method, MethodConfig, ModelError, Observations};
-use crate::store::KernelCalibration;
+use crate::store::{KernelCalibration, Origin};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CalibrateError {
@@ -62,8 +63,9 @@ pub fn with_device_delay(
     if recipe.delay_probe_launches == 0 {
         return Ok((*recipe, None));
     }
+    let whole = gpu.info().total_sms;
     let probe = gpu
-        .delay_probe(recipe.delay_probe_launches)
+        .delay_probe(whole, recipe.delay_probe_launches)
         .map_err(MeasureError::from)?;
     let Some(delay) = model::tail::device_delay(&probe, recipe.method_config.exceedance) else {
         return Ok((*recipe, None));
@@ -160,6 +162,80 @@ pub fn calibrate_kernel(
         calibrated_at,
         campaign,
         table,
+        origin: match kernel.manifest() {
+            Some(_) => Origin::Manifest,
+            None => Origin::Builtin,
+        },
+        source: kernel
+            .manifest()
+            .map_or_else(|| "built-in suite".into(), |m| m.path.display().to_string()),
+    })
+}
+
+/// Samples measured elsewhere, to be made into bounds as measured ones are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Imported {
+    pub kernel: String,
+    /// Launch times per partition size, in the order they were given.
+    pub by_size: BTreeMap<u32, Vec<u64>>,
+    pub geometry: Option<crate::kernels::Geometry>,
+    pub interference: crate::gpu::Interference,
+    /// Free text: where the samples came from.
+    pub source: String,
+}
+
+/// Bounds from imported samples, with the same method and rules as measured ones, at every size
+/// of `device`. The calibration says `origin: imported` and the source; its conditions are this
+/// device's fingerprint (the importer vouches that the samples were taken under it).
+pub fn from_samples(
+    imported: &Imported,
+    device: &crate::gpu::DeviceInfo,
+    recipe: &Recipe,
+) -> Result<KernelCalibration, CalibrateError> {
+    let now = Utc::now();
+    let sizes = imported
+        .by_size
+        .iter()
+        .map(|(&m, times)| {
+            let mut record = measure::SizeRecord::empty(m);
+            record.times_ns = times.clone();
+            (m, record)
+        })
+        .collect();
+    let campaign = KernelCampaign {
+        kernel: imported.kernel.clone(),
+        geometry: imported.geometry,
+        sizes,
+        verified: Default::default(),
+        environment: measure::EnvironmentStamp {
+            fingerprint: device.fingerprint.clone(),
+            started_at: now,
+            finished_at: now,
+            host: format!("imported: {}", imported.source),
+            interference: imported.interference,
+            sm_clock_mhz_min: None,
+            sm_clock_mhz_max: None,
+            temperature_c_max: None,
+            throttle_reasons: Vec::new(),
+        },
+    };
+    let table = method::bound_table(
+        &observations(&campaign),
+        &device.partition_sizes,
+        recipe.method,
+        &recipe.method_config,
+    )
+    .map_err(|source| CalibrateError::Model {
+        kernel: imported.kernel.clone(),
+        source,
+    })?;
+    Ok(KernelCalibration {
+        id: format!("{}@{}", imported.kernel, now.format("%Y%m%dT%H%M%S%.3fZ")),
+        calibrated_at: now,
+        campaign,
+        table,
+        origin: Origin::Imported,
+        source: imported.source.clone(),
     })
 }
 

@@ -41,6 +41,13 @@ pub trait Calibration {
     fn recalibrate(&self, kernels: &[&str]) -> zbus::Result<u64>;
     fn get_job(&self, job: u64) -> zbus::Result<(String, f64, String)>;
     fn cancel_job(&self, job: u64) -> zbus::Result<()>;
+    fn reload_kernels(&self) -> zbus::Result<(Vec<String>, Vec<String>, Vec<(String, String)>)>;
+    fn import_samples(
+        &self,
+        kernel: &str,
+        samples: &[(u32, u64)],
+        options: std::collections::HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<u64>;
     #[zbus(signal)]
     fn job_progress(&self, job: u64, progress: f64) -> zbus::Result<()>;
     #[zbus(signal)]

@@ -7,10 +7,11 @@ use std::collections::HashMap;
 use zbus::message::{Header, Message};
 use zbus::names::ErrorName;
 use zbus::object_server::SignalEmitter;
+use zbus::OwnedVariant;
 use zbus::{interface, Connection, Variant};
 
 use crate::gpu::Interference;
-use crate::service::{BoundInfo, Event, Service, ServiceError};
+use crate::service::{BoundInfo, Event, ImportOptions, Service, ServiceError};
 
 pub const BUS_NAME: &str = "org.wcetd.Wcetd1";
 pub const OBJECT_PATH: &str = "/org/wcetd/Wcetd1";
@@ -161,6 +162,56 @@ fn parse_tag(tag: &str) -> Result<Interference, ServiceError> {
     }
 }
 
+/// `ImportSamples`' options: `blocks` and `blocks_per_sm` (u, both or neither), `interference`
+/// (s) and `source` (s); anything else is refused with what is accepted.
+fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptions, ServiceError> {
+    const ACCEPTED: &str =
+        "blocks (u) and blocks_per_sm (u), interference (s: isolated or contended), source (s)";
+    let bad = |key: &str, what: &str| {
+        ServiceError::InvalidArgs(format!("option `{key}` {what}; accepted: {ACCEPTED}"))
+    };
+    let number = |key: &str| -> Result<Option<u32>, ServiceError> {
+        options
+            .get(key)
+            .map(|v| u32::try_from(v).map_err(|_| bad(key, "must be a u32")))
+            .transpose()
+    };
+    let text = |key: &str| -> Result<Option<String>, ServiceError> {
+        options
+            .get(key)
+            .map(|v| {
+                <&str>::try_from(v)
+                    .map(str::to_string)
+                    .map_err(|_| bad(key, "must be a string"))
+            })
+            .transpose()
+    };
+    if let Some(key) = options
+        .keys()
+        .find(|k| !["blocks", "blocks_per_sm", "interference", "source"].contains(&k.as_str()))
+    {
+        return Err(bad(key, "is unknown"));
+    }
+    let geometry = match (number("blocks")?, number("blocks_per_sm")?) {
+        (Some(blocks), Some(blocks_per_sm)) if blocks > 0 && blocks_per_sm > 0 => {
+            Some(crate::kernels::Geometry {
+                blocks,
+                blocks_per_sm,
+            })
+        }
+        (None, None) => None,
+        _ => return Err(bad("blocks", "needs blocks_per_sm beside it, both above 0")),
+    };
+    Ok(ImportOptions {
+        geometry,
+        interference: text("interference")?
+            .map(|t| parse_tag(&t))
+            .transpose()?
+            .unwrap_or_default(),
+        source: text("source")?.unwrap_or_else(|| "ImportSamples".into()),
+    })
+}
+
 fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     let mut d = HashMap::new();
     let mut put = |k: &str, v: Variant<'static>| {
@@ -194,6 +245,8 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     );
     put("predicted_typical_ns", predicted.into());
     put("prediction", label.into());
+    put("origin", b.origin.as_str().into());
+    put("source", b.source.clone().into());
     d
 }
 
@@ -236,6 +289,30 @@ impl Calibration {
     ) -> Result<(), BusError> {
         self.access.check(conn, &header, "CancelJob").await?;
         Ok(self.service.cancel_job(job)?)
+    }
+
+    /// Reread the kernel directories: (added, removed, rejected as (file, reason)).
+    async fn reload_kernels(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(Vec<String>, Vec<String>, Vec<(String, String)>), BusError> {
+        self.access.check(conn, &header, "ReloadKernels").await?;
+        Ok(self.service.reload_kernels())
+    }
+
+    /// Bounds from samples measured elsewhere; the job fits them as measured ones are fitted.
+    async fn import_samples(
+        &self,
+        kernel: String,
+        samples: Vec<(u32, u64)>,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<u64, BusError> {
+        self.access.check(conn, &header, "ImportSamples").await?;
+        let options = import_options(&options)?;
+        Ok(self.service.import_samples(&kernel, &samples, options)?)
     }
 
     #[zbus(signal)]

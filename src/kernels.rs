@@ -5,8 +5,12 @@
 //! backprop, gaussian, bfs, hotspot, lud, srad) plus a template matcher in place of heartwall.
 //! Their CUDA C sources live in `kernels/` and are compiled at run time with NVRTC by the CUDA
 //! backend; the simulator gives each one a physical profile instead (`calibration/profiles/`).
+//! Users add their own kernels with manifests ([`crate::manifest`]); the [`Catalogue`] holds both.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+use crate::manifest::Manifest;
 
 /// Grid size and residency of one kernel launch: what decides how many waves of thread blocks a
 /// partition of m SMs needs (`ceil(blocks / (m * blocks_per_sm))`).
@@ -24,29 +28,73 @@ impl Geometry {
     }
 }
 
-/// A kernel the daemon can calibrate. The built-in suite's problem sizes are chosen so that the
-/// timed step takes tens of microseconds or more on a whole Hopper GPU: well above the event
-/// timer's half-microsecond resolution and the couple of microseconds of launch overhead.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A kernel the daemon can calibrate: its name, what it computes, and what runs it.
+#[derive(Debug, Clone, PartialEq)]
 pub struct KernelSpec {
-    pub name: &'static str,
-    pub summary: &'static str,
+    pub name: String,
+    pub summary: String,
+    pub body: KernelBody,
+}
+
+/// What a kernel is made of.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KernelBody {
+    /// One of the built-in suite: CUDA C in `kernels/`, a seeded problem, a CPU reference.
+    Builtin(Builtin),
+    /// A user's kernel from a manifest (see [`crate::manifest`]).
+    Manifest(Arc<Manifest>),
+    /// Known only to the simulator (a device profile's foreign shape, or imported samples).
+    Simulated,
+}
+
+/// A built-in kernel. The suite's problem sizes are chosen so that the timed step takes tens of
+/// microseconds or more on a whole Hopper GPU: well above the event timer's half-microsecond
+/// resolution and the couple of microseconds of launch overhead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Builtin {
     /// CUDA C source, compiled with NVRTC by the CUDA backend.
     pub source: &'static str,
-    /// Problem size (side of the matrix, grid, image or graph scale, per kernel).
+    /// Problem size (side of the matrix, grid, image, graph scale or batch, per kernel).
     pub problem_size: u32,
     /// Seed of the input generator, so every run measures the same input.
     pub input_seed: u64,
 }
 
+impl KernelSpec {
+    pub fn builtin(&self) -> Option<&Builtin> {
+        match &self.body {
+            KernelBody::Builtin(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    pub fn manifest(&self) -> Option<&Manifest> {
+        match &self.body {
+            KernelBody::Manifest(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// A kernel from a checked manifest.
+    pub fn from_manifest(m: Manifest) -> KernelSpec {
+        KernelSpec {
+            name: m.name.clone(),
+            summary: m.summary.clone(),
+            body: KernelBody::Manifest(Arc::new(m)),
+        }
+    }
+}
+
 macro_rules! kernel {
     ($name:literal, $summary:literal, $size:expr) => {
         KernelSpec {
-            name: $name,
-            summary: $summary,
-            source: include_str!(concat!("../kernels/", $name, ".cu")),
-            problem_size: $size,
-            input_seed: 0x5eed,
+            name: $name.to_string(),
+            summary: $summary.to_string(),
+            body: KernelBody::Builtin(Builtin {
+                source: include_str!(concat!("../kernels/", $name, ".cu")),
+                problem_size: $size,
+                input_seed: 0x5eed,
+            }),
         }
     };
 }
@@ -104,16 +152,67 @@ pub fn find(name: &str) -> Option<KernelSpec> {
 }
 
 /// A kernel known only to the simulator (a profile's foreign shape): the built-in one of that
-/// name, or a spec with no source. Offline tools ask for a handful per run, so the name is
-/// leaked to give it the catalogue's `'static` lifetime.
+/// name, or a spec with no body.
 pub fn simulated(name: &str) -> KernelSpec {
     find(name).unwrap_or_else(|| KernelSpec {
-        name: Box::leak(name.to_string().into_boxed_str()),
-        summary: "simulated kernel from a device profile",
-        source: "",
-        problem_size: 0,
-        input_seed: 0,
+        name: name.to_string(),
+        summary: "simulated kernel from a device profile".into(),
+        body: KernelBody::Simulated,
     })
+}
+
+/// The kernels a daemon serves: the built-in suite, then the manifests of its kernel
+/// directories, each name once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Catalogue {
+    kernels: Vec<KernelSpec>,
+}
+
+impl Default for Catalogue {
+    fn default() -> Self {
+        Catalogue {
+            kernels: builtin_suite(),
+        }
+    }
+}
+
+impl Catalogue {
+    /// The built-in suite plus `manifests`; a manifest whose name is taken (by the suite or an
+    /// earlier manifest) is rejected with (file, reason).
+    pub fn with_manifests(manifests: Vec<Manifest>) -> (Catalogue, Vec<(String, String)>) {
+        let mut catalogue = Catalogue::default();
+        let mut rejected = Vec::new();
+        for m in manifests {
+            if let Some(taken) = catalogue.get(&m.name) {
+                let by = match taken.manifest() {
+                    Some(other) => format!("the manifest {}", other.path.display()),
+                    None => "a built-in kernel".into(),
+                };
+                rejected.push((
+                    m.path.display().to_string(),
+                    format!(
+                        "name `{}` is already taken by {by}; names must be unique",
+                        m.name
+                    ),
+                ));
+                continue;
+            }
+            catalogue.kernels.push(KernelSpec::from_manifest(m));
+        }
+        (catalogue, rejected)
+    }
+
+    pub fn get(&self, name: &str) -> Option<&KernelSpec> {
+        self.kernels.iter().find(|k| k.name == name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &KernelSpec> {
+        self.kernels.iter()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.kernels.iter().map(|k| k.name.clone()).collect()
+    }
 }
 
 #[cfg(test)]
@@ -138,14 +237,14 @@ mod tests {
 
     #[test]
     fn builtin_names_match_the_catalogue() {
-        let names: Vec<_> = builtin_suite().iter().map(|k| k.name).collect();
+        let names: Vec<_> = builtin_suite().into_iter().map(|k| k.name).collect();
         assert_eq!(names, BUILTIN_NAMES);
     }
 
     #[test]
     fn suite_names_are_unique() {
         let suite = builtin_suite();
-        let mut names: Vec<_> = suite.iter().map(|k| k.name).collect();
+        let mut names: Vec<_> = suite.iter().map(|k| k.name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), suite.len());

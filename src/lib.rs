@@ -12,7 +12,8 @@
 //!   partition of m SMs and returns the times; [`gpu::sim`] is a physically motivated simulator
 //!   (thread-block waves, bandwidth roofs, contention, heavy-tailed jitter, throttling) and
 //!   [`gpu::cuda`] the real backend. Knows nothing of bounds.
-//! - [`kernels`]: the catalogue of kernels and their launch geometry.
+//! - [`kernels`]: the catalogue of kernels (the built-in suite and users' [`manifest`]s) and their
+//!   launch geometry.
 //! - [`measure`]: a calibration campaign: warm-up, timed launches in batches, telemetry around
 //!   each batch, every sample kept, the conditions stamped. Which sizes to measure is passed in.
 //! - [`model`]: from samples to bounds: scaling laws fitted with argmin, law choice and margin by
@@ -44,6 +45,7 @@ pub mod client;
 pub mod dbus;
 pub mod gpu;
 pub mod kernels;
+pub mod manifest;
 pub mod measure;
 pub mod model;
 pub mod offline;

@@ -19,11 +19,14 @@ use tokio::sync::broadcast;
 
 use crate::calibrate::{self, Recipe};
 use crate::gpu::{DeviceInfo, Gpu, GpuError, Interference};
-use crate::kernels::{self, KernelSpec};
+use crate::kernels::{Catalogue, KernelSpec};
+use crate::manifest;
 use crate::model::predict::DeviceDescription;
 use crate::model::BoundEntry;
+use crate::store::Origin;
 use crate::store::{Calibration, KernelCalibration, Store};
 use crate::workload::Forecast;
+use std::path::PathBuf;
 
 /// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +49,14 @@ pub enum ServiceError {
 
 pub type Result<T> = std::result::Result<T, ServiceError>;
 
+/// The options of an import ([`Service::import_samples`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ImportOptions {
+    pub geometry: Option<crate::kernels::Geometry>,
+    pub interference: Interference,
+    pub source: String,
+}
+
 /// How the service runs.
 #[derive(Debug, Clone)]
 pub struct ServiceConfig {
@@ -57,6 +68,8 @@ pub struct ServiceConfig {
     /// Device description the predicted typical times are computed for; `None`: no predictions.
     /// Predictions are reported beside bounds and never change one.
     pub prediction: Option<DeviceDescription>,
+    /// Directories of kernel manifests (`--kernel-dir`), read at start and by `reload_kernels`.
+    pub kernel_dirs: Vec<PathBuf>,
 }
 
 impl Default for ServiceConfig {
@@ -66,6 +79,7 @@ impl Default for ServiceConfig {
             max_queued_jobs: 16,
             initial_calibration: true,
             prediction: None,
+            kernel_dirs: Vec::new(),
         }
     }
 }
@@ -146,6 +160,9 @@ pub struct BoundInfo {
     pub mean_ns: u64,
     /// The predicted typical time at this size, if there is one: a prediction, never a bound.
     pub predicted: Option<Prediction>,
+    /// `measured` (by this daemon) or `imported`, and where the samples came from.
+    pub origin: Origin,
+    pub source: String,
 }
 
 /// A predicted typical time and what it rests on. No bound is ever computed from one.
@@ -172,9 +189,20 @@ const CLOCK_POLL: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Job {
     id: u64,
-    kernels: Vec<KernelSpec>,
+    work: Work,
     cancel: Arc<AtomicBool>,
 }
+
+/// What a job does on the worker thread.
+enum Work {
+    /// Measure and fit these kernels.
+    Calibrate(Vec<KernelSpec>),
+    /// Fit samples measured elsewhere (no GPU work).
+    Import(Box<calibrate::Imported>),
+}
+
+/// Most samples one `ImportSamples` call may carry.
+pub const MAX_IMPORTED_SAMPLES: usize = 10_000_000;
 
 struct Inner {
     device: DeviceInfo,
@@ -191,6 +219,8 @@ struct Inner {
     forecast: Forecast,
     /// Why the device is lost to this process, once it is (see [`Service::device_lost`]).
     lost: tokio::sync::watch::Sender<Option<String>>,
+    /// The kernels served: the built-in suite and the manifests of the kernel directories.
+    catalogue: RwLock<Arc<Catalogue>>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -214,6 +244,10 @@ impl Service {
         let calibration = initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
         let forecast = Forecast::new(config.prediction.as_ref(), &device.partition_sizes);
+        let (catalogue, rejected) = load_catalogue(&config.kernel_dirs);
+        for (file, why) in &rejected {
+            tracing::warn!("kernel manifest {file} rejected: {why}");
+        }
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -226,6 +260,7 @@ impl Service {
             current_clock_mhz: AtomicU32::new(clock),
             forecast,
             lost: tokio::sync::watch::channel(None).0,
+            catalogue: RwLock::new(Arc::new(catalogue)),
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -234,10 +269,11 @@ impl Service {
             .spawn(move || worker_loop(gpu, store, worker_inner, rx))
             .expect("spawning the GPU worker thread");
         let service = Service { inner, worker: tx };
-        let missing: Vec<String> = kernels::builtin_suite()
+        let missing: Vec<String> = service
+            .catalogue()
             .iter()
-            .filter(|k| service.needs_calibration(k.name))
-            .map(|k| k.name.to_string())
+            .filter(|k| service.needs_calibration(&k.name))
+            .map(|k| k.name.clone())
             .collect();
         let first = (calibrate_missing && !missing.is_empty())
             .then(|| service.recalibrate(&missing).ok())
@@ -287,18 +323,69 @@ impl Service {
         k.environment().fingerprint != self.inner.device.fingerprint
     }
 
-    /// Every kernel the daemon knows: the built-in suite and whatever has been calibrated.
+    fn catalogue(&self) -> Arc<Catalogue> {
+        Arc::clone(
+            &self
+                .inner
+                .catalogue
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
+    /// Every kernel the daemon serves: the catalogue (built-in suite and manifests) and every
+    /// calibration not made from a manifest that has since been removed.
     pub fn list_kernels(&self) -> Vec<String> {
         let snap = self.snapshot();
-        let mut names: Vec<String> = kernels::builtin_suite()
-            .iter()
-            .map(|k| k.name.to_string())
-            .collect();
-        names.extend(snap.kernels.keys().cloned());
-        names.extend(snap.contended.keys().cloned());
+        let catalogue = self.catalogue();
+        let mut names = catalogue.names();
+        for (name, k) in snap.kernels.iter().chain(&snap.contended) {
+            if k.origin != Origin::Manifest || catalogue.get(name).is_some() {
+                names.push(name.clone());
+            }
+        }
         names.sort();
         names.dedup();
         names
+    }
+
+    /// Reread the kernel directories: (added, removed, rejected as (file, reason)). Added
+    /// kernels are queued for calibration; removed ones stop being served and keep their
+    /// calibrations in the store for when they come back; a rejected file changes nothing.
+    pub fn reload_kernels(&self) -> (Vec<String>, Vec<String>, Vec<(String, String)>) {
+        let (next, rejected) = load_catalogue(&self.inner.config.kernel_dirs);
+        let before = self.catalogue();
+        let changed = |a: &Catalogue, b: &Catalogue| -> Vec<String> {
+            a.iter()
+                .filter(|k| b.get(&k.name).is_none_or(|old| old != *k))
+                .map(|k| k.name.clone())
+                .collect()
+        };
+        let added = changed(&next, &before);
+        let removed: Vec<String> = before
+            .iter()
+            .filter(|k| next.get(&k.name).is_none())
+            .map(|k| k.name.clone())
+            .collect();
+        *self
+            .inner
+            .catalogue
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        for (file, why) in &rejected {
+            tracing::warn!("kernel manifest {file} rejected: {why}");
+        }
+        if !added.is_empty() {
+            match self.recalibrate(&added) {
+                Ok(job) => tracing::info!(
+                    job,
+                    "calibrating new or changed kernels: {}",
+                    added.join(", ")
+                ),
+                Err(e) => tracing::warn!("new kernels not queued for calibration: {e}"),
+            }
+        }
+        (added, removed, rejected)
     }
 
     fn known(&self, kernel: &str) -> Result<()> {
@@ -310,9 +397,11 @@ impl Service {
         }
         // The hot path of every query: no list is built unless the answer is an error.
         let snap = self.snapshot();
-        let known = kernels::is_builtin(kernel)
-            || snap.kernels.contains_key(kernel)
-            || snap.contended.contains_key(kernel);
+        let catalogue = self.catalogue();
+        let served = |k: &KernelCalibration| k.origin != Origin::Manifest;
+        let known = catalogue.get(kernel).is_some()
+            || snap.kernels.get(kernel).is_some_and(served)
+            || snap.contended.get(kernel).is_some_and(served);
         if known {
             Ok(())
         } else {
@@ -430,6 +519,8 @@ impl Service {
                 .forecast
                 .at(kernel, partition)
                 .map(|(typical_ns, label)| Prediction { typical_ns, label }),
+            origin: cal.origin,
+            source: cal.source.clone(),
         })
     }
 
@@ -504,6 +595,67 @@ impl Service {
     /// Queue a recalibration of `kernels` (all built-in and calibrated kernels when empty).
     pub fn recalibrate(&self, kernels: &[String]) -> Result<u64> {
         let specs = self.kernel_specs(kernels)?;
+        let names = specs.iter().map(|k| k.name.clone()).collect();
+        let id = self.enqueue(Work::Calibrate(specs), names)?;
+        tracing::info!(job = id, "recalibration queued");
+        Ok(id)
+    }
+
+    /// Make bounds from samples measured elsewhere, as (partition size, ns) pairs; `options` may
+    /// hold `blocks` and `blocks_per_sm` (the launch geometry), `interference` and `source`. The
+    /// kernel need not be known. Refused whole, with the reason: an invalid name, no samples, a
+    /// zero time, a size this device cannot realise, more than [`MAX_IMPORTED_SAMPLES`].
+    pub fn import_samples(
+        &self,
+        kernel: &str,
+        samples: &[(u32, u64)],
+        options: ImportOptions,
+    ) -> Result<u64> {
+        if !manifest::valid_name(kernel) {
+            return Err(ServiceError::InvalidArgs(format!(
+                "kernel name `{kernel}` is not accepted; accepted: 1 to 64 of A-Z a-z 0-9 _ . -"
+            )));
+        }
+        if samples.is_empty() {
+            return Err(ServiceError::InvalidArgs(
+                "no samples; accepted: a non-empty array of (partition size, time in ns)".into(),
+            ));
+        }
+        if samples.len() > MAX_IMPORTED_SAMPLES {
+            return Err(ServiceError::InvalidArgs(format!(
+                "{} samples in one call; accepted: at most {MAX_IMPORTED_SAMPLES} in one call (a kernel's bounds come from one call's samples)",
+                samples.len()
+            )));
+        }
+        let sizes = &self.inner.device.partition_sizes;
+        let mut by_size: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (i, &(sms, t)) in samples.iter().enumerate() {
+            if t == 0 {
+                return Err(ServiceError::InvalidArgs(format!(
+                    "sample {i} has a time of 0 ns; accepted: times of at least 1 ns"
+                )));
+            }
+            if !sizes.contains(&sms) {
+                return Err(ServiceError::InvalidPartition(format!(
+                    "sample {i} is at {sms} SMs, which this device cannot realise; accepted: {}",
+                    join(sizes)
+                )));
+            }
+            by_size.entry(sms).or_default().push(t);
+        }
+        let imported = calibrate::Imported {
+            kernel: kernel.to_string(),
+            by_size,
+            geometry: options.geometry,
+            interference: options.interference,
+            source: options.source,
+        };
+        let id = self.enqueue(Work::Import(Box::new(imported)), vec![kernel.to_string()])?;
+        tracing::info!(job = id, kernel, samples = samples.len(), "import queued");
+        Ok(id)
+    }
+
+    fn enqueue(&self, work: Work, kernels: Vec<String>) -> Result<u64> {
         let limit = self.inner.config.max_queued_jobs as u64;
         if self.inner.pending.load(Ordering::SeqCst) >= limit {
             return Err(ServiceError::Busy(format!(
@@ -516,7 +668,7 @@ impl Service {
             state: JobState::Queued,
             progress: 0.0,
             message: "queued".into(),
-            kernels: specs.iter().map(|k| k.name.to_string()).collect(),
+            kernels,
         };
         self.inner
             .jobs
@@ -524,34 +676,28 @@ impl Service {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, (status, Arc::clone(&cancel)));
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
-        self.worker
-            .send(Job {
-                id,
-                kernels: specs,
-                cancel,
-            })
-            .map_err(|_| {
-                ServiceError::Busy("the GPU worker has stopped; restart the daemon".into())
-            })?;
-        tracing::info!(job = id, "recalibration queued");
+        self.worker.send(Job { id, work, cancel }).map_err(|_| {
+            ServiceError::Busy("the GPU worker has stopped; restart the daemon".into())
+        })?;
         Ok(id)
     }
 
     fn kernel_specs(&self, names: &[String]) -> Result<Vec<KernelSpec>> {
+        let catalogue = self.catalogue();
         if names.is_empty() {
-            return Ok(kernels::builtin_suite());
+            return Ok(catalogue.iter().cloned().collect());
         }
-        let mut specs = Vec::new();
+        let mut specs: Vec<KernelSpec> = Vec::new();
         for name in names {
             self.known(name)?;
-            let spec = kernels::find(name).ok_or_else(|| {
+            let spec = catalogue.get(name).ok_or_else(|| {
                 ServiceError::UnknownKernel(format!(
-                    "kernel `{name}` was calibrated elsewhere and has no source here; accepted for recalibration: {}",
-                    kernels::builtin_suite().iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+                    "kernel `{name}` was calibrated elsewhere (imported) and has nothing to run here; accepted for recalibration: {}",
+                    catalogue.names().join(", ")
                 ))
             })?;
-            if !specs.contains(&spec) {
-                specs.push(spec);
+            if !specs.iter().any(|s| s.name == spec.name) {
+                specs.push(spec.clone());
             }
         }
         Ok(specs)
@@ -594,6 +740,14 @@ impl Service {
             .map(|(n, _)| n.clone())
             .collect()
     }
+}
+
+/// The built-in suite and the manifests of `dirs`, and every manifest rejected, with the reason.
+fn load_catalogue(dirs: &[PathBuf]) -> (Catalogue, Vec<(String, String)>) {
+    let (manifests, mut rejected) = manifest::load_dirs(dirs);
+    let (catalogue, taken) = Catalogue::with_manifests(manifests);
+    rejected.extend(taken);
+    (catalogue, rejected)
 }
 
 fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> ServiceError {
@@ -709,6 +863,10 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
         s.state = JobState::Running;
         s.message = "measuring".into();
     });
+    let kernels = match &job.work {
+        Work::Calibrate(kernels) => kernels,
+        Work::Import(imported) => return import(store, inner, imported),
+    };
     let recipe = match calibrate::with_device_delay(gpu, &inner.config.recipe) {
         Ok((recipe, note)) => {
             if let Some(note) = note {
@@ -725,9 +883,10 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             return failed;
         }
     };
-    let n = job.kernels.len().max(1) as f64;
+    let n = kernels.len().max(1) as f64;
     let mut results = Vec::new();
-    for (i, kernel) in job.kernels.iter().enumerate() {
+    let mut failures = Vec::new();
+    for (i, kernel) in kernels.iter().enumerate() {
         let mut last_sent = -1.0;
         let mut progress = |f: f64| {
             let p = (i as f64 + f) / n;
@@ -741,21 +900,69 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             }
         };
         match calibrate::calibrate_kernel(gpu, kernel, &recipe, &job.cancel, &mut progress) {
-            Ok(cal) => results.push((kernel.name.to_string(), cal)),
+            Ok(cal) => results.push((kernel.name.clone(), cal)),
             Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
                 return (JobState::Cancelled, "cancelled; bounds unchanged".into());
             }
+            // A kernel that fails (a wrong result, a fault) fails alone: the others are still
+            // calibrated and published. A lost device ends the job: nothing more can run.
             Err(e) => {
-                let failed = fail(
-                    inner,
-                    format!("calibrating {}: {e}; bounds unchanged", kernel.name),
+                let lost = matches!(
+                    &e,
+                    calibrate::CalibrateError::Measure(crate::measure::MeasureError::Gpu(
+                        GpuError::Lost(_)
+                    ))
                 );
-                note_lost(inner, &e);
-                return failed;
+                failures.push(format!("{}: {e}", kernel.name));
+                if lost {
+                    let failed = fail(
+                        inner,
+                        format!("calibrating {}: {e}; bounds unchanged", kernel.name),
+                    );
+                    note_lost(inner, &e);
+                    return failed;
+                }
             }
         }
     }
-    commit(store, inner, recipe.campaign.interference, results)
+    let tag = recipe.campaign.interference;
+    match (results.is_empty(), failures.is_empty()) {
+        (_, true) => commit(store, inner, tag, results, "calibrated"),
+        (true, false) => fail(
+            inner,
+            format!("calibrating {}; bounds unchanged", failures.join("; ")),
+        ),
+        (false, false) => {
+            let (state, done) = commit(store, inner, tag, results, "calibrated");
+            if state != JobState::Done {
+                return (state, done);
+            }
+            fail(
+                inner,
+                format!(
+                    "{done}; failed: {} (their bounds unchanged)",
+                    failures.join("; ")
+                ),
+            )
+        }
+    }
+}
+
+/// Bounds from imported samples, published as a calibration's are.
+fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> (JobState, String) {
+    match calibrate::from_samples(imported, &inner.device, &inner.config.recipe) {
+        Ok(cal) => commit(
+            store,
+            inner,
+            imported.interference,
+            vec![(imported.kernel.clone(), cal)],
+            "imported",
+        ),
+        Err(e) => fail(
+            inner,
+            format!("importing {}: {e}; bounds unchanged", imported.kernel),
+        ),
+    }
 }
 
 /// Publish the new bounds of a successful job: store first (so a crash after this leaves them on
@@ -765,6 +972,7 @@ fn commit(
     inner: &Inner,
     tag: Interference,
     results: Vec<(String, KernelCalibration)>,
+    verb: &str,
 ) -> (JobState, String) {
     let names: Vec<String> = results.iter().map(|(n, _)| n.clone()).collect();
     let mut next = (**inner
@@ -788,7 +996,7 @@ fn commit(
     let _ = inner.events.send(Event::BoundsChanged {
         kernels: names.clone(),
     });
-    (JobState::Done, format!("calibrated {}", names.join(", ")))
+    (JobState::Done, format!("{verb} {}", names.join(", ")))
 }
 
 /// Record a lost device (the watch wakes the daemon's main task, which exits).

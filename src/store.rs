@@ -72,6 +72,35 @@ pub struct KernelCalibration {
     pub calibrated_at: DateTime<Utc>,
     pub campaign: KernelCampaign,
     pub table: BoundTable,
+    /// Where the samples came from (calibrations stored before this field: the built-in suite).
+    #[serde(default)]
+    pub origin: Origin,
+    /// Free text about the origin: the manifest's path, or what `ImportSamples` was told.
+    #[serde(default)]
+    pub source: String,
+}
+
+/// How a calibration's samples were obtained.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Origin {
+    /// Measured by this daemon, a built-in kernel.
+    #[default]
+    Builtin,
+    /// Measured by this daemon, a kernel from a manifest: served only while the manifest is.
+    Manifest,
+    /// Measured elsewhere and sent with `ImportSamples`.
+    Imported,
+}
+
+impl Origin {
+    /// What `GetBoundInfo` says in `origin`: `measured` or `imported`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Builtin | Origin::Manifest => "measured",
+            Origin::Imported => "imported",
+        }
+    }
 }
 
 impl KernelCalibration {

@@ -186,7 +186,7 @@ pub fn run(
         warmup: settings.warmup,
         kernels: kernels
             .iter()
-            .map(|k| (k.name.to_string(), k.problem_size))
+            .map(|k| (k.name.clone(), k.builtin().map_or(0, |b| b.problem_size)))
             .collect(),
         sm_clock_mhz_min: conditions.clock_min,
         sm_clock_mhz_max: conditions.clock_max,

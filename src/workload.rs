@@ -38,10 +38,11 @@ fn plan_of(kernel: &str) -> anyhow::Result<Plan> {
             kernels::BUILTIN_NAMES.join(", ")
         )
     })?;
+    let b = spec.builtin().expect("the built-in suite has bodies");
     Ok(suite::plan(
-        spec.name,
-        spec.problem_size,
-        spec.input_seed,
+        &spec.name,
+        b.problem_size,
+        b.input_seed,
         false,
     )?)
 }

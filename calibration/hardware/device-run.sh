@@ -2,7 +2,7 @@
 # What ran on the lent GPU machine (which has no Rust toolchain and no dbus-daemon): release
 # binaries built here and stripped into $BIN (default .device), dbus-daemon and its libraries in
 # $BIN/dbus, results under $OUT. Every step has its own time limit, so one hang cannot take the
-# rest of the call with it. Usage: device-run.sh check|campaign NAME|daemon
+# rest of the call with it. Usage: device-run.sh check|campaign NAME|probes|daemon
 set -u
 BIN=${BIN:-.device}
 OUT=${OUT:?OUT must name the results directory}
@@ -33,31 +33,51 @@ campaign)
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv
     tar czf "$OUT/$name.tar.gz" -C /tmp "$name"
     ;;
+probes)
+    # The delay probe on several partitions (does a partition see delays the whole device
+    # does not?), 50,000 launches each.
+    step "delay probes"
+    timeout 200 "$BIN/wcetctl" campaign --backend cuda --launches 1 --kernels hotspot --sizes 8 \
+        --delay-probe 50000 --delay-probe-sizes 8,56,96,104,112,132 --out /tmp/probes
+    echo "probes rc=$?"
+    tar czf "$OUT/probes.tar.gz" -C /tmp probes
+    ;;
 daemon)
     step "wcetd --backend cuda"
     state=/tmp/wcetd-state
     rm -rf "$state"; mkdir -p "$state"
+    # The README's example manifest, and a copy launched with the wrong scalar (a = 3, where its
+    # checksum is of y = 2x): its output check must fail that kernel alone.
+    wrong=/tmp/wrong-kernel
+    rm -rf "$wrong"; mkdir -p "$wrong"
+    cp calibration/kernels/example/saxpy.cu "$wrong/"
+    sed -e 's/^name = .*/name = "example.wrong-args"/' -e 's/{ f32 = 2.0 }/{ f32 = 3.0 }/' \
+        calibration/kernels/example/saxpy.toml > "$wrong/wrong.toml"
+    "$BIN/wcetctl" kernels check calibration/kernels/example/saxpy.toml "$wrong/wrong.toml"
     # A shorter screen and heavy-tail campaign than the defaults, to fit the lease.
     "$BIN/wcetd" --backend cuda --state-dir "$state" --screen-launches 500 \
-        --heavy-tail-launches 1000 > "$OUT/wcetd.log" 2>&1 &
+        --heavy-tail-launches 1000 --kernel-dir calibration/kernels/example \
+        --kernel-dir "$wrong" > "$OUT/wcetd.log" 2>&1 &
     pid=$!
     for _ in $(seq 600); do [ -s "$state/bus-address" ] && break; sleep 0.1; done
     ctl() { timeout 60 "$BIN/wcetctl" --state-dir "$state" "$@"; }
     ctl status
     # The initial calibration is job 1; wait for it by recalibrating nothing else: poll status.
     for _ in $(seq 200); do
-        ctl status 2>/dev/null | grep -q "not calibrated\|calibrating" || break
+        ctl status 2>/dev/null | grep -v "example.wrong-args" | grep -q "not calibrated\|calibrating" || break
         sleep 1
     done
     ctl status
     for k in $(ctl list); do ctl curve "$k"; done
     ctl --json bound hotspot 64
+    ctl --json bound example.saxpy 64
+    grep -E "job finished|output check|rejected" "$OUT/wcetd.log"
     kill "$pid"
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     tail -5 "$OUT/wcetd.log"
     ;;
 *)
-    echo "usage: $0 check|campaign NAME|daemon" >&2
+    echo "usage: $0 check|campaign NAME|probes|daemon" >&2
     exit 2
     ;;
 esac

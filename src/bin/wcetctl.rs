@@ -48,6 +48,27 @@ enum Command {
     Recalibrate { kernels: Vec<String> },
     /// Device, health, and what is calibrated.
     Status,
+    /// Send every kernel of a samples CSV (kernel,sms,time_ns) to the daemon, which makes bounds
+    /// from them with the same method as from its own measurements (origin `imported`).
+    Import {
+        /// Samples CSV (.csv or .csv.gz).
+        #[arg(long)]
+        samples: PathBuf,
+        /// Geometry CSV (kernel,blocks,blocks_per_sm), for the kernels it names.
+        #[arg(long)]
+        geometry: Option<PathBuf>,
+        /// What interference the samples were measured under.
+        #[arg(long, value_enum, default_value = "isolated")]
+        interference: Interference,
+        /// Where the samples came from (free text, served as `source`) [default: the file name].
+        #[arg(long)]
+        source: Option<String>,
+    },
+    /// Kernel manifests: check files offline, or have the daemon reread its kernel directories.
+    Kernels {
+        #[command(subcommand)]
+        action: KernelsAction,
+    },
     /// Admission check of a task-set TOML file (see calibration/tasksets/example.toml).
     Admit {
         file: PathBuf,
@@ -130,6 +151,10 @@ enum Command {
         /// Launches of the delay probe, written to delays.csv (0: none).
         #[arg(long, default_value_t = wcetd::calibrate::DELAY_PROBE_LAUNCHES)]
         delay_probe: u32,
+        /// Partition sizes to run the delay probe on [default: the whole device]; each writes
+        /// delays-<SMS>.csv beside delays.csv (the whole device's).
+        #[arg(long, value_delimiter = ',')]
+        delay_probe_sizes: Vec<u32>,
         /// Directory to write the dataset into (created if missing).
         #[arg(long, short)]
         out: PathBuf,
@@ -190,6 +215,16 @@ enum Command {
         #[arg(long, short)]
         out: PathBuf,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum KernelsAction {
+    /// Validate manifests offline: syntax, keys, module found, entry point present, PTX
+    /// parameters against `args`. Exit status 0 when every file is accepted, 1 otherwise.
+    Check { files: Vec<PathBuf> },
+    /// Ask the daemon to reread its kernel directories (Calibration1.ReloadKernels); new kernels
+    /// are queued for calibration.
+    Reload,
 }
 
 /// Which device `campaign` and `probe` open directly (not through the daemon).
@@ -326,6 +361,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref kernels,
             ref sizes,
             delay_probe,
+            ref delay_probe_sizes,
             ref out,
         } => {
             let settings = wcetd::sweep::SweepSettings {
@@ -335,9 +371,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 interference: interference.clone(),
                 sizes: sizes.clone(),
             };
-            campaign(device, &settings, kernels, delay_probe, out)
+            let probe = (delay_probe, delay_probe_sizes.as_slice());
+            campaign(device, &settings, kernels, probe, out)
         }
         Command::Probe { ref device } => probe(cli.json, device),
+        Command::Kernels {
+            action: KernelsAction::Check { ref files },
+        } => check_manifests(cli.json, files),
         Command::Project {
             ref source,
             ref target,
@@ -391,6 +431,20 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Recalibrate { kernels } => recalibrate(json, &conn, &kernels).await,
+        Command::Import {
+            samples,
+            geometry,
+            interference,
+            source,
+        } => {
+            let set = read_samples(&samples)?;
+            let geometry = read_geometry(geometry.as_deref())?;
+            let source = source.unwrap_or_else(|| samples.display().to_string());
+            import(json, &conn, &set, &geometry, interference, &source).await
+        }
+        Command::Kernels {
+            action: KernelsAction::Reload,
+        } => reload_kernels(json, &conn).await,
         Command::Status => status(json, &bounds).await,
         Command::Admit { file, shared } => {
             print!(
@@ -574,6 +628,163 @@ async fn recalibrate(
     Ok(())
 }
 
+/// One `ImportSamples` call per kernel, each waited for; a progress bar over the samples sent.
+async fn import(
+    json: bool,
+    conn: &zbus::Connection,
+    set: &samples::SampleSet,
+    geometry: &BTreeMap<String, Geometry>,
+    interference: Interference,
+    source: &str,
+) -> anyhow::Result<()> {
+    let calibration = CalibrationProxy::new(conn).await?;
+    let total: u64 = set
+        .values()
+        .flat_map(|s| s.values())
+        .map(|t| t.len() as u64)
+        .sum();
+    let bar = (!json && total > 100_000).then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg:24} [{bar:30}] {pos}/{len} samples, ETA {eta}",
+            )
+            .expect("progress template"),
+        );
+        bar
+    });
+    let mut results = Vec::new();
+    let mut failed = 0;
+    for (kernel, sizes) in set {
+        let pairs: Vec<(u32, u64)> = sizes
+            .iter()
+            .flat_map(|(&m, times)| times.iter().map(move |&t| (m, t)))
+            .collect();
+        let mut options = std::collections::HashMap::new();
+        options.insert("source", zbus::Variant::from(source));
+        options.insert(
+            "interference",
+            zbus::Variant::from(interference.to_string()),
+        );
+        if let Some(g) = geometry.get(kernel) {
+            options.insert("blocks", g.blocks.into());
+            options.insert("blocks_per_sm", g.blocks_per_sm.into());
+        }
+        if let Some(b) = &bar {
+            b.set_message(kernel.clone());
+        }
+        let job = calibration
+            .import_samples(kernel, &pairs, options)
+            .await
+            .map_err(explain)
+            .with_context(|| format!("importing {kernel}"))?;
+        let (state, message) = client::wait_for_job(&calibration, job, |_| {}).await?;
+        if let Some(b) = &bar {
+            b.inc(pairs.len() as u64);
+        }
+        failed += usize::from(state != "done");
+        results.push(serde_json::json!({"kernel": kernel, "job": job, "samples": pairs.len(), "state": state, "message": message}));
+        if !json {
+            let line = format!(
+                "{kernel}: {} samples, job {job} {state}: {message}",
+                pairs.len()
+            );
+            match &bar {
+                Some(b) => b.println(line),
+                None => println!("{line}"),
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(results));
+    }
+    if failed > 0 {
+        bail!("{failed} of {} kernels were not imported", set.len());
+    }
+    Ok(())
+}
+
+async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
+    let calibration = CalibrationProxy::new(conn).await?;
+    let (added, removed, rejected) = calibration.reload_kernels().await.map_err(explain)?;
+    if json {
+        let rejected: Vec<_> = rejected
+            .iter()
+            .map(|(f, r)| serde_json::json!({"file": f, "reason": r}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"added": added, "removed": removed, "rejected": rejected})
+        );
+    } else {
+        println!(
+            "added:   {}",
+            if added.is_empty() {
+                "-".into()
+            } else {
+                added.join(", ")
+            }
+        );
+        println!(
+            "removed: {}",
+            if removed.is_empty() {
+                "-".into()
+            } else {
+                removed.join(", ")
+            }
+        );
+        for (file, reason) in &rejected {
+            println!("rejected {file}: {reason}");
+        }
+    }
+    if !rejected.is_empty() {
+        bail!("{} manifest(s) rejected", rejected.len());
+    }
+    Ok(())
+}
+
+/// `kernels check`: each file loaded as the daemon would load it.
+fn check_manifests(json: bool, files: &[PathBuf]) -> anyhow::Result<()> {
+    if files.is_empty() {
+        bail!("no files given; accepted: one or more kernel manifest (.toml) paths");
+    }
+    let mut bad = 0;
+    let mut out = Vec::new();
+    for file in files {
+        let result = wcetd::manifest::load(file);
+        bad += usize::from(result.is_err());
+        match (&result, json) {
+            (Ok(m), false) => println!(
+                "{}: ok: {} ({} of {}, {} blocks of {} threads, {} args)",
+                file.display(),
+                m.name,
+                m.entry,
+                m.module.display(),
+                m.blocks(),
+                m.threads_per_block(),
+                m.args.len()
+            ),
+            (Err(why), false) => println!("{}: rejected: {why}", file.display()),
+            (Ok(m), true) => {
+                out.push(serde_json::json!({"file": file, "ok": true, "kernel": m.name}))
+            }
+            (Err(why), true) => {
+                out.push(serde_json::json!({"file": file, "ok": false, "reason": why}))
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(out));
+    }
+    if bad > 0 {
+        bail!("{bad} of {} manifest(s) rejected", files.len());
+    }
+    Ok(())
+}
+
 async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
     let device = bounds.device().await?;
     let backend = bounds.backend().await?;
@@ -683,7 +894,7 @@ fn campaign(
     device: &DeviceArgs,
     settings: &wcetd::sweep::SweepSettings,
     names: &[String],
-    delay_probe: u32,
+    (delay_probe, probe_sizes): (u32, &[u32]),
     out: &Path,
 ) -> anyhow::Result<()> {
     let suite = wcetd::kernels::builtin_suite();
@@ -695,7 +906,7 @@ fn campaign(
             .map(|n| {
                 suite
                     .iter()
-                    .find(|k| k.name == n)
+                    .find(|k| k.name == *n)
                     .cloned()
                     .with_context(|| {
                         format!(
@@ -727,12 +938,25 @@ fn campaign(
     )?;
     bar.finish_and_clear();
     if delay_probe > 0 {
-        let times = gpu.delay_probe(delay_probe)?;
-        let mut text = String::from("time_ns\n");
-        for t in times {
-            text.push_str(&format!("{t}\n"));
+        let whole = gpu.info().total_sms;
+        let sizes = if probe_sizes.is_empty() {
+            vec![whole]
+        } else {
+            probe_sizes.to_vec()
+        };
+        for sms in sizes {
+            let times = gpu.delay_probe(sms, delay_probe)?;
+            let mut text = String::from("time_ns\n");
+            for t in times {
+                text.push_str(&format!("{t}\n"));
+            }
+            let name = if sms == whole {
+                "delays.csv".into()
+            } else {
+                format!("delays-{sms}.csv")
+            };
+            std::fs::write(out.join(name), text)?;
         }
-        std::fs::write(out.join("delays.csv"), text)?;
     }
     for &tag in &settings.interference {
         let path = out.join(format!("samples-{tag}.csv"));

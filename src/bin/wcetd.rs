@@ -61,6 +61,10 @@ struct Args {
     /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
     #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
     calibration_budget: f64,
+    /// A directory of kernel manifests (one TOML per kernel); repeatable. Read at start and by
+    /// `wcetctl kernels reload` (Calibration1.ReloadKernels).
+    #[arg(long = "kernel-dir", value_name = "DIR")]
+    kernel_dirs: Vec<PathBuf>,
     /// Launches of the delay probe (a fixed amount of work on the whole device) before each
     /// calibration job; their rare slow launches bound the delays every kernel can suffer. 0: off.
     #[arg(long, default_value_t = wcetd::calibrate::DELAY_PROBE_LAUNCHES)]
@@ -176,6 +180,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let config = ServiceConfig {
         initial_calibration: !args.no_initial_calibration,
         prediction: device_description(&args, &gpu.info().name)?,
+        kernel_dirs: args.kernel_dirs.clone(),
         ..config
     };
     let (service, first_job) = Service::start(gpu, store, config);

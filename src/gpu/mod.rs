@@ -226,12 +226,13 @@ pub trait Gpu: Send {
     /// Current conditions, read without running anything.
     fn telemetry(&mut self) -> Telemetry;
 
-    /// Time `launches` launches of a fixed amount of work on the whole device, one in flight at a
-    /// time, as every timed launch is. Their excess over the median is the device's own rare
-    /// delays (an interrupt, a firmware or refresh event): the same nanoseconds whatever kernel
-    /// runs, and too rare for one kernel's campaign to see. Empty where the backend has none.
-    fn delay_probe(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
-        let _ = launches;
+    /// Time `launches` launches of a fixed amount of work (arithmetic and a stream through device
+    /// memory that does not stay in L2) on the partition of `sms` SMs, one in flight at a time, as
+    /// every timed launch is. Their excess over the median is the device's own rare delays (an
+    /// interrupt, a firmware or refresh event): the same nanoseconds whatever kernel runs, and too
+    /// rare for one kernel's campaign to see. Empty where the backend has none.
+    fn delay_probe(&mut self, sms: PartitionSize, launches: u32) -> Result<Vec<u64>, GpuError> {
+        let _ = (sms, launches);
         Ok(Vec::new())
     }
 

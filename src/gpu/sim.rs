@@ -29,6 +29,7 @@ use super::{
     RunRequest, Telemetry,
 };
 use crate::kernels::{Geometry, KernelSpec};
+use crate::manifest::Manifest;
 
 /// A simulated device: its size, partition rule, clocks and the physics of each kernel.
 #[derive(Debug, Clone, Deserialize)]
@@ -222,6 +223,96 @@ impl KernelPhysics {
     }
 
     /// Noise-free time of one launch on `sms` SMs, with the neighbours' memory slowdown factor.
+    /// Check the fields a profile or a manifest's `[sim]` table gave for kernel `name`.
+    pub fn check(&self, name: &str, sizes: &[PartitionSize]) -> anyhow::Result<()> {
+        match &self.curve_ns {
+            Some(curve) => {
+                let missing: Vec<u32> = sizes
+                    .iter()
+                    .copied()
+                    .filter(|m| !curve.iter().any(|(c, _)| c == m))
+                    .collect();
+                anyhow::ensure!(
+                    missing.is_empty(),
+                    "kernel {name}: curve_ns has no time for {missing:?}; accepted: [sms, ns] pairs covering every realisable size {sizes:?}"
+                );
+                anyhow::ensure!(
+                    curve.iter().all(|(_, t)| t.is_finite() && *t > 0.0),
+                    "kernel {name}: curve_ns times must be positive numbers of nanoseconds"
+                );
+            }
+            None => {
+                anyhow::ensure!(
+                    self.blocks > 0 && self.blocks_per_sm > 0,
+                    "kernel {name}: blocks and blocks_per_sm must be positive (or give curve_ns)"
+                );
+                anyhow::ensure!(
+                    self.sm_bytes_per_ns > 0.0 && self.roof_bytes_per_ns > 0.0,
+                    "kernel {name}: bandwidths must be positive"
+                );
+            }
+        }
+        anyhow::ensure!(
+            self.effects.actual_blocks_per_sm != Some(0)
+                && self
+                    .effects
+                    .gpc_imbalance
+                    .as_ref()
+                    .is_none_or(|g| g.sms_per_gpc > 0)
+                && self
+                    .effects
+                    .l2_hump
+                    .as_ref()
+                    .is_none_or(|h| h.width_sms > 0.0),
+            "kernel {name}: effects need actual_blocks_per_sm, sms_per_gpc and width_sms above 0"
+        );
+        let j = &self.jitter;
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&j.tail_probability) && j.tail_alpha > 0.0,
+            "kernel {name}: jitter.tail_probability must be in [0, 1] and tail_alpha positive"
+        );
+        Ok(())
+    }
+
+    /// How the simulator runs a manifest's kernel: its `[sim]` table (a tabulated `curve_ns`, or
+    /// the physical fields of a profile kernel; `blocks` and `blocks_per_sm` default to the
+    /// manifest's launch), or without one the documented default: the manifest's grid in waves of
+    /// its occupancy hint (else 2048 threads per SM, at most 32 blocks) at 10 µs a wave, its
+    /// buffers read once at 25 bytes/ns per SM up to a 3,000 bytes/ns roof, 4 µs of launch.
+    pub fn of_manifest(m: &Manifest, sizes: &[PartitionSize]) -> anyhow::Result<KernelPhysics> {
+        let blocks_per_sm = m
+            .blocks_per_sm
+            .unwrap_or_else(|| (2048 / m.threads_per_block().max(1)).clamp(1, 32));
+        let mut physics = match &m.sim {
+            Some(table) => {
+                let physics: KernelPhysics = toml::Value::Table(table.clone())
+                    .try_into()
+                    .map_err(|e| anyhow::anyhow!("kernel {}: [sim] table: {e}", m.name))?;
+                physics
+            }
+            None => KernelPhysics {
+                launch_ns: 4_000.0,
+                wave_ns: 10_000.0,
+                bytes: m.buffer_bytes() as f64,
+                sm_bytes_per_ns: 25.0,
+                roof_bytes_per_ns: 3_000.0,
+                ..KernelPhysics::default()
+            },
+        };
+        if physics.blocks == 0 {
+            physics.blocks = m.blocks();
+        }
+        if physics.blocks_per_sm == 0 {
+            physics.blocks_per_sm = blocks_per_sm;
+        }
+        if m.sim.is_none() {
+            physics.sm_bytes_per_ns = 25.0;
+            physics.roof_bytes_per_ns = 3_000.0;
+        }
+        physics.check(&m.name, sizes)?;
+        Ok(physics)
+    }
+
     pub fn ideal_ns(&self, sms: u32, memory_slowdown: f64) -> f64 {
         let base = match &self.curve_ns {
             Some(curve) => {
@@ -334,44 +425,7 @@ impl DeviceProfile {
         );
         let sizes = self.partition_sizes();
         for (name, k) in &self.kernels {
-            match &k.curve_ns {
-                Some(curve) => {
-                    let missing: Vec<u32> = sizes
-                        .iter()
-                        .copied()
-                        .filter(|m| !curve.iter().any(|(c, _)| c == m))
-                        .collect();
-                    anyhow::ensure!(
-                        missing.is_empty(),
-                        "kernel {name}: curve_ns has no time for {missing:?}; accepted: [sms, ns] pairs covering every realisable size {sizes:?}"
-                    );
-                    anyhow::ensure!(
-                        curve.iter().all(|(_, t)| t.is_finite() && *t > 0.0),
-                        "kernel {name}: curve_ns times must be positive numbers of nanoseconds"
-                    );
-                }
-                None => {
-                    anyhow::ensure!(
-                        k.blocks > 0 && k.blocks_per_sm > 0,
-                        "kernel {name}: blocks and blocks_per_sm must be positive (or give curve_ns)"
-                    );
-                    anyhow::ensure!(
-                        k.sm_bytes_per_ns > 0.0 && k.roof_bytes_per_ns > 0.0,
-                        "kernel {name}: bandwidths must be positive"
-                    );
-                }
-            }
-            anyhow::ensure!(
-                k.effects.actual_blocks_per_sm != Some(0)
-                    && k.effects.gpc_imbalance.as_ref().is_none_or(|g| g.sms_per_gpc > 0)
-                    && k.effects.l2_hump.as_ref().is_none_or(|h| h.width_sms > 0.0),
-                "kernel {name}: effects need actual_blocks_per_sm, sms_per_gpc and width_sms above 0"
-            );
-            let j = &k.jitter;
-            anyhow::ensure!(
-                (0.0..=1.0).contains(&j.tail_probability) && j.tail_alpha > 0.0,
-                "kernel {name}: jitter.tail_probability must be in [0, 1] and tail_alpha positive"
-            );
+            k.check(name, &sizes)?;
         }
         Ok(())
     }
@@ -452,6 +506,22 @@ impl SimGpu {
         ChaCha8Rng::seed_from_u64(fnv(&key))
     }
 
+    /// The profile's kernel of that name, or a manifest's (see [`KernelPhysics::of_manifest`]).
+    fn physics(&self, kernel: &KernelSpec) -> Result<KernelPhysics, GpuError> {
+        if let Some(p) = self.profile.kernels.get(&kernel.name) {
+            return Ok(p.clone());
+        }
+        match kernel.manifest() {
+            Some(m) => KernelPhysics::of_manifest(m, &self.info.partition_sizes).map_err(|e| {
+                GpuError::Driver {
+                    call: "simulator",
+                    detail: format!("{e:#}"),
+                }
+            }),
+            None => Err(GpuError::UnsupportedKernel(kernel.name.clone())),
+        }
+    }
+
     fn nominal_telemetry(&self) -> Telemetry {
         Telemetry {
             sm_clock_mhz: Some(self.profile.sm_clock_mhz),
@@ -487,12 +557,7 @@ impl Gpu for SimGpu {
 
     fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
         self.check_partition(request.sms)?;
-        let physics = self
-            .profile
-            .kernels
-            .get(kernel.name)
-            .ok_or_else(|| GpuError::UnsupportedKernel(kernel.name.to_string()))?
-            .clone();
+        let physics = self.physics(kernel)?;
         let stressor_share = match request.interference {
             Interference::Isolated => 0.0,
             Interference::Contended => {
@@ -503,7 +568,7 @@ impl Gpu for SimGpu {
             request.sms,
             self.profile.interference.memory_slowdown * stressor_share,
         );
-        let mut rng = self.rng_for(kernel.name, request.sms);
+        let mut rng = self.rng_for(&kernel.name, request.sms);
         let episode = throttle_episode(&mut rng, &self.profile.throttle, request.launches);
         let mut times_ns = Vec::with_capacity(request.launches as usize);
         for i in 0..request.launches {
@@ -553,8 +618,9 @@ impl Gpu for SimGpu {
         })
     }
 
-    fn delay_probe(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
-        let mut rng = self.rng_for("wcetd.delay-probe", self.info.total_sms);
+    fn delay_probe(&mut self, sms: PartitionSize, launches: u32) -> Result<Vec<u64>, GpuError> {
+        self.check_partition(sms)?;
+        let mut rng = self.rng_for("wcetd.delay-probe", sms);
         self.batches_run += 1;
         let mut times = Vec::with_capacity(launches as usize);
         for _ in 0..launches {

@@ -257,7 +257,7 @@ impl Drop for Library {
 
 /// Kernel parameters in the form cuLaunchKernel wants: one pointer per argument, each pointing to
 /// the argument's value. The values live in `slots`, which must outlive the launch.
-#[allow(dead_code)] // U32, I64 and F64 are for kernel manifests
+#[derive(Debug, Clone, Copy)]
 pub enum Param {
     Ptr(sys::CUdeviceptr),
     I32(i32),

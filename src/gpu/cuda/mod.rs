@@ -14,6 +14,7 @@
 
 mod driver;
 mod green;
+mod manifest;
 pub mod nvml;
 pub mod nvrtc;
 mod placement;

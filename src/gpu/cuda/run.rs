@@ -19,7 +19,7 @@ use super::{
     library, partition, CudaGpu, Session, STRESSOR_BYTES, STRESSOR_MAX_NS, SUPPORT, SUPPORT_SOURCE,
 };
 use crate::gpu::{Batch, DeviceInfo, Gpu, GpuError, Interference, RunRequest, Telemetry};
-use crate::kernels::{Geometry, KernelSpec};
+use crate::kernels::{Builtin, Geometry, KernelBody, KernelSpec};
 
 /// How long the fallback gate holds the stream before each timed launch, where the driver refuses
 /// the latch: far longer than the host needs to enqueue two events and a launch.
@@ -29,11 +29,24 @@ const GATE_NS: u64 = 50_000;
 pub(super) struct Prepared {
     pub kernel: String,
     pub sms: u32,
-    ctx: sys::CUcontext,
-    bufs: Vec<DeviceBuffer>,
-    step: Launch,
-    step_fn: sys::CUfunction,
-    geometry: Geometry,
+    pub ctx: sys::CUcontext,
+    pub bufs: Vec<DeviceBuffer>,
+    pub step: Step,
+    pub geometry: Geometry,
+}
+
+/// The timed launch, resolved: function, shape and parameters (buffer pointers included).
+pub(super) struct Step {
+    pub func: sys::CUfunction,
+    pub shape: Shape,
+    pub params: Vec<Param>,
+}
+
+impl Step {
+    fn launch(&self, stream: sys::CUstream) -> Result<(), GpuError> {
+        let mut params = self.params.clone();
+        launch(self.func, self.shape, stream, &mut params)
+    }
 }
 
 impl Drop for Prepared {
@@ -48,22 +61,29 @@ fn entry_points(lib: &Library, launches: &[&Launch]) -> Result<Vec<sys::CUfuncti
     launches.iter().map(|l| lib.function(l.entry)).collect()
 }
 
-fn run_one(
-    func: sys::CUfunction,
-    l: &Launch,
-    bufs: &[DeviceBuffer],
-    stream: sys::CUstream,
-) -> Result<(), GpuError> {
-    let mut params: Vec<Param> = l
-        .args
+fn params(l: &Launch, bufs: &[DeviceBuffer]) -> Vec<Param> {
+    l.args
         .iter()
         .map(|a| match *a {
             Arg::Buf(b) => Param::Ptr(bufs[b].ptr),
             Arg::I32(v) => Param::I32(v),
             Arg::F32(v) => Param::F32(v),
         })
-        .collect();
-    launch(func, Shape::new(l.grid, l.block), stream, &mut params)
+        .collect()
+}
+
+fn run_one(
+    func: sys::CUfunction,
+    l: &Launch,
+    bufs: &[DeviceBuffer],
+    stream: sys::CUstream,
+) -> Result<(), GpuError> {
+    launch(
+        func,
+        Shape::new(l.grid, l.block),
+        stream,
+        &mut params(l, bufs),
+    )
 }
 
 /// Upload a plan's buffers and run `launches` in order on `stream`.
@@ -87,13 +107,8 @@ fn upload_and_run(
 }
 
 /// Run the whole algorithm at the check size and compare with the CPU reference.
-fn verify(lib: &Library, kernel: &KernelSpec, stream: sys::CUstream) -> Result<(), GpuError> {
-    let plan = suite::plan(
-        kernel.name,
-        suite::check_size(kernel.name),
-        kernel.input_seed,
-        true,
-    )?;
+fn verify(lib: &Library, name: &str, seed: u64, stream: sys::CUstream) -> Result<(), GpuError> {
+    let plan = suite::plan(name, suite::check_size(name), seed, true)?;
     let all: Vec<&Launch> = plan
         .setup
         .iter()
@@ -103,12 +118,14 @@ fn verify(lib: &Library, kernel: &KernelSpec, stream: sys::CUstream) -> Result<(
     let bufs = upload_and_run(lib, &plan, &all, stream)?;
     for c in &plan.checks {
         let got = bufs[c.buffer].download(&c.expected, stream)?;
-        suite::compare(kernel.name, &got, c)?;
+        suite::compare(name, &got, c)?;
     }
     Ok(())
 }
 
-/// Verify `kernel` on the partition of `sms` SMs, upload its configured problem and run setup.
+/// Make `kernel` ready to time on the partition of `sms` SMs: a built-in kernel is verified and
+/// its configured problem uploaded and set up; a manifest's module is loaded, its buffers
+/// filled and its output checked ([`super::manifest`]).
 fn prepare(
     session: &mut Session,
     dev: sys::CUdevice,
@@ -117,35 +134,55 @@ fn prepare(
     kernel: &KernelSpec,
     sms: u32,
 ) -> Result<Prepared, GpuError> {
-    library(&mut session.libraries, kernel.name, kernel.source, target)?;
-    let lib = &session.libraries[kernel.name];
+    match &kernel.body {
+        KernelBody::Builtin(b) => {
+            prepare_builtin(session, dev, total, target, &kernel.name, b, sms)
+        }
+        KernelBody::Manifest(m) => super::manifest::prepare(session, dev, total, target, m, sms),
+        KernelBody::Simulated => Err(GpuError::UnsupportedKernel(kernel.name.clone())),
+    }
+}
+
+fn prepare_builtin(
+    session: &mut Session,
+    dev: sys::CUdevice,
+    total: u32,
+    target: super::nvrtc::Target,
+    name: &str,
+    b: &Builtin,
+    sms: u32,
+) -> Result<Prepared, GpuError> {
+    if !suite::ENTRY_POINTS.iter().any(|(k, _)| *k == name) {
+        return Err(GpuError::UnsupportedKernel(name.to_string()));
+    }
+    library(&mut session.libraries, name, b.source, target)?;
+    let lib = &session.libraries[name];
     let main = &partition(&mut session.partitions, dev, sms, total)?.main;
     let _current = Current::push(main.ctx)?;
-    verify(lib, kernel, main.stream)?;
-    let key = (
-        kernel.name.to_string(),
-        kernel.problem_size,
-        kernel.input_seed,
-    );
+    verify(lib, name, b.input_seed, main.stream)?;
+    let key = (name.to_string(), b.problem_size, b.input_seed);
     if session.host_plan.as_ref().map(|(k, _)| k) != Some(&key) {
         session.host_plan = None;
-        let plan = suite::plan(kernel.name, kernel.problem_size, kernel.input_seed, false)?;
+        let plan = suite::plan(name, b.problem_size, b.input_seed, false)?;
         session.host_plan = Some((key, plan));
     }
     let plan = &session.host_plan.as_ref().expect("made above").1;
     let setup: Vec<&Launch> = plan.setup.iter().collect();
     let bufs = upload_and_run(lib, plan, &setup, main.stream)?;
-    let step_fn = lib.function(plan.step.entry)?;
+    let func = lib.function(plan.step.entry)?;
     Ok(Prepared {
-        kernel: kernel.name.to_string(),
+        kernel: name.to_string(),
         sms,
         ctx: main.ctx,
         geometry: Geometry {
             blocks: plan.step.blocks(),
-            blocks_per_sm: occupancy(step_fn, plan.step.threads_per_block(), 0)?,
+            blocks_per_sm: occupancy(func, plan.step.threads_per_block(), 0)?,
         },
-        step: plan.step.clone(),
-        step_fn,
+        step: Step {
+            func,
+            shape: Shape::new(plan.step.grid, plan.step.block),
+            params: params(&plan.step, &bufs),
+        },
         bufs,
     })
 }
@@ -242,9 +279,6 @@ fn time_launches(
 
 impl CudaGpu {
     fn run_batch(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
-        if !suite::ENTRY_POINTS.iter().any(|(k, _)| *k == kernel.name) {
-            return Err(GpuError::UnsupportedKernel(kernel.name.to_string()));
-        }
         let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
         let session = &mut self.session;
         let ready = session
@@ -280,7 +314,7 @@ impl CudaGpu {
         let _current = Current::push(part.main.ctx)?;
         let warmup = request.warmup.max(1);
         let stream = part.main.stream;
-        let mut step = || run_one(prepared.step_fn, &prepared.step, &prepared.bufs, stream);
+        let mut step = || prepared.step.launch(stream);
         let (times, telemetry) = self
             .monitor
             .during(|| time_launches(&mut step, stream, &hold, warmup, request.launches));
@@ -300,18 +334,22 @@ impl CudaGpu {
     }
 }
 
-/// Iterations of the delay probe's arithmetic: about 20 µs at Hopper's clocks.
-const PROBE_ITERATIONS: i32 = 10_000;
+/// Iterations of the delay probe's arithmetic: about 5 µs at Hopper's clocks.
+const PROBE_ITERATIONS: i32 = 2_500;
+/// The delay probe's buffer: well beyond any L2. Each launch streams a window of
+/// [`PROBE_FLOATS_PER_SM`] floats per SM of it, the next launch the next window.
+const PROBE_BUFFER_FLOATS: u64 = 64 << 20;
+const PROBE_FLOATS_PER_SM: u64 = 64 << 10;
 
 impl CudaGpu {
-    fn probe_delays(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
+    fn probe_delays(&mut self, sms: u32, launches: u32) -> Result<Vec<u64>, GpuError> {
         let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
         let session = &mut self.session;
         session.prepared = None;
         library(&mut session.libraries, SUPPORT, SUPPORT_SOURCE, target)?;
         let support = &session.libraries[SUPPORT];
-        let whole = &partition(&mut session.partitions, dev, total, total)?.main;
-        let _current = Current::push(whole.ctx)?;
+        let main = &partition(&mut session.partitions, dev, sms, total)?.main;
+        let _current = Current::push(main.ctx)?;
         let func = support.function("wcetd_delay_probe")?;
         let gate;
         let hold = match &session.latch {
@@ -321,13 +359,23 @@ impl CudaGpu {
                 Hold::Gate(gate)
             }
         };
-        let out = DeviceBuffer::alloc(whole.sms as usize * 4)?;
-        let shape = Shape::new([whole.sms, 1, 1], [128, 1, 1]);
+        let buf = DeviceBuffer::alloc(PROBE_BUFFER_FLOATS as usize * 4)?;
+        let window = u64::from(main.sms) * PROBE_FLOATS_PER_SM;
+        let windows = (PROBE_BUFFER_FLOATS / window).max(1);
+        let shape = Shape::new([main.sms * 4, 1, 1], [256, 1, 1]);
+        let mut launched = 0u64;
         let mut step = || {
-            let mut params = [Param::Ptr(out.ptr), Param::I32(PROBE_ITERATIONS)];
-            launch(func, shape, whole.stream, &mut params)
+            let offset = (launched % windows) * window;
+            launched += 1;
+            let mut params = [
+                Param::Ptr(buf.ptr),
+                Param::U64(offset),
+                Param::U64(window),
+                Param::I32(PROBE_ITERATIONS),
+            ];
+            launch(func, shape, main.stream, &mut params)
         };
-        time_launches(&mut step, whole.stream, &hold, 10, launches)
+        time_launches(&mut step, main.stream, &hold, 10, launches)
     }
 }
 
@@ -382,9 +430,10 @@ impl Gpu for CudaGpu {
         self.monitor.read()
     }
 
-    fn delay_probe(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
+    fn delay_probe(&mut self, sms: u32, launches: u32) -> Result<Vec<u64>, GpuError> {
         self.check_lost()?;
-        match self.probe_delays(launches) {
+        self.check_partition(sms)?;
+        match self.probe_delays(sms, launches) {
             Err(e) if recovery_for(&e) == Recovery::ResetDevice => Err(self.after_fault(&e)),
             other => other,
         }

@@ -32,6 +32,8 @@ const TILE: u32 = 16;
 pub enum HostBuf {
     F32(Vec<f32>),
     I32(Vec<i32>),
+    /// Raw bytes (a manifest's buffers).
+    Bytes(Vec<u8>),
 }
 
 impl HostBuf {
@@ -39,6 +41,7 @@ impl HostBuf {
         match self {
             HostBuf::F32(v) => v.len() * 4,
             HostBuf::I32(v) => v.len() * 4,
+            HostBuf::Bytes(v) => v.len(),
         }
     }
 
@@ -54,6 +57,7 @@ impl HostBuf {
         match self {
             HostBuf::F32(v) => v.as_ptr().cast(),
             HostBuf::I32(v) => v.as_ptr().cast(),
+            HostBuf::Bytes(v) => v.as_ptr().cast(),
         }
     }
 
@@ -61,6 +65,7 @@ impl HostBuf {
         match self {
             HostBuf::F32(v) => v.as_mut_ptr().cast(),
             HostBuf::I32(v) => v.as_mut_ptr().cast(),
+            HostBuf::Bytes(v) => v.as_mut_ptr().cast(),
         }
     }
 
@@ -69,6 +74,7 @@ impl HostBuf {
         match self {
             HostBuf::F32(_) => HostBuf::F32(vec![0.0; bytes / 4]),
             HostBuf::I32(_) => HostBuf::I32(vec![0; bytes / 4]),
+            HostBuf::Bytes(_) => HostBuf::Bytes(vec![0; bytes]),
         }
     }
 }

@@ -67,16 +67,20 @@ extern "C" __global__ void wcetd_trap()
     asm volatile("trap;");
 }
 
-// A fixed amount of dependent arithmetic per thread (no clock reads, so a stall of the SM lengthens
-// it): the delay probe times many launches of it on the whole device, and any launch well above
-// the median was held up by something other than the kernel.
-extern "C" __global__ void wcetd_delay_probe(float* out, int iterations)
+// A fixed amount of work: dependent arithmetic per thread (no clock reads, so a stall of an SM
+// lengthens it), then a read-modify-write of `n` floats from `offset` in a buffer larger than L2
+// (the host moves the window every launch, so it comes from DRAM). The delay probe times many
+// launches of it; a launch well above the median was held up by something other than the kernel.
+extern "C" __global__ void wcetd_delay_probe(float* buf, unsigned long long offset,
+                                             unsigned long long n, int iterations)
 {
     float x = (float)threadIdx.x * 1e-3f;
     for (int i = 0; i < iterations; ++i) {
         x = fmaf(x, 0.999999f, 1e-7f);
     }
-    if (x == -1.0f) {
-        out[blockIdx.x] = x;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        buf[offset + i] = buf[offset + i] * 0.5f + x;
     }
 }

@@ -35,7 +35,7 @@ fn every_kernel_source_defines_its_entry_points() {
         for entry in *entries {
             let decl = format!("extern \"C\" __global__ void {entry}(");
             assert!(
-                spec.source.contains(&decl),
+                spec.builtin().unwrap().source.contains(&decl),
                 "kernels/{name}.cu lacks `{decl}`"
             );
         }
@@ -56,7 +56,7 @@ fn kernel_sources_compile_with_nvrtc_when_it_is_installed() {
     }
     let mut sources: Vec<(String, &str)> = kernels::builtin_suite()
         .into_iter()
-        .map(|k| (k.name.to_string(), k.source))
+        .map(|k| (k.name.clone(), k.builtin().unwrap().source))
         .collect();
     sources.push((SUPPORT.to_string(), SUPPORT_SOURCE));
     for (name, source) in sources {
@@ -171,7 +171,7 @@ fn real_gpu_end_to_end() {
     ));
 
     // The device's rare delays: a fixed amount of work, timed like every launch.
-    let probe = gpu.delay_probe(20_000).expect("delay probe");
+    let probe = gpu.delay_probe(whole, 20_000).expect("delay probe");
     let mut sorted = probe.clone();
     sorted.sort_unstable();
     let median = sorted[sorted.len() / 2];

@@ -1,0 +1,671 @@
+//! Kernel manifests: a user's own kernel, described in one TOML file (the format is in
+//! `docs/kernels.md`): the module (.ptx, .cubin, .fatbin or .cu), its entry point, the launch
+//! geometry, the arguments (device buffers with a fill, or scalars), an optional output check,
+//! and an optional `[sim]` table the simulated GPU uses instead of running the module.
+//!
+//! Everything here is checked without a GPU: the file parses with no unknown key, every number is
+//! in range, the module exists and (where it can be read) defines the entry point, and a PTX
+//! entry's parameter list matches `args`. A manifest that fails any check is rejected whole, with
+//! its path and the reason (line and key where TOML gives them); nothing of it is used.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// A kernel manifest, checked and with its module read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    /// The manifest file.
+    pub path: PathBuf,
+    pub name: String,
+    pub summary: String,
+    /// The module file, resolved against the manifest's directory.
+    pub module: PathBuf,
+    pub module_kind: ModuleKind,
+    /// SHA-256 of the module's bytes, hex: a changed module is a different kernel to the caches.
+    pub module_sha256: String,
+    pub entry: String,
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    pub blocks_per_sm: Option<u32>,
+    pub args: Vec<Arg>,
+    pub check: Option<OutputCheck>,
+    /// The `[sim]` table, parsed by the simulated GPU.
+    pub sim: Option<toml::Table>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModuleKind {
+    Ptx,
+    Cubin,
+    Fatbin,
+    /// CUDA C, compiled with NVRTC.
+    Cu,
+}
+
+/// One kernel argument, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    /// A device allocation of `bytes`, filled before timing.
+    Buffer {
+        bytes: u64,
+        fill: Fill,
+    },
+    I32(i32),
+    U32(u32),
+    I64(i64),
+    U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fill {
+    Zero,
+    /// Uniform in [0, 1), seeded from the kernel's name: every run sees the same input.
+    RandomF32,
+    RandomU32,
+    /// The file's bytes, then zeros.
+    File(PathBuf),
+}
+
+/// What the output must be after one launch on freshly filled buffers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputCheck {
+    Sha256 {
+        buffer: usize,
+        sha256: String,
+    },
+    /// Compared as f32 values: `|got - want| <= tolerance * max(1, |want|)`.
+    Reference {
+        buffer: usize,
+        file: PathBuf,
+        tolerance: f32,
+    },
+}
+
+impl Manifest {
+    /// Blocks in the grid.
+    pub fn blocks(&self) -> u32 {
+        self.grid.iter().product()
+    }
+
+    pub fn threads_per_block(&self) -> u32 {
+        self.block.iter().product()
+    }
+
+    /// The initial contents of every buffer argument, in order: deterministic, seeded from the
+    /// kernel's name, so every run and every partition (and a CPU reference) sees the same data.
+    pub fn host_buffers(&self) -> Result<Vec<Vec<u8>>, String> {
+        use rand::{Rng, SeedableRng};
+        let seed = self.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut out = Vec::new();
+        for a in &self.args {
+            let Arg::Buffer { bytes, fill } = a else {
+                continue;
+            };
+            let n = *bytes as usize;
+            let data = match fill {
+                Fill::Zero => vec![0u8; n],
+                Fill::RandomF32 => (0..n.div_ceil(4))
+                    .flat_map(|_| rng.random::<f32>().to_le_bytes())
+                    .take(n)
+                    .collect(),
+                Fill::RandomU32 => (0..n.div_ceil(4))
+                    .flat_map(|_| rng.random::<u32>().to_le_bytes())
+                    .take(n)
+                    .collect(),
+                Fill::File(path) => {
+                    let mut data = std::fs::read(path)
+                        .map_err(|e| format!("fill file {} cannot be read: {e}", path.display()))?;
+                    data.resize(n, 0);
+                    data
+                }
+            };
+            out.push(data);
+        }
+        Ok(out)
+    }
+
+    /// Bytes of all buffers.
+    pub fn buffer_bytes(&self) -> u64 {
+        self.args
+            .iter()
+            .map(|a| match a {
+                Arg::Buffer { bytes, .. } => *bytes,
+                _ => 0,
+            })
+            .sum()
+    }
+}
+
+/// Names: `[A-Za-z0-9_.-]{1,64}`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    name: String,
+    module: String,
+    entry: String,
+    grid: [u32; 3],
+    block: [u32; 3],
+    args: Vec<RawArg>,
+    #[serde(default)]
+    summary: Option<String>,
+    #[serde(default)]
+    shared_bytes: u32,
+    #[serde(default)]
+    blocks_per_sm: Option<u32>,
+    #[serde(default)]
+    check: Option<RawCheck>,
+    #[serde(default)]
+    sim: Option<toml::Table>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawArg {
+    buffer: Option<u64>,
+    fill: Option<String>,
+    i32: Option<i32>,
+    u32: Option<u32>,
+    i64: Option<i64>,
+    u64: Option<u64>,
+    f32: Option<f32>,
+    f64: Option<f64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCheck {
+    buffer: usize,
+    sha256: Option<String>,
+    reference: Option<String>,
+    tolerance: Option<f32>,
+}
+
+/// The most threads a block may have on any CUDA device, and the largest grid dimension.
+const MAX_THREADS: u32 = 1024;
+const MAX_GRID: [u32; 3] = [u32::MAX >> 1, 65_535, 65_535];
+
+const ACCEPTED_FILLS: &str = "zero, random-f32, random-u32, file:<path>";
+const ACCEPTED_SCALARS: &str = "one of buffer (with fill), i32, u32, i64, u64, f32, f64";
+
+/// Read and check the manifest at `path`.
+pub fn load(path: &Path) -> Result<Manifest, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    parse(path, &text)
+}
+
+/// Check a manifest's text; `path` locates the module and fill files.
+pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
+    let raw: Raw = toml::from_str(text).map_err(|e| describe_toml(&e, text))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    if !valid_name(&raw.name) {
+        return Err(format!(
+            "name `{}` is not accepted; accepted: 1 to 64 of A-Z a-z 0-9 _ . -",
+            raw.name
+        ));
+    }
+    check_geometry(&raw)?;
+    let args = raw
+        .args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| arg(i, a, dir))
+        .collect::<Result<Vec<_>, _>>()?;
+    let module = dir.join(&raw.module);
+    let module_kind = module_kind(&module)?;
+    let bytes = std::fs::read(&module)
+        .map_err(|e| format!("module {} cannot be read: {e}", module.display()))?;
+    check_entry(module_kind, &bytes, &raw.entry, &module)?;
+    if module_kind == ModuleKind::Ptx {
+        check_ptx_params(&String::from_utf8_lossy(&bytes), &raw.entry, &args)?;
+    }
+    let check = raw
+        .check
+        .as_ref()
+        .map(|c| output_check(c, &args, dir))
+        .transpose()?;
+    Ok(Manifest {
+        path: path.to_path_buf(),
+        summary: raw
+            .summary
+            .clone()
+            .unwrap_or_else(|| format!("{} from {}", raw.entry, raw.module)),
+        name: raw.name,
+        module,
+        module_kind,
+        module_sha256: hex(&Sha256::digest(&bytes)),
+        entry: raw.entry,
+        grid: raw.grid,
+        block: raw.block,
+        shared_bytes: raw.shared_bytes,
+        blocks_per_sm: raw.blocks_per_sm,
+        args,
+        check,
+        sim: raw.sim,
+    })
+}
+
+fn describe_toml(e: &toml::de::Error, text: &str) -> String {
+    let at = e.span().map(|span| {
+        let line = text[..span.start.min(text.len())].lines().count().max(1);
+        format!("line {line}: ")
+    });
+    format!("{}{}", at.unwrap_or_default(), e.message())
+}
+
+fn check_geometry(raw: &Raw) -> Result<(), String> {
+    for (i, (&g, &max)) in raw.grid.iter().zip(&MAX_GRID).enumerate() {
+        if g == 0 || g > max {
+            return Err(format!(
+                "grid[{i}] is {g}; accepted: 1 to {max} blocks in that dimension"
+            ));
+        }
+    }
+    if raw.block.contains(&0) {
+        return Err(format!(
+            "block is {:?}; accepted: every dimension at least 1",
+            raw.block
+        ));
+    }
+    let threads: u64 = raw.block.iter().map(|&b| u64::from(b)).product();
+    if threads > u64::from(MAX_THREADS) {
+        return Err(format!(
+            "block {:?} has {threads} threads; accepted: at most {MAX_THREADS}",
+            raw.block
+        ));
+    }
+    if raw.blocks_per_sm == Some(0) {
+        return Err(
+            "blocks_per_sm is 0; accepted: at least 1, or leave it out to measure it".into(),
+        );
+    }
+    Ok(())
+}
+
+fn arg(i: usize, a: &RawArg, dir: &Path) -> Result<Arg, String> {
+    let scalars = [
+        a.i32.map(Arg::I32),
+        a.u32.map(Arg::U32),
+        a.i64.map(Arg::I64),
+        a.u64.map(Arg::U64),
+        a.f32.map(Arg::F32),
+        a.f64.map(Arg::F64),
+    ];
+    let mut given: Vec<Arg> = scalars.into_iter().flatten().collect();
+    if let Some(bytes) = a.buffer {
+        if bytes == 0 {
+            return Err(format!(
+                "args[{i}]: buffer of 0 bytes; accepted: at least 1 byte"
+            ));
+        }
+        let fill = match a.fill.as_deref() {
+            None | Some("zero") => Fill::Zero,
+            Some("random-f32") => Fill::RandomF32,
+            Some("random-u32") => Fill::RandomU32,
+            Some(f) if f.starts_with("file:") => {
+                let file = dir.join(&f["file:".len()..]);
+                let len = std::fs::metadata(&file)
+                    .map_err(|e| format!("args[{i}]: fill file {} ({e})", file.display()))?
+                    .len();
+                if len > bytes {
+                    return Err(format!(
+                        "args[{i}]: fill file {} has {len} bytes, more than the buffer's {bytes}",
+                        file.display()
+                    ));
+                }
+                Fill::File(file)
+            }
+            Some(other) => {
+                return Err(format!(
+                    "args[{i}]: unknown fill `{other}`; accepted: {ACCEPTED_FILLS}"
+                ))
+            }
+        };
+        given.push(Arg::Buffer { bytes, fill });
+    } else if a.fill.is_some() {
+        return Err(format!(
+            "args[{i}]: fill without buffer; a fill needs `buffer = <bytes>`"
+        ));
+    }
+    match given.len() {
+        1 => Ok(given.remove(0)),
+        0 => Err(format!("args[{i}]: empty; accepted: {ACCEPTED_SCALARS}")),
+        _ => Err(format!(
+            "args[{i}]: more than one kind given; accepted: exactly {ACCEPTED_SCALARS}"
+        )),
+    }
+}
+
+fn module_kind(module: &Path) -> Result<ModuleKind, String> {
+    match module.extension().and_then(|e| e.to_str()) {
+        Some("ptx") => Ok(ModuleKind::Ptx),
+        Some("cubin") => Ok(ModuleKind::Cubin),
+        Some("fatbin") => Ok(ModuleKind::Fatbin),
+        Some("cu") => Ok(ModuleKind::Cu),
+        _ => Err(format!(
+            "module {} has an unknown kind; accepted: .ptx, .cubin, .fatbin or .cu",
+            module.display()
+        )),
+    }
+}
+
+/// The entry point must be defined in the module: `.entry NAME(` in PTX, an `extern "C"` kernel
+/// in CUDA C, the symbol's name in a CUBIN or an uncompressed fatbin.
+fn check_entry(kind: ModuleKind, bytes: &[u8], entry: &str, module: &Path) -> Result<(), String> {
+    let text = String::from_utf8_lossy(bytes);
+    let found = match kind {
+        ModuleKind::Ptx => ptx_entry(&text, entry).is_some(),
+        ModuleKind::Cu => {
+            text.contains("extern \"C\"") && text.contains("__global__") && {
+                let pattern = format!("{entry}(");
+                text.contains(&pattern) || text.contains(&format!("{entry} ("))
+            }
+        }
+        ModuleKind::Cubin | ModuleKind::Fatbin => {
+            let mut needle = entry.as_bytes().to_vec();
+            needle.push(0);
+            bytes.windows(needle.len()).any(|w| w == needle.as_slice())
+        }
+    };
+    if found {
+        Ok(())
+    } else {
+        Err(format!(
+            "module {} does not define the entry point `{entry}` (an extern \"C\" __global__ function)",
+            module.display()
+        ))
+    }
+}
+
+/// The parameter list of `.entry NAME(...)` in PTX, when the entry is there.
+fn ptx_entry<'a>(ptx: &'a str, entry: &str) -> Option<&'a str> {
+    let start = ptx.find(&format!(".entry {entry}("))?;
+    let rest = &ptx[start..];
+    let open = rest.find('(')?;
+    let close = rest.find(')')?;
+    Some(&rest[open + 1..close])
+}
+
+/// A PTX entry's parameters against `args`: the same count, pointers as 64-bit, scalars of the
+/// declared width and kind.
+fn check_ptx_params(ptx: &str, entry: &str, args: &[Arg]) -> Result<(), String> {
+    let Some(list) = ptx_entry(ptx, entry) else {
+        return Ok(());
+    };
+    let params: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| p.starts_with(".param"))
+        .collect();
+    if params.len() != args.len() {
+        return Err(format!(
+            "`{entry}` takes {} parameters in the PTX, the manifest gives {} args",
+            params.len(),
+            args.len()
+        ));
+    }
+    for (i, (p, a)) in params.iter().zip(args).enumerate() {
+        let ty = p.split_whitespace().nth(1).unwrap_or("");
+        let fits = match a {
+            Arg::Buffer { .. } | Arg::I64(_) | Arg::U64(_) => {
+                matches!(ty, ".u64" | ".s64" | ".b64")
+            }
+            Arg::I32(_) | Arg::U32(_) => matches!(ty, ".u32" | ".s32" | ".b32"),
+            Arg::F32(_) => matches!(ty, ".f32" | ".b32"),
+            Arg::F64(_) => matches!(ty, ".f64" | ".b64"),
+        };
+        if !fits {
+            return Err(format!(
+                "args[{i}] is {} but `{entry}`'s parameter {i} is `{p}` in the PTX",
+                describe_arg(a)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn describe_arg(a: &Arg) -> &'static str {
+    match a {
+        Arg::Buffer { .. } => "a buffer (a 64-bit pointer)",
+        Arg::I32(_) => "an i32",
+        Arg::U32(_) => "a u32",
+        Arg::I64(_) => "an i64",
+        Arg::U64(_) => "a u64",
+        Arg::F32(_) => "an f32",
+        Arg::F64(_) => "an f64",
+    }
+}
+
+fn output_check(c: &RawCheck, args: &[Arg], dir: &Path) -> Result<OutputCheck, String> {
+    let bytes = match args.get(c.buffer) {
+        Some(Arg::Buffer { bytes, .. }) => *bytes,
+        _ => {
+            return Err(format!(
+                "check.buffer = {} is not a buffer argument; accepted: the index of one of args",
+                c.buffer
+            ))
+        }
+    };
+    match (&c.sha256, &c.reference) {
+        (Some(sha), None) => {
+            let sha = sha.to_ascii_lowercase();
+            if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!(
+                    "check.sha256 `{sha}` is not accepted; accepted: 64 hexadecimal digits"
+                ));
+            }
+            Ok(OutputCheck::Sha256 {
+                buffer: c.buffer,
+                sha256: sha,
+            })
+        }
+        (None, Some(reference)) => {
+            let file = dir.join(reference);
+            let len = std::fs::metadata(&file)
+                .map_err(|e| format!("check.reference {} ({e})", file.display()))?
+                .len();
+            if len > bytes || len % 4 != 0 {
+                return Err(format!(
+                    "check.reference {} has {len} bytes; accepted: whole f32 values, at most the buffer's {bytes} bytes",
+                    file.display()
+                ));
+            }
+            Ok(OutputCheck::Reference {
+                buffer: c.buffer,
+                file,
+                tolerance: c.tolerance.unwrap_or(1e-5),
+            })
+        }
+        _ => Err("check needs exactly one of sha256 = \"<hex>\" or reference = \"<file>\" (with an optional tolerance)".into()),
+    }
+}
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of `bytes`, lower-case hex.
+pub fn sha256(bytes: &[u8]) -> String {
+    hex(&Sha256::digest(bytes))
+}
+
+/// Every `*.toml` in `dirs`, each loaded or rejected with (file, reason), in name order. A
+/// directory that cannot be read is one rejection.
+pub fn load_dirs(dirs: &[PathBuf]) -> (Vec<Manifest>, Vec<(String, String)>) {
+    let (mut loaded, mut rejected) = (Vec::new(), Vec::new());
+    for dir in dirs {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) => {
+                rejected.push((
+                    dir.display().to_string(),
+                    format!("cannot read the directory: {e}"),
+                ));
+                continue;
+            }
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        files.sort();
+        for file in files {
+            match load(&file) {
+                Ok(m) => loaded.push(m),
+                Err(why) => rejected.push((file.display().to_string(), why)),
+            }
+        }
+    }
+    (loaded, rejected)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry saxpy(\n\t.param .u64 saxpy_param_0,\n\t.param .u64 saxpy_param_1,\n\t.param .f32 saxpy_param_2,\n\t.param .u32 saxpy_param_3\n)\n{\n\tret;\n}\n";
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    fn manifest(extra: &str) -> String {
+        format!(
+            "name = \"app.saxpy\"\nmodule = \"saxpy.ptx\"\nentry = \"saxpy\"\ngrid = [64, 1, 1]\nblock = [256, 1, 1]\nargs = [\n  {{ buffer = 65536, fill = \"random-f32\" }},\n  {{ buffer = 65536, fill = \"zero\" }},\n  {{ f32 = 2.0 }},\n  {{ u32 = 16384 }},\n]\n{extra}"
+        )
+    }
+
+    #[test]
+    fn a_good_manifest_loads_with_its_module_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let path = write(dir.path(), "saxpy.toml", &manifest("check = { buffer = 1, sha256 = \"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\" }\n"));
+        let m = load(&path).unwrap();
+        assert_eq!(m.name, "app.saxpy");
+        assert_eq!(m.blocks(), 64);
+        assert_eq!(m.args.len(), 4);
+        assert_eq!(m.module_sha256, sha256(PTX.as_bytes()));
+        assert!(matches!(
+            m.check,
+            Some(OutputCheck::Sha256 { buffer: 1, .. })
+        ));
+        assert_eq!(m.buffer_bytes(), 131_072);
+    }
+
+    #[test]
+    fn bad_manifests_are_rejected_with_what_is_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let cases: Vec<(String, &str)> = vec![
+            (
+                manifest("").replace("entry = \"saxpy\"\n", ""),
+                "missing field `entry`",
+            ),
+            (
+                manifest("").replace("grid = [64, 1, 1]", "grid = [0, 1, 1]"),
+                "grid[0] is 0",
+            ),
+            (
+                manifest("").replace("grid = [64, 1, 1]", "grid = \"big\""),
+                "line 4",
+            ),
+            (
+                manifest("").replace("\"zero\"", "\"ones\""),
+                "unknown fill `ones`",
+            ),
+            (
+                manifest("").replace("saxpy.ptx", "missing.ptx"),
+                "cannot be read",
+            ),
+            (
+                manifest("").replace("entry = \"saxpy\"", "entry = \"daxpy\""),
+                "does not define the entry point `daxpy`",
+            ),
+            (
+                manifest("").replace("{ f32 = 2.0 }", "{ i32 = 2 }"),
+                "args[2] is an i32",
+            ),
+            (
+                manifest("").replace("  { u32 = 16384 },\n", ""),
+                "takes 4 parameters",
+            ),
+            (
+                manifest("").replace("app.saxpy", "app saxpy"),
+                "name `app saxpy` is not accepted",
+            ),
+            (manifest("colour = 1\n"), "unknown field `colour`"),
+            (
+                manifest("").replace("block = [256, 1, 1]", "block = [2048, 1, 1]"),
+                "at most 1024",
+            ),
+            (
+                manifest("check = { buffer = 2, sha256 = \"00\" }\n"),
+                "not a buffer argument",
+            ),
+        ];
+        for (i, (text, expected)) in cases.iter().enumerate() {
+            let path = write(dir.path(), &format!("bad{i}.toml"), text);
+            let err = load(&path).unwrap_err();
+            assert!(
+                err.contains(expected),
+                "case {i}: `{err}` lacks `{expected}`"
+            );
+        }
+    }
+
+    #[test]
+    fn a_directory_yields_the_good_and_names_the_bad() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        write(dir.path(), "a.toml", &manifest(""));
+        write(dir.path(), "b.toml", "name = ");
+        write(dir.path(), "notes.txt", "ignored");
+        let (loaded, rejected) = load_dirs(&[dir.path().to_path_buf()]);
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(rejected.len(), 1);
+        assert!(rejected[0].0.ends_with("b.toml"), "{rejected:?}");
+    }
+}
+
+#[cfg(test)]
+mod example {
+    use super::*;
+
+    /// The README's example: its checksum is y = 2x computed here, so the GPU's output check
+    /// compares the kernel against a CPU reference.
+    #[test]
+    fn the_example_checksum_is_its_cpu_reference() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/kernels/example/saxpy.toml");
+        let m = load(&path).unwrap();
+        let buffers = m.host_buffers().unwrap();
+        let y: Vec<u8> = buffers[0]
+            .chunks_exact(4)
+            .flat_map(|x| (2.0f32 * f32::from_le_bytes([x[0], x[1], x[2], x[3]])).to_le_bytes())
+            .collect();
+        let Some(OutputCheck::Sha256 {
+            sha256: expected, ..
+        }) = &m.check
+        else {
+            panic!("the example has a sha256 check")
+        };
+        assert_eq!(&sha256(&y), expected);
+    }
+}
