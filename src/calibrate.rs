@@ -49,9 +49,9 @@ impl Default for Recipe {
     }
 }
 
-/// The default `--delay-probe-launches`: about 3 s on an H100 (20 µs of work per launch). Rare
-/// delays there hit about 1.6e-4 of launches, so 100,000 launches see a dozen or more, where one
-/// kernel's campaign of a few thousand sees none or one.
+/// The default `--delay-probe-launches`: about 7 s on an H100 (54 µs of work per launch on the
+/// whole device). Rare delays there hit about 1.6e-4 of launches, so 100,000 launches see a dozen
+/// or more, where one kernel's campaign of a few thousand sees none or one.
 pub const DELAY_PROBE_LAUNCHES: u32 = 100_000;
 
 /// Probe the device's rare delays and return `recipe` with them in its method config, and a note

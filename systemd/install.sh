@@ -27,6 +27,7 @@ install -Dm0644 "$here/org.wcetd.Wcetd1.conf" "$DESTDIR$PREFIX/share/dbus-1/syst
 install -Dm0644 "$here/org.wcetd.Wcetd1.service" "$DESTDIR$PREFIX/share/dbus-1/system-services/org.wcetd.Wcetd1.service"
 install -Dm0644 "$here/wcetd.sysusers" "$DESTDIR$PREFIX/lib/sysusers.d/wcetd.conf"
 install -Dm0644 "$here/wcetd.tmpfiles" "$DESTDIR$PREFIX/lib/tmpfiles.d/wcetd.conf"
+install -d -m0755 "$DESTDIR/etc/wcetd/kernels.d"
 if [ -f "$root/docs/operations.md" ]; then
     install -Dm0644 "$root/docs/operations.md" "$DESTDIR$PREFIX/share/doc/wcetd/operations.md"
 fi

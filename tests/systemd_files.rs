@@ -266,7 +266,7 @@ fn unit_keeps_its_contract() {
     for line in [
         "Type=dbus",
         "BusName=org.wcetd.Wcetd1",
-        "ExecStart=/usr/bin/wcetd --system --backend auto",
+        "ExecStart=/usr/bin/wcetd --system --backend auto --kernel-dir /etc/wcetd/kernels.d",
         "User=wcetd",
         "StateDirectory=wcetd",
         "DevicePolicy=closed",
@@ -335,4 +335,9 @@ fn sysusers_and_tmpfiles_create_the_user_and_state_dir() {
     assert!(tmp
         .lines()
         .any(|l| l.starts_with("d /var/lib/wcetd ") && l.contains("wcetd wcetd")));
+    assert!(
+        tmp.lines()
+            .any(|l| l.starts_with("d /etc/wcetd/kernels.d ")),
+        "tmpfiles must create the kernel directory the unit passes"
+    );
 }

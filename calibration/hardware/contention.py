@@ -1,0 +1,24 @@
+#!/usr/bin/env python3
+"""Contended over isolated median per kernel and size, as a Markdown table:
+
+    python3 calibration/hardware/contention.py calibration/datasets/h100-2026-11-22"""
+import csv, gzip, statistics, sys
+from collections import defaultdict
+from pathlib import Path
+
+root = Path(sys.argv[1])
+
+def medians(path):
+    t = defaultdict(lambda: defaultdict(list))
+    with gzip.open(path, "rt") as f:
+        for r in csv.DictReader(f):
+            t[r["kernel"]][int(r["sms"])].append(int(r["time_ns"]))
+    return {k: {m: statistics.median(v) for m, v in s.items()} for k, s in t.items()}
+
+iso = medians(root / "c1" / "samples-isolated.csv.gz")
+con = medians(root / "contended1" / "samples-contended.csv.gz")
+sizes = sorted(next(iter(con.values())).keys())
+print("| kernel | " + " | ".join(f"{m} SMs" for m in sizes) + " |")
+print("|---|" + "---|" * len(sizes))
+for k in sorted(con):
+    print(f"| {k} | " + " | ".join(f"x{con[k][m] / iso[k][m]:.2f}" for m in sizes) + " |")

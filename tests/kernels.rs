@@ -1,0 +1,246 @@
+//! Kernels of one's own, end to end over a private bus on the simulated GPU: a manifest dropped
+//! into a kernel directory is served after `ReloadKernels` (and a broken one beside it is named
+//! and changes nothing else), a removed one stops being served, imported samples serve bounds
+//! that say `origin imported`, and bad imports are refused with the reason.
+
+mod common;
+
+use std::collections::HashMap;
+
+use common::{error_name, wcetctl, Daemon, WAIT};
+use futures_util::StreamExt;
+use zbus::OwnedVariant as OwnedValue;
+
+const PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry scale(\n\t.param .u64 scale_param_0,\n\t.param .u32 scale_param_1\n)\n{\n\tret;\n}\n";
+
+fn write_manifest(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    std::fs::write(dir.join("scale.ptx"), PTX).unwrap();
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "name = \"{name}\"\nmodule = \"scale.ptx\"\nentry = \"scale\"\ngrid = [4096, 1, 1]\nblock = [256, 1, 1]\nargs = [{{ buffer = 4194304, fill = \"random-f32\" }}, {{ u32 = 1048576 }}]\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Wait for the next `JobFinished` on `stream`; returns (job, state, message).
+async fn next_finished(stream: &mut zbus::MessageStream) -> (u64, String, String) {
+    let msg = tokio::time::timeout(WAIT, stream.next())
+        .await
+        .expect("a job finished in time")
+        .expect("stream open")
+        .expect("signal");
+    msg.body().deserialize().expect("JobFinished body")
+}
+
+async fn job_finished_stream(conn: &zbus::Connection) -> zbus::MessageStream {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface("org.wcetd.Calibration1")
+        .member("JobFinished")
+        .build()
+        .expect("match rule");
+    zbus::MessageStream::for_match_rule(rule, conn, None)
+        .await
+        .expect("match rule")
+}
+
+fn info_str(info: &HashMap<String, OwnedValue>, key: &str) -> String {
+    let v = info
+        .get(key)
+        .unwrap_or_else(|| panic!("GetBoundInfo lacks {key}"));
+    <&str>::try_from(v).unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
+    let kdir = tempfile::tempdir().unwrap();
+    let kdir_arg = kdir.path().to_str().unwrap().to_string();
+    let d = Daemon::start(&["--no-initial-calibration", "--kernel-dir", &kdir_arg]).await;
+    let cal = d.calibration().await;
+    let bounds = d.bounds().await;
+    assert!(!bounds
+        .list_kernels()
+        .await
+        .unwrap()
+        .contains(&"app.scale".to_string()));
+
+    let good = write_manifest(kdir.path(), "app.scale");
+    std::fs::write(
+        kdir.path().join("broken.toml"),
+        "name = \"app.broken\"\nmodule = \"x.ptx\"\n",
+    )
+    .unwrap();
+    let mut finished = job_finished_stream(&d.conn).await;
+    let (added, removed, rejected) = cal.reload_kernels().await.unwrap();
+    assert_eq!(added, vec!["app.scale".to_string()]);
+    assert!(removed.is_empty());
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert!(rejected[0].0.ends_with("broken.toml"), "{rejected:?}");
+    assert!(
+        rejected[0].1.contains("missing field `entry`"),
+        "{rejected:?}"
+    );
+
+    let (_, state, message) = next_finished(&mut finished).await;
+    assert_eq!(state, "done", "{message}");
+    let bound = bounds.get_bound("app.scale", 64).await.unwrap();
+    assert!(bound > 0);
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    let info: HashMap<String, OwnedValue> = info.into_iter().map(|(k, v)| (k, v.into())).collect();
+    assert_eq!(info_str(&info, "origin"), "measured");
+    assert_eq!(info_str(&info, "source"), good.display().to_string());
+    assert!(bounds
+        .list_kernels()
+        .await
+        .unwrap()
+        .contains(&"app.scale".to_string()));
+
+    // Removed from the directory: no longer served (its calibration stays in the store).
+    std::fs::remove_file(&good).unwrap();
+    let (added, removed, _) = cal.reload_kernels().await.unwrap();
+    assert!(added.is_empty());
+    assert_eq!(removed, vec!["app.scale".to_string()]);
+    let gone = bounds.get_bound("app.scale", 64).await.unwrap_err();
+    assert_eq!(error_name(&gone), "org.wcetd.Error.UnknownKernel");
+    // The built-in suite was never disturbed.
+    assert!(bounds
+        .list_kernels()
+        .await
+        .unwrap()
+        .contains(&"hotspot".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_samples_serve_bounds_that_say_imported() {
+    let d = Daemon::start(&["--no-initial-calibration"]).await;
+    let data = tempfile::tempdir().unwrap();
+    let out = data.path().join("campaign");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args([
+            "campaign",
+            "--backend",
+            "sim",
+            "--launches",
+            "150",
+            "--kernels",
+            "srad",
+        ])
+        .args(["--delay-probe", "0", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "{status:?}");
+    // A kernel this daemon has never heard of, measured elsewhere.
+    let csv = std::fs::read_to_string(out.join("samples-isolated.csv"))
+        .unwrap()
+        .replace("srad,", "lab.filter,");
+    let samples = data.path().join("lab.csv");
+    std::fs::write(&samples, csv).unwrap();
+    let (ok, stdout, stderr) = wcetctl(
+        d.bus.address(),
+        &[
+            "import",
+            "--samples",
+            samples.to_str().unwrap(),
+            "--source",
+            "lab harness, rig 3",
+        ],
+    );
+    assert!(ok, "{stdout}{stderr}");
+    assert!(stdout.contains("lab.filter"), "{stdout}");
+    let bounds = d.bounds().await;
+    let info = bounds.get_bound_info("lab.filter", 64).await.unwrap();
+    let info: HashMap<String, OwnedValue> = info.into_iter().map(|(k, v)| (k, v.into())).collect();
+    assert_eq!(info_str(&info, "origin"), "imported");
+    assert_eq!(info_str(&info, "source"), "lab harness, rig 3");
+    assert_eq!(info_str(&info, "provenance"), "measured");
+    assert!(bounds
+        .list_kernels()
+        .await
+        .unwrap()
+        .contains(&"lab.filter".to_string()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
+    let d = Daemon::start(&["--no-initial-calibration"]).await;
+    let cal = d.calibration().await;
+    let opts = || HashMap::new();
+    let cases: Vec<(&str, Vec<(u32, u64)>, &str, &str)> = vec![
+        (
+            "k",
+            vec![],
+            "org.freedesktop.DBus.Error.InvalidArgs",
+            "no samples",
+        ),
+        (
+            "k",
+            vec![(8, 100), (8, 0)],
+            "org.freedesktop.DBus.Error.InvalidArgs",
+            "time of 0 ns",
+        ),
+        (
+            "k",
+            vec![(12, 100)],
+            "org.wcetd.Error.InvalidPartition",
+            "8, 16, 24",
+        ),
+        (
+            "bad name",
+            vec![(8, 100)],
+            "org.freedesktop.DBus.Error.InvalidArgs",
+            "not accepted",
+        ),
+    ];
+    for (kernel, samples, name, text) in cases {
+        let err = cal
+            .import_samples(kernel, &samples, opts())
+            .await
+            .unwrap_err();
+        assert_eq!(error_name(&err), name, "{kernel} {samples:?}: {err}");
+        assert!(err.to_string().contains(text), "{err}");
+    }
+    let mut unknown = opts();
+    unknown.insert("colour", zbus::Variant::from("red"));
+    let err = cal
+        .import_samples("k", &[(8, 100)], unknown)
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+    assert!(err.to_string().contains("accepted: blocks"), "{err}");
+    let bounds = d.bounds().await;
+    assert!(!bounds
+        .list_kernels()
+        .await
+        .unwrap()
+        .contains(&"k".to_string()));
+}
+
+#[test]
+fn kernels_check_exits_with_what_it_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = write_manifest(dir.path(), "app.ok");
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "name = \"app.bad\"\nmodule = \"scale.ptx\"\nentry = \"scale\"\ngrid = [0, 1, 1]\nblock = [32, 1, 1]\nargs = []\n").unwrap();
+    let run = |files: &[&std::path::Path]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .arg("kernels")
+            .arg("check")
+            .args(files)
+            .output()
+            .unwrap()
+    };
+    let ok = run(&[&good]);
+    assert!(ok.status.success(), "{ok:?}");
+    let mixed = run(&[&good, &bad]);
+    assert!(!mixed.status.success());
+    let text = String::from_utf8_lossy(&mixed.stdout);
+    assert!(
+        text.contains("app.ok") && text.contains("grid[0] is 0"),
+        "{text}"
+    );
+}
