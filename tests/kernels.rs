@@ -89,8 +89,7 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
     assert_eq!(state, "done", "{message}");
     let bound = bounds.get_bound("app.scale", 64).await.unwrap();
     assert!(bound > 0);
-    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
-    let info: HashMap<String, OwnedValue> = info.into_iter().map(|(k, v)| (k, v.into())).collect();
+    let info: HashMap<String, OwnedValue> = bounds.get_bound_info("app.scale", 64).await.unwrap();
     assert_eq!(info_str(&info, "origin"), "measured");
     assert_eq!(info_str(&info, "source"), good.display().to_string());
     assert!(bounds
@@ -153,8 +152,7 @@ async fn imported_samples_serve_bounds_that_say_imported() {
     assert!(ok, "{stdout}{stderr}");
     assert!(stdout.contains("lab.filter"), "{stdout}");
     let bounds = d.bounds().await;
-    let info = bounds.get_bound_info("lab.filter", 64).await.unwrap();
-    let info: HashMap<String, OwnedValue> = info.into_iter().map(|(k, v)| (k, v.into())).collect();
+    let info: HashMap<String, OwnedValue> = bounds.get_bound_info("lab.filter", 64).await.unwrap();
     assert_eq!(info_str(&info, "origin"), "imported");
     assert_eq!(info_str(&info, "source"), "lab harness, rig 3");
     assert_eq!(info_str(&info, "provenance"), "measured");
@@ -170,7 +168,9 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
     let d = Daemon::start(&["--no-initial-calibration"]).await;
     let cal = d.calibration().await;
     let opts = || HashMap::new();
-    let cases: Vec<(&str, Vec<(u32, u64)>, &str, &str)> = vec![
+    // (kernel, samples, error name, text in the message)
+    type Case = (&'static str, Vec<(u32, u64)>, &'static str, &'static str);
+    let cases: Vec<Case> = vec![
         (
             "k",
             vec![],
