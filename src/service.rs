@@ -239,6 +239,7 @@ impl Service {
         config: ServiceConfig,
     ) -> (Service, Option<u64>) {
         let device = gpu.info().clone();
+        let health = initial_health(&device);
         let calibrate_missing = config.initial_calibration;
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
         let calibration = initial_calibration(&store, &device);
@@ -254,7 +255,7 @@ impl Service {
             jobs: Mutex::new(BTreeMap::new()),
             pending: AtomicU64::new(0),
             next_job: AtomicU64::new(1),
-            health: RwLock::new("ok".into()),
+            health: RwLock::new(health),
             events,
             config,
             current_clock_mhz: AtomicU32::new(clock),
@@ -742,6 +743,23 @@ impl Service {
     }
 }
 
+/// `ok`, or `degraded` naming the partition sizes the placement probe refused at open (they are
+/// not offered and never calibrated).
+fn initial_health(device: &DeviceInfo) -> String {
+    if device.unusable_sizes.is_empty() {
+        return "ok".into();
+    }
+    let refused: Vec<String> = device
+        .unusable_sizes
+        .iter()
+        .map(|(m, why)| format!("{m} SMs ({why})"))
+        .collect();
+    format!(
+        "degraded: partitions refused by the placement probe: {}",
+        refused.join("; ")
+    )
+}
+
 /// The built-in suite and the manifests of `dirs`, and every manifest rejected, with the reason.
 fn load_catalogue(dirs: &[PathBuf]) -> (Catalogue, Vec<(String, String)>) {
     let (manifests, mut rejected) = manifest::load_dirs(dirs);
@@ -1030,5 +1048,23 @@ fn set_job(inner: &Inner, id: u64, update: impl FnOnce(&mut JobStatus)) {
         .get_mut(&id)
     {
         update(status);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
+
+    #[test]
+    fn partitions_the_placement_probe_refused_make_health_degraded_and_say_which() {
+        let mut device = SimGpu::new(DeviceProfile::h200(), SimOptions::default())
+            .info()
+            .clone();
+        assert_eq!(initial_health(&device), "ok");
+        device.unusable_sizes = vec![(96, "SM 3 ran blocks of both".into())];
+        let h = initial_health(&device);
+        assert!(h.starts_with("degraded: partitions refused"), "{h}");
+        assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
     }
 }
