@@ -43,6 +43,7 @@ pub mod bus;
 pub mod calibrate;
 pub mod client;
 pub mod dbus;
+pub mod fnv;
 pub mod gpu;
 pub mod kernels;
 pub mod manifest;

@@ -100,9 +100,7 @@ impl Manifest {
     /// kernel's name, so every run and every partition (and a CPU reference) sees the same data.
     pub fn host_buffers(&self) -> Result<Vec<Vec<u8>>, String> {
         use rand::{Rng, SeedableRng};
-        let seed = self.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+        let seed = crate::fnv::fnv1a(self.name.as_bytes());
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
         let mut out = Vec::new();
         for a in &self.args {

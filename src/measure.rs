@@ -343,7 +343,8 @@ fn finish_stamp(env: &mut EnvironmentStamp, telemetry: &[Telemetry]) {
     env.throttle_reasons = reasons;
 }
 
-fn hostname() -> String {
+/// This machine's name, for stamps.
+pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
         .unwrap_or_else(|_| "unknown".into())

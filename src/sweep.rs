@@ -13,6 +13,7 @@ use std::io::Write;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::fnv::fnv1a_hex;
 use crate::gpu::{Gpu, GpuError, Interference, PartitionSize, PlacementReport, RunRequest};
 use crate::kernels::{Geometry, KernelSpec};
 
@@ -91,14 +92,6 @@ pub struct Sweep {
     pub stamp: Stamp,
 }
 
-/// FNV-1a, 64 bit, as hex: stable across Rust versions.
-pub fn fnv1a(text: &str) -> String {
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("{hash:016x}")
-}
-
 /// Run `kernels` at every size in `settings`, each interference in turn. `progress` gets
 /// (launches done, launches planned, what is running now).
 pub fn run(
@@ -169,7 +162,7 @@ pub fn run(
     let stamp = Stamp {
         gpu: info.name.clone(),
         backend: info.backend.to_string(),
-        uuid_fnv1a: fnv1a(&fp.uuid),
+        uuid_fnv1a: fnv1a_hex(fp.uuid.as_bytes()),
         driver: fp.driver.clone(),
         cuda: fp.cuda.clone(),
         clock_policy: fp.clock_policy.clone(),
@@ -177,7 +170,7 @@ pub fn run(
         total_sms: info.total_sms,
         partition_sizes: info.partition_sizes.clone(),
         unusable_sizes: info.unusable_sizes.clone(),
-        host_fnv1a: fnv1a(&hostname()),
+        host_fnv1a: fnv1a_hex(crate::measure::hostname().as_bytes()),
         wcetd_version: env!("CARGO_PKG_VERSION").to_string(),
         started_at,
         finished_at: Utc::now(),
@@ -265,12 +258,6 @@ pub fn write_rows(out: impl Write, rows: &[Row], requested: Interference) -> std
         ])?;
     }
     w.flush()
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 #[cfg(test)]

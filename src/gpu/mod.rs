@@ -57,14 +57,8 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// A short, file-name-safe digest used to name the store file of this device.
     pub fn digest(&self) -> String {
-        // FNV-1a: stable across Rust versions, unlike `DefaultHasher`.
         let text = serde_json::to_string(self).unwrap_or_default();
-        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-        for byte in text.bytes() {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        format!("{hash:016x}")
+        crate::fnv::fnv1a_hex(text.as_bytes())
     }
 }
 

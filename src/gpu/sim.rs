@@ -468,7 +468,7 @@ impl SimGpu {
         let fingerprint = Fingerprint {
             backend: Backend::Sim,
             device: profile.name.clone(),
-            uuid: format!("SIM-{:016x}", fnv(profile.name.as_bytes())),
+            uuid: format!("SIM-{:016x}", crate::fnv::fnv1a(profile.name.as_bytes())),
             driver: format!("wcetd-sim {}", env!("CARGO_PKG_VERSION")),
             cuda: "none".into(),
             clock_policy: format!("nominal:{}MHz", profile.sm_clock_mhz),
@@ -503,7 +503,7 @@ impl SimGpu {
         key.extend_from_slice(kernel.as_bytes());
         key.extend_from_slice(&sms.to_le_bytes());
         key.extend_from_slice(&self.batches_run.to_le_bytes());
-        ChaCha8Rng::seed_from_u64(fnv(&key))
+        ChaCha8Rng::seed_from_u64(crate::fnv::fnv1a(&key))
     }
 
     /// The profile's kernel of that name, or a manifest's (see [`KernelPhysics::of_manifest`]).
@@ -671,15 +671,6 @@ fn standard_normal(rng: &mut ChaCha8Rng) -> f64 {
     let u1: f64 = rng.random::<f64>().max(f64::MIN_POSITIVE);
     let u2: f64 = rng.random();
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    hash
 }
 
 #[cfg(test)]

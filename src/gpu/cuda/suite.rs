@@ -150,7 +150,7 @@ pub fn check_size(kernel: &str) -> u32 {
 
 /// Build the plan of `kernel` at `size` from `seed`; with `reference`, also the expected results.
 pub fn plan(kernel: &str, size: u32, seed: u64, reference: bool) -> Result<Plan, GpuError> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ fnv(kernel.as_bytes()));
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ crate::fnv::fnv1a(kernel.as_bytes()));
     let plan = match kernel {
         "needle" => needle(size.max(1), &mut rng, reference),
         "backprop" => backprop(round_up(size, TILE), &mut rng, reference),
@@ -242,12 +242,6 @@ fn close(buffer: usize, expected: Vec<f32>, tolerance: f32) -> Check {
 
 fn uniform(rng: &mut ChaCha8Rng, len: usize, lo: f32, hi: f32) -> Vec<f32> {
     (0..len).map(|_| rng.random_range(lo..hi)).collect()
-}
-
-fn fnv(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h: u64, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
 }
 
 // ---- needle ----------------------------------------------------------------------------------
