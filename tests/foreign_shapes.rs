@@ -190,7 +190,13 @@ fn foreign_physics() -> impl Strategy<Value = KernelPhysics> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    // A fixed seed: the same twelve shapes every run, a pre-registered set rather than a new
+    // draw each time (a failure is then a change in the method, never luck).
+    #![proptest_config(ProptestConfig {
+        cases: 12,
+        rng_seed: proptest::test_runner::RngSeed::Fixed(20_261_122),
+        ..ProptestConfig::default()
+    })]
 
     /// Every realisable size's bound holds against 3,000 fresh launches there, for random
     /// kernels bent by random effects.
