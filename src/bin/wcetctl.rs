@@ -779,7 +779,7 @@ async fn print_bound(
     } else {
         for (k, v) in &sorted {
             println!(
-                "{k:>20}  {}",
+                "{k:>22}  {}",
                 v.as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| v.to_string())
