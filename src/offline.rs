@@ -321,9 +321,10 @@ pub fn plot(
     let (lo, hi) = all_ns.fold((u64::MAX, 1), |(lo, hi), t| (lo.min(t), hi.max(t)));
     let (lo, hi) = (us(lo.max(1)) / 1.3, us(hi) * 1.6);
     let hi_sms = holdout.keys().copied().max().unwrap_or(1) + 4;
-    let root = SVGBackend::new(path, (960, 600)).into_drawing_area();
+    let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (upper, footer) = root.split_vertically(596);
+    let mut chart = ChartBuilder::on(&upper)
         .caption(
             format!("{kernel}: held-out launches and bounds vs SMs (log time)"),
             ("sans-serif", 20),
@@ -336,6 +337,7 @@ pub fn plot(
         .configure_mesh()
         .x_desc("SMs in the partition")
         .y_desc("time per launch (µs, log scale)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
     let grey = RGBColor(170, 170, 170);
     let samples = holdout
@@ -401,12 +403,13 @@ pub fn plot(
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
-    root.draw(&Text::new(
+    footer.draw(&Text::new(
         "filled dot: size calibrated on; open dot: fitted or extrapolated; % above the first curve: its margin over the held-out maximum",
-        (12, 584),
+        (12, 4),
         ("sans-serif", 12).into_font(),
     ))?;
     root.present()?;

@@ -220,6 +220,7 @@ enum Command {
     /// Predicted typical time of a built-in KERNEL at every partition size of a device it may never
     /// have run on. A prediction, never a bound.
     Predict {
+        /// A built-in kernel (see `wcetctl list`).
         kernel: String,
         /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded).
         #[arg(long)]
@@ -1515,4 +1516,34 @@ fn prediction_study(
     }
     print!("{}", study::report(&outcomes, rows));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every option and argument of every command says what it is, in `--help` and the man pages.
+    #[test]
+    fn every_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.get_help().is_none() && !["help", "version"].contains(&id) {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {}", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&cmd, "wcetctl", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+        assert_eq!(cmd.get_name(), "wcetctl");
+    }
 }

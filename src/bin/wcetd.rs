@@ -363,3 +363,22 @@ async fn wait_for_shutdown() {
         _ = tokio::signal::ctrl_c() => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every option says what it is, in `--help`, the man page and the configuration file's keys.
+    #[test]
+    fn every_option_has_help_text() {
+        let cmd = Args::command();
+        cmd.clone().debug_assert();
+        let missing: Vec<&str> = cmd
+            .get_arguments()
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().as_str())
+            .filter(|id| !["help", "version"].contains(id))
+            .collect();
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+    }
+}
