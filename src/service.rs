@@ -610,7 +610,7 @@ impl Service {
         let limit = self.inner.config.max_queued_jobs as u64;
         if self.inner.pending.load(Ordering::SeqCst) >= limit {
             return Err(ServiceError::Busy(format!(
-                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal"
+                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`wcetctl jobs` or Calibration1.ListJobs() shows the queue)"
             )));
         }
         let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
@@ -636,7 +636,9 @@ impl Service {
                 cancel,
             })
             .map_err(|_| {
-                ServiceError::Busy("the GPU worker has stopped; restart the daemon".into())
+                ServiceError::Busy(
+                    "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)".into(),
+                )
             })?;
         tracing::info!(job = id, "recalibration queued");
         Ok(id)
@@ -737,7 +739,7 @@ pub fn how_to_calibrate(kernel: &str, tag: Option<Interference>) -> String {
 fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> ServiceError {
     let known: Vec<String> = jobs.keys().map(u64::to_string).collect();
     ServiceError::InvalidArgs(format!(
-        "no job {id}; accepted: a job number returned by Recalibrate ({})",
+        "no job {id}; accepted: a job number returned by Recalibrate, as `wcetctl jobs` or Calibration1.ListJobs() lists them ({})",
         if known.is_empty() {
             "none yet".into()
         } else {
