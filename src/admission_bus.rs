@@ -274,7 +274,7 @@ pub fn render(answer: &Detailed) -> String {
         .unwrap_or(4)
         .max(4);
     let mut out = format!(
-        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:<10}  verdict\n",
+        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:<12}  verdict\n",
         "task", "sms", "response_ns", "deadline_ns", "slack_ns", "exceedance", "interference"
     );
     for t in &answer.tasks {
@@ -286,7 +286,7 @@ pub fn render(answer: &Detailed) -> String {
         let verdict = if t.slack_ns >= 0 { "meets" } else { "MISSES" };
         let stale = if t.stale { " (stale)" } else { "" };
         out += &format!(
-            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10.0e}  {:<10}  {verdict}{stale}\n",
+            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10.0e}  {:<12}  {verdict}{stale}\n",
             t.name, t.partition_sms, t.deadline_ns, t.slack_ns, t.exceedance, t.interference
         );
     }

@@ -637,7 +637,8 @@ impl Service {
             })
             .map_err(|_| {
                 ServiceError::Busy(
-                    "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)".into(),
+                    "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)"
+                        .into(),
                 )
             })?;
         tracing::info!(job = id, "recalibration queued");

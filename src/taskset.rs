@@ -139,12 +139,16 @@ mod tests {
 
     #[test]
     fn the_example_file_parses() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/tasksets/example.toml");
-        let tasks = load(&path).unwrap();
-        assert!(tasks.len() >= 2);
-        assert!(tasks
-            .iter()
-            .all(|t| t.sms.is_some() && t.deadline_ns <= t.period_ns));
+        for name in ["example.toml", "co-running.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("calibration/tasksets")
+                .join(name);
+            let tasks = load(&path).unwrap();
+            assert!(tasks.len() >= 2);
+            assert!(tasks
+                .iter()
+                .all(|t| t.sms.is_some() && t.deadline_ns <= t.period_ns));
+        }
     }
 
     #[test]
