@@ -313,9 +313,9 @@ impl Service {
             "stale bounds for {} (measured under another device, driver or clock policy); recalibrate: `wcetctl recalibrate` or Recalibrate([])",
             stale.join(", ")
         );
-        match last_job.strip_prefix("degraded: ") {
-            Some(failed) => format!("degraded: {failed}; {why}"),
-            None => format!("degraded: {why}"),
+        match last_job.as_str() {
+            "ok" => format!("degraded: {why}"),
+            failed => format!("{failed}; {why}"),
         }
     }
 

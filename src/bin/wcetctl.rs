@@ -944,12 +944,17 @@ async fn recalibrate(
                 }
             }
             _ = interrupt.recv() => {
+                // Said above the bar, which stays where it is.
+                let say = |what: &str| match &bar {
+                    Some(b) => b.suspend(|| eprintln!("wcetctl: {what}")),
+                    None => eprintln!("wcetctl: {what}"),
+                };
                 if cancelling {
-                    eprintln!("wcetctl: job {job} is being cancelled; `wcetctl jobs` shows when it has stopped");
+                    say(&format!("job {job} is being cancelled; `wcetctl jobs` shows when it has stopped"));
                     return Err(Interrupted.into());
                 }
                 cancelling = true;
-                eprintln!("wcetctl: Ctrl-C: cancelling job {job} (its kernels keep their old bounds); Ctrl-C again to exit without waiting");
+                say(&format!("Ctrl-C: cancelling job {job} (its kernels keep their old bounds); Ctrl-C again to exit without waiting"));
                 // Refused only when the job has just finished: its JobFinished says how.
                 let _ = calibration.cancel_job(job).await;
             }
