@@ -235,6 +235,8 @@ struct Inner {
     current_clock_mhz: AtomicU32,
     /// Read only to report predictions; no bound depends on it.
     forecast: Forecast,
+    /// Why the device is lost to this process, once it is (see [`Service::device_lost`]).
+    lost: tokio::sync::watch::Sender<Option<String>>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -269,6 +271,7 @@ impl Service {
             config,
             current_clock_mhz: AtomicU32::new(clock),
             forecast,
+            lost: tokio::sync::watch::channel(None).0,
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -286,6 +289,13 @@ impl Service {
             .then(|| service.recalibrate(&missing).ok())
             .flatten();
         (service, first)
+    }
+
+    /// Becomes `Some(why)` when the device failed in a way this process cannot recover from (a
+    /// sticky CUDA fault): the daemon then exits so that its service manager restarts it. Bounds
+    /// already stored stay on disk and are served again after the restart.
+    pub fn device_lost(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.inner.lost.subscribe()
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
@@ -850,6 +860,22 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
         s.state = JobState::Running;
         s.message = "measuring".into();
     });
+    let recipe = match calibrate::with_device_delay(gpu, &inner.config.recipe) {
+        Ok((recipe, note)) => {
+            if let Some(note) = note {
+                tracing::info!(job = job.id, "{note}");
+            }
+            recipe
+        }
+        Err(e) => {
+            let failed = fail(
+                inner,
+                format!("probing the device's delays: {e}; bounds unchanged"),
+            );
+            note_lost(inner, &e);
+            return failed;
+        }
+    };
     let steps: Vec<(Interference, &KernelSpec)> = job
         .interference
         .iter()
@@ -858,7 +884,7 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
     let n = steps.len().max(1) as f64;
     let mut results = Vec::new();
     for (i, &(tag, kernel)) in steps.iter().enumerate() {
-        let mut recipe = inner.config.recipe;
+        let mut recipe = recipe;
         recipe.campaign.interference = tag;
         let mut last_sent = -1.0;
         let mut progress = |f: f64| {
@@ -900,10 +926,12 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
                 return (JobState::Cancelled, "cancelled; bounds unchanged".into());
             }
             Err(e) => {
-                return fail(
+                let failed = fail(
                     inner,
                     format!("calibrating {} ({tag}): {e}; bounds unchanged", kernel.name),
-                )
+                );
+                note_lost(inner, &e);
+                return failed;
             }
         }
     }
@@ -932,6 +960,10 @@ impl Gpu for Narrated<'_> {
 
     fn telemetry(&mut self) -> Telemetry {
         self.gpu.telemetry()
+    }
+
+    fn delay_probe(&mut self, launches: u32) -> std::result::Result<Vec<u64>, GpuError> {
+        self.gpu.delay_probe(launches)
     }
 
     fn placement(&self) -> &[PlacementReport] {
@@ -988,6 +1020,15 @@ fn commit(
         JobState::Done,
         format!("calibrated {} ({})", names.join(", "), tags.join(", ")),
     )
+}
+
+/// Record a lost device (the watch wakes the daemon's main task, which exits).
+fn note_lost(inner: &Inner, error: &calibrate::CalibrateError) {
+    use crate::measure::MeasureError;
+    if let calibrate::CalibrateError::Measure(MeasureError::Gpu(GpuError::Lost(why))) = error {
+        set_health(inner, format!("failed: device lost ({why})"));
+        inner.lost.send_replace(Some(why.clone()));
+    }
 }
 
 fn fail(inner: &Inner, message: String) -> (JobState, String) {

@@ -204,3 +204,51 @@ async fn device_fault_fails_the_job_keeps_old_bounds_and_degrades_health() {
     .await
     .expect("test ran past its time limit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_the_process_cannot_recover_from_exits_for_a_restart_and_keeps_the_bounds() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(
+            fx.address(),
+            &fx.state(),
+            &[
+                "--seed",
+                "3",
+                "--sim-fault-after",
+                "300",
+                "--sim-fault-lost",
+            ],
+        );
+        wait_for_daemon(&conn, &mut d).await;
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),))
+            .await
+            .expect("Recalibrate");
+        // The job fails and the daemon exits with failure, so that systemd restarts it.
+        let status = tokio::task::spawn_blocking(move || {
+            let status = d.child.wait().expect("waiting for wcetd");
+            (status, d)
+        });
+        let (status, d) = status.await.expect("join");
+        assert!(
+            !status.success(),
+            "a lost device must end the process with failure"
+        );
+        let log = d.log_text();
+        assert!(log.contains("device lost"), "{log}");
+        assert!(log.contains(&format!("job={job}")), "{log}");
+        // A fresh daemon on the same state serves the stored bounds again.
+        let mut again = Daemon::spawn(fx.address(), &fx.state(), &["--seed", "3"]);
+        wait_for_daemon(&conn, &mut again).await;
+        assert_eq!(
+            curves(&conn).await,
+            old,
+            "the stored bounds survive the restart"
+        );
+        again.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}

@@ -194,6 +194,9 @@ enum Command {
         /// Partition sizes [default: every realisable size].
         #[arg(long, value_delimiter = ',')]
         sizes: Vec<u32>,
+        /// Launches of the delay probe, written to delays.csv (0: none).
+        #[arg(long, default_value_t = wcetd::calibrate::DELAY_PROBE_LAUNCHES)]
+        delay_probe: u32,
         /// Directory to write the dataset into (created if missing).
         #[arg(long, short)]
         out: PathBuf,
@@ -358,6 +361,10 @@ struct Datasets {
     /// `planner` (the daemon's planner, budget 5) or comma-separated sizes.
     #[arg(long, default_value = "planner")]
     calibrate_at: String,
+    /// Delay-probe launch times (CSV with a `time_ns` column, as `campaign` writes delays.csv):
+    /// the device's rare delays, which the daemon probes before each calibration job.
+    #[arg(long)]
+    delays: Option<PathBuf>,
 }
 
 /// [`Datasets`], read and checked.
@@ -453,6 +460,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref interference,
             ref kernels,
             ref sizes,
+            delay_probe,
             ref out,
         } => {
             let settings = wcetd::sweep::SweepSettings {
@@ -462,7 +470,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 interference: interference.clone(),
                 sizes: sizes.clone(),
             };
-            campaign(cli.json, device, &settings, kernels, out)
+            campaign(cli.json, device, &settings, kernels, delay_probe, out)
         }
         Command::Probe { ref device } => probe(cli.json, device),
         Command::Project {
@@ -1060,9 +1068,15 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A samples file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
 fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    samples::read_samples(file).with_context(|| format!("reading {}", path.display()))
+    let input: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
+    } else {
+        Box::new(std::io::BufReader::new(file))
+    };
+    samples::read_samples(input).with_context(|| format!("reading {}", path.display()))
 }
 
 fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometry>> {
@@ -1152,6 +1166,7 @@ fn campaign(
     device: &DeviceArgs,
     settings: &wcetd::sweep::SweepSettings,
     names: &[String],
+    delay_probe: u32,
     out: &Path,
 ) -> anyhow::Result<()> {
     let suite = wcetd::kernels::builtin_suite();
@@ -1194,6 +1209,14 @@ fn campaign(
         },
     )?;
     bar.finish_and_clear();
+    if delay_probe > 0 {
+        let times = gpu.delay_probe(delay_probe)?;
+        let mut text = String::from("time_ns\n");
+        for t in times {
+            text.push_str(&format!("{t}\n"));
+        }
+        std::fs::write(out.join("delays.csv"), text)?;
+    }
     for &tag in &settings.interference {
         let path = out.join(format!("samples-{tag}.csv"));
         let file =
@@ -1267,6 +1290,33 @@ fn calibration_sizes(spec: &str) -> anyhow::Result<CalibrationSizes> {
     }
 }
 
+/// The method's configuration, with the device's rare delays when a delay-probe file is given.
+fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfig> {
+    let mut config = MethodConfig::default();
+    let Some(path) = delays else {
+        return Ok(config);
+    };
+    let mut reader =
+        csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut times = Vec::new();
+    for (i, row) in reader.deserialize::<(u64,)>().enumerate() {
+        let (t,) = row.with_context(|| {
+            format!(
+                "{}, row {}: accepted: a `time_ns` column of whole nanoseconds",
+                path.display(),
+                i + 2
+            )
+        })?;
+        times.push(t);
+    }
+    if let Some(d) = wcetd::model::tail::device_delay(&times, config.exceedance) {
+        eprintln!("wcetctl: {}", d.note);
+        config.device_delay_ns = d.ns;
+        config.device_delay_exceedance = d.exceedance;
+    }
+    Ok(config)
+}
+
 fn evaluate(
     json: bool,
     data: &Datasets,
@@ -1285,13 +1335,14 @@ fn evaluate(
         geometry,
         sizes,
     } = data.load()?;
+    let config = method_config(data.delays.as_deref())?;
     let evals = offline::evaluate_all(
         &calibration,
         &held,
         &geometry,
         &sizes,
         &methods,
-        &MethodConfig::default(),
+        &config,
         budget,
     );
     if let Some(dir) = plot_dir {

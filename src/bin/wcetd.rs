@@ -75,6 +75,10 @@ struct Args {
     /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
     #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
     calibration_budget: f64,
+    /// Launches of the delay probe (a fixed amount of work on the whole device) before each
+    /// calibration job; their rare slow launches bound the delays every kernel can suffer. 0: off.
+    #[arg(long, default_value_t = wcetd::calibrate::DELAY_PROBE_LAUNCHES)]
+    delay_probe_launches: u32,
     /// Exceedance probability per launch the tail bound is stated at.
     #[arg(long, default_value_t = 1e-9)]
     exceedance: f64,
@@ -97,6 +101,9 @@ struct Args {
     /// Simulator: fail with a device fault after this many launches (fault-injection tests).
     #[arg(long, hide = true)]
     sim_fault_after: Option<u64>,
+    /// Simulator: the injected fault is one the process cannot recover from.
+    #[arg(long, hide = true)]
+    sim_fault_lost: bool,
     /// Simulator: sleep this many microseconds per launch, so jobs take visible time (demos, tests).
     #[arg(long, default_value_t = 0)]
     sim_pace_us: u64,
@@ -213,6 +220,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let sim = SimOptions {
         seed: args.seed,
         fault_after_launches: args.sim_fault_after,
+        fault_is_lost: args.sim_fault_lost,
         pace_us_per_launch: args.sim_pace_us,
         clock_mhz_override: args.sim_clock_mhz,
     };
@@ -244,13 +252,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
     announce(&service, &conn, private.as_ref(), &state_dir, first_job);
-    wait_for_shutdown().await;
+    let mut lost = service.device_lost();
+    let lost_why = tokio::select! {
+        _ = wait_for_shutdown() => None,
+        why = lost.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
+    };
     tracing::info!("shutting down");
     let _ = conn.release_name(dbus::BUS_NAME).await;
     if private.is_some() {
         let _ = std::fs::remove_file(bus::address_file(&state_dir));
     }
-    Ok(())
+    match lost_why {
+        // Exit with failure so that the service manager restarts wcetd on a clean process; the
+        // stored bounds are served again after the restart.
+        Some(why) => anyhow::bail!("device lost ({why}); exiting so that wcetd is restarted"),
+        None => Ok(()),
+    }
 }
 
 fn service_config(args: &Args) -> ServiceConfig {
@@ -278,6 +295,7 @@ fn service_config(args: &Args) -> ServiceConfig {
                 budget_s: args.calibration_budget,
                 ..Sweep::default()
             },
+            delay_probe_launches: args.delay_probe_launches,
         },
         ..ServiceConfig::default()
     }

@@ -207,6 +207,10 @@ pub enum GpuError {
     WrongResult { kernel: String, detail: String },
     #[error("device fault: {0}")]
     Fault(String),
+    /// A fault the driver cannot recover from inside this process (CUDA's sticky errors): every
+    /// later call fails the same way until the process restarts.
+    #[error("device lost: {0}; the CUDA context cannot be recovered in this process, so wcetd must restart (under systemd it does, Restart=on-failure)")]
+    Lost(String),
     #[error("CUDA driver error in {call}: {detail}")]
     Driver { call: &'static str, detail: String },
 }
@@ -221,6 +225,15 @@ pub trait Gpu: Send {
 
     /// Current conditions, read without running anything.
     fn telemetry(&mut self) -> Telemetry;
+
+    /// Time `launches` launches of a fixed amount of work on the whole device, one in flight at a
+    /// time, as every timed launch is. Their excess over the median is the device's own rare
+    /// delays (an interrupt, a firmware or refresh event): the same nanoseconds whatever kernel
+    /// runs, and too rare for one kernel's campaign to see. Empty where the backend has none.
+    fn delay_probe(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
+        let _ = launches;
+        Ok(Vec::new())
+    }
 
     /// Where each partition's blocks were seen to run when the device was opened (empty where
     /// the backend has no placement to probe, as on the simulator).

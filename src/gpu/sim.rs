@@ -42,8 +42,35 @@ pub struct DeviceProfile {
     pub sm_clock_mhz: u32,
     pub throttle: ThrottleProfile,
     pub interference: InterferenceProfile,
+    /// Rare delays of fixed length that hit any launch of any kernel (none unless set).
+    #[serde(default)]
+    pub delays: DelayProfile,
     pub kernels: BTreeMap<String, KernelPhysics>,
 }
+
+/// A device's rare delays: with `probability` per launch, a launch of any kernel (and of the
+/// delay probe) takes between `min_ns` and `max_ns` longer (uniform). On an H100 such delays of
+/// 2-6.5 µs hit about 1.6e-4 of launches (`docs/hardware-validation.md`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DelayProfile {
+    pub probability: f64,
+    pub min_ns: f64,
+    pub max_ns: f64,
+}
+
+impl DelayProfile {
+    fn draw(&self, rng: &mut ChaCha8Rng) -> f64 {
+        if self.probability > 0.0 && rng.random::<f64>() < self.probability {
+            rng.random_range(self.min_ns..=self.max_ns.max(self.min_ns))
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The delay probe's launch: a fixed amount of work this long on the whole device.
+const PROBE_NS: f64 = 20_000.0;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -365,6 +392,8 @@ pub struct SimOptions {
     pub seed: u64,
     /// Fail with a device fault once this many timed launches have run (fault-injection tests).
     pub fault_after_launches: Option<u64>,
+    /// The injected fault is one the process cannot recover from ([`GpuError::Lost`]).
+    pub fault_is_lost: bool,
     /// Really sleep this long per launch, so that jobs take observable time in tests and demos.
     pub pace_us_per_launch: u64,
     /// Report this SM clock from `telemetry()` (batches still run at the nominal clock): models a
@@ -436,9 +465,16 @@ impl SimGpu {
 
     fn check_fault(&self) -> Result<(), GpuError> {
         match self.options.fault_after_launches {
-            Some(limit) if self.launches_run >= limit => Err(GpuError::Fault(format!(
-                "simulated device fault after {limit} launches (Xid 79: GPU has fallen off the bus)"
-            ))),
+            Some(limit) if self.launches_run >= limit => {
+                let what = format!(
+                    "simulated device fault after {limit} launches (Xid 79: GPU has fallen off the bus)"
+                );
+                Err(if self.options.fault_is_lost {
+                    GpuError::Lost(what)
+                } else {
+                    GpuError::Fault(what)
+                })
+            }
             _ => Ok(()),
         }
     }
@@ -482,6 +518,7 @@ impl Gpu for SimGpu {
             if physics.jitter.additive_ns > 0.0 {
                 t += physics.jitter.additive_ns * standard_normal(&mut rng).abs().min(4.0);
             }
+            t += self.profile.delays.draw(&mut rng);
             times_ns.push(t.round() as u64);
             self.launches_run += 1;
             if self.options.pace_us_per_launch > 0 {
@@ -514,6 +551,19 @@ impl Gpu for SimGpu {
             },
             stressor_sms,
         })
+    }
+
+    fn delay_probe(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
+        let mut rng = self.rng_for("wcetd.delay-probe", self.info.total_sms);
+        self.batches_run += 1;
+        let mut times = Vec::with_capacity(launches as usize);
+        for _ in 0..launches {
+            self.check_fault()?;
+            let body = PROBE_NS * (1.0 + 0.001 * standard_normal(&mut rng).abs().min(4.0));
+            times.push((body + self.profile.delays.draw(&mut rng)).round() as u64);
+            self.launches_run += 1;
+        }
+        Ok(times)
     }
 
     fn telemetry(&mut self) -> Telemetry {

@@ -114,7 +114,11 @@ impl BoundTable {
     pub fn stated_exceedance(&self) -> (f64, ExceedanceBasis) {
         let observed = |n: u64| (1.0 / (n as f64 + 1.0), ExceedanceBasis::ObservedMaximum);
         match &self.tail {
-            Some(t) if t.kind == super::tail::TailKind::Observed => observed(t.samples as u64),
+            Some(t) if t.kind == super::tail::TailKind::Observed => {
+                let (p, basis) = observed(t.samples as u64);
+                // A component stated on its own (the device's delays) may claim less still.
+                (p.max(t.exceedance), basis)
+            }
             Some(t) => (t.exceedance, ExceedanceBasis::TailModel),
             None => observed(
                 self.entries

@@ -92,6 +92,13 @@ pub struct MethodConfig {
     /// the exponential tail quantile no held-out throttling episode has reached the bound (the
     /// negative-shape GPD quantile it replaced needed 2%).
     pub unseen_condition_margin: f64,
+    /// The device's rare delays, as the delay probe measured them (see
+    /// [`tail::device_delay`]): every bound is at least its typical time plus this many
+    /// nanoseconds, stated at `device_delay_exceedance`. 0 when not probed.
+    #[serde(default)]
+    pub device_delay_ns: f64,
+    #[serde(default)]
+    pub device_delay_exceedance: f64,
 }
 
 impl Default for MethodConfig {
@@ -103,6 +110,8 @@ impl Default for MethodConfig {
             extrapolation_margin: 0.10,
             non_monotone_margin: 0.0,
             unseen_condition_margin: 0.0,
+            device_delay_ns: 0.0,
+            device_delay_exceedance: 0.0,
         }
     }
 }
@@ -130,13 +139,14 @@ fn wcetd(
     sizes: &[u32],
     config: &MethodConfig,
 ) -> Result<BoundTable, ModelError> {
-    let tail = tail::tail_bound(obs, config.exceedance);
+    let mut tail = tail::tail_bound(obs, config.exceedance);
+    tail.include_device_delay(config.device_delay_ns, config.device_delay_exceedance);
     let typical = TypicalFit::new(obs, sizes, config);
     let shape = typical.shape(obs, config, true);
     let mut entries = Vec::with_capacity(sizes.len());
     for &m in sizes {
         let (central, provenance) = shape.safety_chain(m)?;
-        let bound = central * tail.ratio_at(m) * (1.0 + config.unseen_condition_margin);
+        let bound = tail.apply(m, central) * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
     if typical.monotone {

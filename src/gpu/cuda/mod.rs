@@ -115,6 +115,8 @@ pub struct CudaGpu {
     dev: sys::CUdevice,
     target: nvrtc::Target,
     driver_version: u32,
+    /// Set when a fault could not be recovered from: every later call fails with it.
+    lost: Option<String>,
     primary: Primary,
 }
 
@@ -170,6 +172,7 @@ impl CudaGpu {
             dev,
             target,
             driver_version,
+            lost: None,
             primary,
         };
         gpu.settle_clock_policy()?;
@@ -252,6 +255,32 @@ impl CudaGpu {
         placement::probe(&mut self.session, dev, sms, total, target)
     }
 
+    /// After a fault: reset, or remember that the device is lost to this process. On an H100 with
+    /// driver 580 a sticky fault (a kernel that traps) was not recoverable: after
+    /// `cuDevicePrimaryCtxReset` every call, retaining the primary context again included,
+    /// returned the launch failure. Then every later call fails with [`GpuError::Lost`] and the
+    /// daemon exits so that its service manager restarts it on a clean process.
+    fn after_fault(&mut self, fault: &GpuError) -> GpuError {
+        match self.recover() {
+            Ok(()) => GpuError::Fault(format!(
+                "{fault}; the device was reset, the next job retries"
+            )),
+            Err(reset) => {
+                let why = format!("{fault}, and resetting failed: {reset}");
+                tracing::error!("{why}");
+                self.lost = Some(why.clone());
+                GpuError::Lost(why)
+            }
+        }
+    }
+
+    fn check_lost(&self) -> Result<(), GpuError> {
+        match &self.lost {
+            Some(why) => Err(GpuError::Lost(why.clone())),
+            None => Ok(()),
+        }
+    }
+
     /// Drop what a device fault poisoned: buffers, partitions and libraries, then reset the
     /// primary context, so that the next job starts on a clean device instead of failing until
     /// the daemon restarts.
@@ -282,15 +311,14 @@ impl CudaGpu {
         });
     }
 
-    /// Launch a kernel that traps, to test fault recovery on a real device.
+    /// Launch a kernel that traps, to test fault handling on a real device.
     #[doc(hidden)]
     pub fn inject_fault(&mut self) -> Result<(), GpuError> {
         let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
-        let result = placement::trap(&mut self.session, dev, total, target);
-        if matches!(result, Err(GpuError::Fault(_))) {
-            self.recover()?;
+        match placement::trap(&mut self.session, dev, total, target) {
+            Err(fault @ GpuError::Fault(_)) => Err(self.after_fault(&fault)),
+            other => other,
         }
-        result
     }
 }
 

@@ -203,9 +203,9 @@ enum Hold<'a> {
     Gate(sys::CUfunction),
 }
 
-/// Time `launches` launches of the step after `warmup` untimed ones, one in flight at a time.
-fn time_step(
-    prepared: &Prepared,
+/// Time `launches` launches of `step` after `warmup` untimed ones, one in flight at a time.
+fn time_launches(
+    step: &mut dyn FnMut() -> Result<(), GpuError>,
     stream: sys::CUstream,
     hold: &Hold<'_>,
     warmup: u32,
@@ -227,7 +227,7 @@ fn time_step(
             )?,
         }
         start.record(stream)?;
-        run_one(prepared.step_fn, &prepared.step, &prepared.bufs, stream)?;
+        step()?;
         stop.record(stream)?;
         if let Hold::Latch(flag) = hold {
             flag.set(i as i32 + 1);
@@ -279,9 +279,11 @@ impl CudaGpu {
         };
         let _current = Current::push(part.main.ctx)?;
         let warmup = request.warmup.max(1);
+        let stream = part.main.stream;
+        let mut step = || run_one(prepared.step_fn, &prepared.step, &prepared.bufs, stream);
         let (times, telemetry) = self
             .monitor
-            .during(|| time_step(prepared, part.main.stream, &hold, warmup, request.launches));
+            .during(|| time_launches(&mut step, stream, &hold, warmup, request.launches));
         drop(stressor);
         Ok(Batch {
             times_ns: times?,
@@ -298,6 +300,37 @@ impl CudaGpu {
     }
 }
 
+/// Iterations of the delay probe's arithmetic: about 20 µs at Hopper's clocks.
+const PROBE_ITERATIONS: i32 = 10_000;
+
+impl CudaGpu {
+    fn probe_delays(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
+        let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
+        let session = &mut self.session;
+        session.prepared = None;
+        library(&mut session.libraries, SUPPORT, SUPPORT_SOURCE, target)?;
+        let support = &session.libraries[SUPPORT];
+        let whole = &partition(&mut session.partitions, dev, total, total)?.main;
+        let _current = Current::push(whole.ctx)?;
+        let func = support.function("wcetd_delay_probe")?;
+        let gate;
+        let hold = match &session.latch {
+            Some(flag) => Hold::Latch(flag),
+            None => {
+                gate = support.function("wcetd_gate")?;
+                Hold::Gate(gate)
+            }
+        };
+        let out = DeviceBuffer::alloc(whole.sms as usize * 4)?;
+        let shape = Shape::new([whole.sms, 1, 1], [128, 1, 1]);
+        let mut step = || {
+            let mut params = [Param::Ptr(out.ptr), Param::I32(PROBE_ITERATIONS)];
+            launch(func, shape, whole.stream, &mut params)
+        };
+        time_launches(&mut step, whole.stream, &hold, 10, launches)
+    }
+}
+
 /// What a failed batch leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Recovery {
@@ -311,7 +344,7 @@ pub(super) enum Recovery {
 
 pub(super) fn recovery_for(error: &GpuError) -> Recovery {
     match error {
-        GpuError::Fault(_) => Recovery::ResetDevice,
+        GpuError::Fault(_) | GpuError::Lost(_) => Recovery::ResetDevice,
         GpuError::Driver {
             call: "cuStreamWaitValue32",
             ..
@@ -326,15 +359,12 @@ impl Gpu for CudaGpu {
     }
 
     fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
+        self.check_lost()?;
         self.check_partition(request.sms)?;
         let mut result = self.run_batch(kernel, request);
         if let Err(e) = &result {
             match recovery_for(e) {
-                Recovery::ResetDevice => {
-                    if let Err(reset) = self.recover() {
-                        tracing::error!("resetting the device after a fault failed: {reset}");
-                    }
-                }
+                Recovery::ResetDevice => result = Err(self.after_fault(e)),
                 Recovery::UseGate => {
                     tracing::warn!("{e}; holding launches with the gate kernel instead");
                     self.session.latch = None;
@@ -350,6 +380,14 @@ impl Gpu for CudaGpu {
 
     fn telemetry(&mut self) -> Telemetry {
         self.monitor.read()
+    }
+
+    fn delay_probe(&mut self, launches: u32) -> Result<Vec<u64>, GpuError> {
+        self.check_lost()?;
+        match self.probe_delays(launches) {
+            Err(e) if recovery_for(&e) == Recovery::ResetDevice => Err(self.after_fault(&e)),
+            other => other,
+        }
     }
 
     fn placement(&self) -> &[crate::gpu::PlacementReport] {

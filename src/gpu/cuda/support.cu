@@ -66,3 +66,17 @@ extern "C" __global__ void wcetd_trap()
 {
     asm volatile("trap;");
 }
+
+// A fixed amount of dependent arithmetic per thread (no clock reads, so a stall of the SM lengthens
+// it): the delay probe times many launches of it on the whole device, and any launch well above
+// the median was held up by something other than the kernel.
+extern "C" __global__ void wcetd_delay_probe(float* out, int iterations)
+{
+    float x = (float)threadIdx.x * 1e-3f;
+    for (int i = 0; i < iterations; ++i) {
+        x = fmaf(x, 0.999999f, 1e-7f);
+    }
+    if (x == -1.0f) {
+        out[blockIdx.x] = x;
+    }
+}

@@ -170,18 +170,38 @@ fn real_gpu_end_to_end() {
         Err(GpuError::InvalidPartition { .. })
     ));
 
-    // A sticky fault resets the device, and the next batch runs.
+    // The device's rare delays: a fixed amount of work, timed like every launch.
+    let probe = gpu.delay_probe(20_000).expect("delay probe");
+    let mut sorted = probe.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
+    let over = |us: u64| probe.iter().filter(|&&t| t > median + us * 1000).count();
+    eprintln!(
+        "delay probe: median {median} ns, max {} ns, over +1 us {}, +2 us {}, +4 us {}",
+        sorted[sorted.len() - 1],
+        over(1),
+        over(2),
+        over(4)
+    );
+    assert!(
+        (10_000..60_000).contains(&median),
+        "probe median {median} ns"
+    );
+
+    // A sticky fault is either reset (and the next batch runs) or reported lost, after which
+    // every call fails the same way and the daemon restarts.
     let fault = gpu.inject_fault();
     eprintln!("injected fault: {fault:?}");
-    assert!(matches!(fault, Err(GpuError::Fault(_))), "{fault:?}");
-    let after = gpu.run(
-        &kernels::find("hotspot").unwrap(),
-        &RunRequest {
-            sms: smallest,
-            warmup: 1,
-            launches: 5,
-            interference: Interference::Isolated,
-        },
-    );
-    assert!(after.is_ok(), "after the reset: {after:?}");
+    let hotspot = RunRequest {
+        sms: smallest,
+        warmup: 1,
+        launches: 5,
+        interference: Interference::Isolated,
+    };
+    let after = gpu.run(&kernels::find("hotspot").unwrap(), &hotspot);
+    match fault {
+        Err(GpuError::Fault(_)) => assert!(after.is_ok(), "after the reset: {after:?}"),
+        Err(GpuError::Lost(_)) => assert!(matches!(after, Err(GpuError::Lost(_))), "{after:?}"),
+        other => panic!("a trap must fault: {other:?}"),
+    }
 }
