@@ -392,6 +392,10 @@ impl Datasets {
 }
 
 fn main() -> std::process::ExitCode {
+    // `wcetctl curve x | head` ends quietly when the reader goes away, as Unix tools do, instead
+    // of panicking on a broken pipe.
+    // SAFETY: restoring the default disposition of one signal before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -867,7 +871,7 @@ async fn print_curve(
         return Ok(());
     }
     println!(
-        "{kernel}\n{:>5}  {:>14}  {:<10}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
         "SMs",
         "bound_ns",
         "interference",
@@ -891,7 +895,7 @@ async fn print_curve(
         let t: Vec<String> = v.iter().map(text).collect();
         let exceedance = v[1].as_f64().map_or(t[1].clone(), |e| format!("{e:.0e}"));
         println!(
-            "{sms:>5}  {bound:>14}  {:<10}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+            "{sms:>5}  {bound:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
             t[0], exceedance, t[2], t[3], t[4], t[5], t[6], t[7], t[8]
         );
         label.clone_from(&t[9]);
