@@ -97,9 +97,16 @@ fn flag_tokens(arg: &clap::Arg, key: &str, value: &toml::Value) -> Result<Vec<Os
         )),
     };
     match value {
+        // A comma-separated option takes the list at once; a repeatable one once per element.
         toml::Value::Array(items) => {
             let values = items.iter().map(scalar).collect::<Result<Vec<_>, _>>()?;
-            Ok(vec![flag, values.join(",").into()])
+            if arg.get_value_delimiter().is_some() {
+                return Ok(vec![flag, values.join(",").into()]);
+            }
+            Ok(values
+                .into_iter()
+                .flat_map(|v| [flag.clone(), v.into()])
+                .collect())
         }
         v => Ok(vec![flag, scalar(v)?.into()]),
     }
@@ -135,6 +142,9 @@ mod tests {
         /// File.
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Repeatable.
+        #[arg(long)]
+        dir: Vec<PathBuf>,
     }
 
     fn parse(file: &str, cli: &[&str]) -> anyhow::Result<Flags> {
@@ -159,6 +169,8 @@ mod tests {
         assert_eq!(f.launches, 500);
         assert_eq!(f.interference, ["isolated", "contended"]);
         assert!(f.session);
+        let f = parse("dir = [\"/a\", \"/b,c\"]\n", &[]).unwrap();
+        assert_eq!(f.dir, [PathBuf::from("/a"), PathBuf::from("/b,c")]);
         let f = parse("launches = 500\n", &["--launches=7"]).unwrap();
         assert_eq!(f.launches, 7);
         let f = parse("launches = 500\n", &["--launches", "8"]).unwrap();
