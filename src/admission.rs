@@ -1,13 +1,20 @@
 //! Admission analysis: does a task set of GPU jobs meet its deadlines, given the per-launch bounds?
-//! Owns the task model, input validation, and the three analyses behind `org.wcetd.Admission1`:
-//! distinct partitions ([`check_distinct`]), one shared partition under non-preemptive fixed
-//! priority ([`check_shared`]), and partition sizing ([`suggest`]). Pure: bounds come from a
-//! [`BoundSource`], so the analyses are tested against hand-computed tables, and the service is one
-//! source among others. The model and its assumptions are in `docs/admission.md`.
+//! Owns the task model, input validation, which bounds a verdict may rest on ([`Policy`]), and the
+//! three analyses behind `org.wcetd.Admission1`: distinct partitions ([`check_distinct`]), one
+//! shared partition under non-preemptive fixed priority ([`check_shared`]), and partition sizing
+//! ([`suggest`]). Pure: bounds come from a [`BoundSource`], so the analyses are tested against
+//! hand-computed tables, and the service is one source among others. The model and its
+//! assumptions are in `docs/admission.md`.
+//!
+//! Fail closed: tasks on distinct partitions run at once, so their verdict uses bounds measured
+//! under contention, and a set without them is not admitted. A stale bound, or one stated at a
+//! weaker exceedance than configured, is not admitted unless the caller's [`Policy`] accepts it;
+//! either way the verdict says which.
 
 use std::collections::BTreeSet;
 
-use crate::service::{Result, Service, ServiceError};
+use crate::gpu::Interference;
+use crate::service::{how_to_calibrate, Result, Service, ServiceError};
 
 /// One periodic task: each job launches `kernels` in order on a partition of `sms` SMs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,7 +36,7 @@ pub struct Unsized {
 }
 
 /// The analysis of one task.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct TaskResult {
     pub name: String,
     /// Response-time bound; `u64::MAX` when its priority level is overloaded (no finite bound).
@@ -38,13 +45,75 @@ pub struct TaskResult {
     pub partition_sms: u32,
     /// deadline - response; negative when the deadline is missed.
     pub slack_ns: i64,
+    pub deadline_ns: u64,
+    /// The weakest guarantee among the bounds used: the largest exceedance per launch...
+    pub exceedance: f64,
+    /// ...`Isolated` unless every bound used covers a stressor on the other SMs...
+    pub interference: Interference,
+    /// ...and whether any was measured under another device fingerprint.
+    pub stale: bool,
 }
 
 /// The verdict on a task set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     pub admitted: bool,
     pub tasks: Vec<TaskResult>,
+    /// Why the set was refused whatever its timing: bounds it may not rest on. Empty when the
+    /// bounds are good enough (or accepted by the policy).
+    pub refused: Vec<String>,
+    /// Deadlines missed and partitions that do not fit.
+    pub missed: Vec<String>,
+    /// Weaker bounds the caller's [`Policy`] accepted, each said.
+    pub accepted: Vec<String>,
+}
+
+impl Verdict {
+    /// Every reason the set is not admitted (empty when it is).
+    pub fn reasons(&self) -> Vec<String> {
+        self.refused.iter().chain(&self.missed).cloned().collect()
+    }
+
+    /// The verdict as `Check` and `CheckShared` answer it, whose reply has no room for a reason:
+    /// a set refused for its bounds is an error that says why (nothing is admitted on error).
+    pub fn or_refusal(self) -> Result<Verdict> {
+        if self.refused.is_empty() {
+            return Ok(self);
+        }
+        Err(ServiceError::NotCalibrated(format!(
+            "not admitted: {} (CheckDetailed accepts weaker bounds on request and reports them per task)",
+            self.refused.join("; ")
+        )))
+    }
+}
+
+/// Which bounds a verdict may rest on, beyond what the daemon is configured for.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Policy {
+    /// Admit on bounds measured under another device fingerprint.
+    pub accept_stale: bool,
+    /// The weakest exceedance per launch to admit on; `None`: the configured one.
+    pub accept_exceedance: Option<f64>,
+}
+
+impl Policy {
+    fn check(&self) -> Result<()> {
+        match self.accept_exceedance {
+            Some(p) if !(p > 0.0 && p < 1.0) => Err(ServiceError::InvalidArgs(format!(
+                "option accept_exceedance is {p}; accepted: a probability per launch strictly between 0 and 1"
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One launch's bound as admission uses it, with what it promises.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelBound {
+    pub bound_ns: u64,
+    /// Exceedance per launch the bound is stated at.
+    pub exceedance: f64,
+    pub stale: bool,
 }
 
 /// Where the analyses get per-launch bounds and the device's geometry from.
@@ -52,8 +121,16 @@ pub trait BoundSource {
     fn total_sms(&self) -> u32;
     /// Realisable partition sizes, ascending.
     fn partition_sizes(&self) -> Vec<u32>;
-    /// The bound of one launch of `kernel` on exactly `partition` SMs (a realisable size).
-    fn bound(&self, kernel: &str, partition: u32) -> Result<u64>;
+    /// The exceedance per launch bounds are configured to be stated at.
+    fn configured_exceedance(&self) -> f64;
+    /// The bound of one launch of `kernel` on exactly `partition` SMs (a realisable size),
+    /// measured under `interference`; `NotCalibrated` when there is no such calibration.
+    fn bound(
+        &self,
+        kernel: &str,
+        partition: u32,
+        interference: Interference,
+    ) -> Result<KernelBound>;
 }
 
 impl BoundSource for Service {
@@ -65,9 +142,23 @@ impl BoundSource for Service {
         self.device().partition_sizes.clone()
     }
 
-    /// The safer of the isolated and contended bounds, clock-scaled, as `GetBound` serves it.
-    fn bound(&self, kernel: &str, partition: u32) -> Result<u64> {
-        Ok(self.bound_info(kernel, partition, None)?.entry.bound_ns)
+    fn configured_exceedance(&self) -> f64 {
+        Service::configured_exceedance(self)
+    }
+
+    /// Clock-scaled, as `GetBound` serves it.
+    fn bound(
+        &self,
+        kernel: &str,
+        partition: u32,
+        interference: Interference,
+    ) -> Result<KernelBound> {
+        let info = self.bound_info(kernel, partition, Some(interference))?;
+        Ok(KernelBound {
+            bound_ns: info.entry.bound_ns,
+            exceedance: info.guarantee.exceedance,
+            stale: info.stale,
+        })
     }
 }
 
@@ -178,27 +269,169 @@ fn partition_of(src: &dyn BoundSource, task: &Task) -> Result<u32> {
         })
 }
 
-/// Per-launch bounds of a task's kernels, in launch order, at `partition`.
-fn kernel_bounds(
-    src: &dyn BoundSource,
-    name: &str,
-    kernels: &[String],
-    partition: u32,
-) -> Result<Vec<u64>> {
-    kernels
-        .iter()
-        .enumerate()
-        .map(|(i, k)| src.bound(k, partition).map_err(|e| in_task(name, i, e)))
-        .collect()
+/// Bound lookups for one verdict: which bounds it may rest on, and what it had to say about them.
+struct Lookup<'a> {
+    src: &'a dyn BoundSource,
+    policy: Policy,
+    /// Tasks run at once on distinct partitions: only bounds measured under contention hold.
+    co_running: bool,
+    refused: Vec<String>,
+    accepted: Vec<String>,
 }
 
-fn result(name: &str, partition: u32, response_ns: u64, deadline_ns: u64) -> TaskResult {
+/// A task's kernels' bounds at one partition, and the weakest guarantee among them.
+struct TaskBounds {
+    segments: Vec<u64>,
+    exceedance: f64,
+    interference: Interference,
+    stale: bool,
+}
+
+impl TaskBounds {
+    fn total(&self) -> u64 {
+        self.segments.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+}
+
+impl<'a> Lookup<'a> {
+    fn new(src: &'a dyn BoundSource, policy: Policy, co_running: bool) -> Result<Lookup<'a>> {
+        policy.check()?;
+        Ok(Lookup {
+            src,
+            policy,
+            co_running,
+            refused: Vec::new(),
+            accepted: Vec::new(),
+        })
+    }
+
+    /// Per-launch bounds of a task's kernels, in launch order, at `partition`: the safer of the
+    /// isolated and contended bounds that exist. Bounds the verdict may not rest on are noted in
+    /// `refused` (or, where the policy accepts them, `accepted`).
+    fn task(&mut self, task: &str, kernels: &[String], partition: u32) -> Result<TaskBounds> {
+        let mut out = TaskBounds {
+            segments: Vec::with_capacity(kernels.len()),
+            exceedance: 0.0,
+            interference: Interference::Contended,
+            stale: false,
+        };
+        for (i, kernel) in kernels.iter().enumerate() {
+            let at = |e| in_task(task, i, e);
+            let isolated =
+                optional(self.src.bound(kernel, partition, Interference::Isolated)).map_err(at)?;
+            let contended =
+                optional(self.src.bound(kernel, partition, Interference::Contended)).map_err(at)?;
+            let used: Vec<KernelBound> = isolated.into_iter().chain(contended).collect();
+            let Some(bound) = used.iter().map(|b| b.bound_ns).max() else {
+                // Neither exists: the lookup's own error says so and how to get one.
+                return Err(at(self
+                    .src
+                    .bound(kernel, partition, Interference::Isolated)
+                    .err()
+                    .unwrap_or_else(|| {
+                        ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
+                    })));
+            };
+            out.segments.push(bound);
+            let exceedance = used.iter().map(|b| b.exceedance).fold(0.0, f64::max);
+            let stale = used.iter().any(|b| b.stale);
+            out.exceedance = out.exceedance.max(exceedance);
+            out.stale |= stale;
+            let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
+            if contended.is_none() {
+                out.interference = Interference::Isolated;
+                if self.co_running {
+                    self.refused.push(format!(
+                        "{what}: no contended bound; tasks on distinct partitions run at once, so their verdict needs bounds measured with a memory stressor on the other SMs (an isolated bound can be many times too low); {}",
+                        how_to_calibrate(kernel, Some(Interference::Contended))
+                    ));
+                }
+            }
+            if stale {
+                let note = format!(
+                    "{what}: bound is stale (measured under another device, driver or clock policy); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
+                );
+                if self.policy.accept_stale {
+                    self.accepted
+                        .push(format!("{note}; accepted by accept_stale"));
+                } else {
+                    self.refused.push(format!(
+                        "{note}, or accept it with option accept_stale (wcetctl admit --accept-stale)"
+                    ));
+                }
+            }
+            let configured = self.src.configured_exceedance();
+            let acceptable = self.policy.accept_exceedance.unwrap_or(configured);
+            if exceedance > configured * (1.0 + 1e-9) {
+                let note = format!(
+                    "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than the configured {configured:e}"
+                );
+                if exceedance <= acceptable * (1.0 + 1e-9) {
+                    self.accepted.push(format!(
+                        "{note}; accepted by accept_exceedance {acceptable:e}"
+                    ));
+                } else {
+                    self.refused.push(format!(
+                        "{note}; accept it with option accept_exceedance >= {exceedance:e} (wcetctl admit --accept-exceedance {exceedance:e})"
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn verdict(self, tasks: Vec<TaskResult>, mut missed: Vec<String>) -> Verdict {
+        for t in tasks.iter().filter(|t| t.slack_ns < 0) {
+            missed.push(if t.response_ns == u64::MAX {
+                format!(
+                    "task `{}`: no finite response bound (its priority level is overloaded)",
+                    t.name
+                )
+            } else {
+                format!(
+                    "task `{}` misses its deadline: response bound {} ns > deadline {} ns",
+                    t.name, t.response_ns, t.deadline_ns
+                )
+            });
+        }
+        let mut refused = self.refused;
+        refused.dedup();
+        Verdict {
+            admitted: refused.is_empty() && missed.is_empty(),
+            tasks,
+            refused,
+            missed,
+            accepted: self.accepted,
+        }
+    }
+}
+
+/// A bound that may not exist: `NotCalibrated` is `None`, any other error stays one.
+fn optional(r: Result<KernelBound>) -> Result<Option<KernelBound>> {
+    match r {
+        Ok(b) => Ok(Some(b)),
+        Err(ServiceError::NotCalibrated(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn result(
+    name: &str,
+    partition: u32,
+    response_ns: u64,
+    deadline_ns: u64,
+    b: &TaskBounds,
+) -> TaskResult {
     let slack = i128::from(deadline_ns) - i128::from(response_ns);
     TaskResult {
         name: name.to_string(),
         response_ns,
         partition_sms: partition,
         slack_ns: slack.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64,
+        deadline_ns,
+        exceedance: b.exceedance,
+        interference: b.interference,
+        stale: b.stale,
     }
 }
 
@@ -214,30 +447,42 @@ fn validate_sized(tasks: &[Task]) -> Result<()> {
 }
 
 /// Each task alone on its own partition: a job's response is the sum of its kernels' bounds.
-pub fn check_distinct(src: &dyn BoundSource, tasks: &[Task]) -> Result<Verdict> {
+/// With two tasks or more the partitions run at once, so the bounds must cover contention.
+pub fn check_distinct(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Result<Verdict> {
     validate_sized(tasks)?;
     let partitions = tasks
         .iter()
         .map(|t| partition_of(src, t))
         .collect::<Result<Vec<_>>>()?;
+    let mut lookup = Lookup::new(src, policy, tasks.len() > 1)?;
     let mut results = Vec::with_capacity(tasks.len());
     for (task, &p) in tasks.iter().zip(&partitions) {
-        let bounds = kernel_bounds(src, &task.name, &task.kernels, p)?;
-        let response = bounds.iter().fold(0u64, |a, &b| a.saturating_add(b));
-        results.push(result(&task.name, p, response, task.deadline_ns));
+        let bounds = lookup.task(&task.name, &task.kernels, p)?;
+        results.push(result(
+            &task.name,
+            p,
+            bounds.total(),
+            task.deadline_ns,
+            &bounds,
+        ));
     }
     let used: u64 = partitions.iter().map(|&p| u64::from(p)).sum();
-    let fits = used <= u64::from(src.total_sms());
-    let admitted = fits && results.iter().all(|r| r.slack_ns >= 0);
-    Ok(Verdict {
-        admitted,
-        tasks: results,
-    })
+    let total = src.total_sms();
+    let mut missed = Vec::new();
+    if used > u64::from(total) {
+        missed.push(format!(
+            "the partitions need {used} SMs together but the device has {total}"
+        ));
+    }
+    Ok(lookup.verdict(results, missed))
 }
 
 /// All tasks on one partition, non-preemptive fixed priority at kernel granularity, array order
 /// is priority (first highest).
-pub fn check_shared(src: &dyn BoundSource, tasks: &[Task]) -> Result<Verdict> {
+///
+/// One kernel runs at a time and the rest of the device is not used by the set, so bounds of
+/// either interference hold (the safer of those that exist is used).
+pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Result<Verdict> {
     validate_sized(tasks)?;
     let sms = tasks[0].sms;
     if let Some(t) = tasks.iter().find(|t| t.sms != sms) {
@@ -248,27 +493,35 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task]) -> Result<Verdict> {
         ));
     }
     let partition = partition_of(src, &tasks[0])?;
-    let jobs = tasks
+    let mut lookup = Lookup::new(src, policy, false)?;
+    let bounds = tasks
         .iter()
-        .map(|t| {
-            let c = kernel_bounds(src, &t.name, &t.kernels, partition)?;
-            Ok(Job {
-                segments: c,
-                period: t.period_ns,
-                deadline: t.deadline_ns,
-            })
-        })
+        .map(|t| lookup.task(&t.name, &t.kernels, partition))
         .collect::<Result<Vec<_>>>()?;
+    let jobs: Vec<Job> = tasks
+        .iter()
+        .zip(&bounds)
+        .map(|(t, b)| Job {
+            segments: b.segments.clone(),
+            period: t.period_ns,
+            deadline: t.deadline_ns,
+        })
+        .collect();
     let results: Vec<TaskResult> = tasks
         .iter()
+        .zip(&bounds)
         .enumerate()
-        .map(|(i, t)| result(&t.name, partition, response_time(&jobs, i), t.deadline_ns))
+        .map(|(i, (t, b))| {
+            result(
+                &t.name,
+                partition,
+                response_time(&jobs, i),
+                t.deadline_ns,
+                b,
+            )
+        })
         .collect();
-    let admitted = results.iter().all(|r| r.slack_ns >= 0);
-    Ok(Verdict {
-        admitted,
-        tasks: results,
-    })
+    Ok(lookup.verdict(results, Vec::new()))
 }
 
 /// A task as the response-time analysis sees it: non-preemptive segments (kernel bounds) in order.
@@ -380,7 +633,10 @@ fn fixed_point(start: u64, demand: impl Fn(u64) -> u64) -> Option<u64> {
 }
 
 /// The smallest realisable partition for each task that meets its deadline alone, and whether the
-/// chosen partitions fit in the device together.
+/// chosen partitions fit in the device together. With two tasks or more the partitions run at
+/// once, so sizes are chosen on contended bounds, and their absence is an error that says how to
+/// get them. Whether the sizes may be admitted on the bounds they rest on (stale, exceedance) is
+/// `Check`'s verdict, not this one's.
 pub fn suggest(src: &dyn BoundSource, tasks: &[Unsized]) -> Result<Vec<(String, u32)>> {
     validate_timing(tasks.iter().map(|t| {
         (
@@ -390,9 +646,17 @@ pub fn suggest(src: &dyn BoundSource, tasks: &[Unsized]) -> Result<Vec<(String, 
             t.deadline_ns,
         )
     }))?;
+    let policy = Policy {
+        accept_stale: true,
+        accept_exceedance: Some(1.0 - f64::EPSILON),
+    };
+    let mut lookup = Lookup::new(src, policy, tasks.len() > 1)?;
     let mut chosen = Vec::with_capacity(tasks.len());
     for task in tasks {
-        chosen.push((task.name.clone(), smallest_partition(src, task)?));
+        chosen.push((task.name.clone(), smallest_partition(&mut lookup, task)?));
+    }
+    if let Some(first) = lookup.refused.first() {
+        return Err(ServiceError::NotCalibrated(first.clone()));
     }
     let used: u64 = chosen.iter().map(|(_, p)| u64::from(*p)).sum();
     if used > u64::from(src.total_sms()) {
@@ -407,11 +671,10 @@ pub fn suggest(src: &dyn BoundSource, tasks: &[Unsized]) -> Result<Vec<(String, 
     Ok(chosen)
 }
 
-fn smallest_partition(src: &dyn BoundSource, task: &Unsized) -> Result<u32> {
+fn smallest_partition(lookup: &mut Lookup, task: &Unsized) -> Result<u32> {
     let mut best: Option<(u32, u64)> = None;
-    for p in src.partition_sizes() {
-        let bounds = kernel_bounds(src, &task.name, &task.kernels, p)?;
-        let response = bounds.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    for p in lookup.src.partition_sizes() {
+        let response = lookup.task(&task.name, &task.kernels, p)?.total();
         if response <= task.deadline_ns {
             return Ok(p);
         }
@@ -431,8 +694,14 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
 
-    /// A device of 16 SMs in partitions of 4, with bounds given per (kernel, partition).
-    struct Table(BTreeMap<(&'static str, u32), u64>);
+    /// A device of 16 SMs in partitions of 4, with bounds given per (kernel, partition), the same
+    /// under both interference tags unless `isolated_only`; every bound stated at `exceedance`.
+    struct Table {
+        bounds: BTreeMap<(&'static str, u32), u64>,
+        isolated_only: bool,
+        stale: bool,
+        exceedance: f64,
+    }
 
     impl BoundSource for Table {
         fn total_sms(&self) -> u32 {
@@ -441,12 +710,28 @@ mod tests {
         fn partition_sizes(&self) -> Vec<u32> {
             vec![4, 8, 12, 16]
         }
-        fn bound(&self, kernel: &str, partition: u32) -> Result<u64> {
-            self.0
+        fn configured_exceedance(&self) -> f64 {
+            1e-9
+        }
+        fn bound(&self, kernel: &str, partition: u32, tag: Interference) -> Result<KernelBound> {
+            let bound_ns = self
+                .bounds
                 .iter()
                 .find(|((k, p), _)| *k == kernel && *p == partition)
                 .map(|(_, b)| *b)
-                .ok_or_else(|| ServiceError::UnknownKernel(format!("no kernel named `{kernel}`")))
+                .ok_or_else(|| {
+                    ServiceError::UnknownKernel(format!("no kernel named `{kernel}`"))
+                })?;
+            if self.isolated_only && tag == Interference::Contended {
+                return Err(ServiceError::NotCalibrated(
+                    "no contended calibration".into(),
+                ));
+            }
+            Ok(KernelBound {
+                bound_ns,
+                exceedance: self.exceedance,
+                stale: self.stale,
+            })
         }
     }
 
@@ -457,7 +742,20 @@ mod tests {
             m.insert(("a", p), a);
             m.insert(("b", p), b);
         }
-        Table(m)
+        Table {
+            bounds: m,
+            isolated_only: false,
+            stale: false,
+            exceedance: 1e-9,
+        }
+    }
+
+    fn check_distinct(src: &dyn BoundSource, tasks: &[Task]) -> Result<Verdict> {
+        super::check_distinct(src, tasks, Policy::default())
+    }
+
+    fn check_shared(src: &dyn BoundSource, tasks: &[Task]) -> Result<Verdict> {
+        super::check_shared(src, tasks, Policy::default())
     }
 
     fn task(name: &str, kernels: &[&str], sms: u32, period: u64, deadline: u64) -> Task {
@@ -489,9 +787,101 @@ mod tests {
                 name: "t".into(),
                 response_ns: 320,
                 partition_sms: 8,
-                slack_ns: 80
+                slack_ns: 80,
+                deadline_ns: 400,
+                exceedance: 1e-9,
+                interference: Interference::Contended,
+                stale: false,
             }]
         );
+    }
+
+    #[test]
+    fn co_running_partitions_need_contended_bounds() {
+        let t = Table {
+            isolated_only: true,
+            ..table()
+        };
+        let one = [task("x", &["a"], 4, 1000, 1000)];
+        let alone = check_distinct(&t, &one).unwrap();
+        assert!(alone.admitted, "one task has no co-runner: {alone:?}");
+        assert_eq!(alone.tasks[0].interference, Interference::Isolated);
+        let two = [one[0].clone(), task("y", &["b"], 4, 1000, 1000)];
+        let v = check_distinct(&t, &two).unwrap();
+        assert!(
+            !v.admitted,
+            "isolated bounds for co-running partitions: {v:?}"
+        );
+        assert!(v.tasks.iter().all(|r| r.slack_ns >= 0));
+        assert_eq!(v.refused.len(), 2);
+        assert!(
+            v.refused[0].contains("no contended bound")
+                && v.refused[0].contains("wcetctl recalibrate --interference contended a")
+                && v.refused[0].contains("RecalibrateWith"),
+            "{:?}",
+            v.refused
+        );
+        let e = v.or_refusal().unwrap_err();
+        assert!(matches!(e, ServiceError::NotCalibrated(m) if m.contains("`y`")));
+        // One partition shared in turn has no co-runner either.
+        assert!(
+            check_shared(
+                &t,
+                &[
+                    task("x", &["a"], 4, 1000, 1000),
+                    task("y", &["b"], 4, 1000, 1000)
+                ]
+            )
+            .unwrap()
+            .admitted
+        );
+        let e = suggest(&t, &[free("a", &["a"], 400), free("b", &["b"], 400)]).unwrap_err();
+        assert!(matches!(e, ServiceError::NotCalibrated(m) if m.contains("contended")));
+    }
+
+    #[test]
+    fn stale_or_weaker_bounds_need_the_callers_consent_and_are_named() {
+        let set = [task("x", &["a"], 4, 1000, 1000)];
+        let stale = Table {
+            stale: true,
+            ..table()
+        };
+        let v = check_distinct(&stale, &set).unwrap();
+        assert!(!v.admitted && v.refused[0].contains("stale") && v.tasks[0].stale);
+        let consent = Policy {
+            accept_stale: true,
+            ..Policy::default()
+        };
+        let v = super::check_distinct(&stale, &set, consent).unwrap();
+        assert!(v.admitted && v.accepted[0].contains("stale"), "{v:?}");
+        let heavy = Table {
+            exceedance: 1e-4,
+            ..table()
+        };
+        let v = check_distinct(&heavy, &set).unwrap();
+        assert!(!v.admitted && v.refused[0].contains("1e-4"), "{v:?}");
+        assert_eq!(v.tasks[0].exceedance, 1e-4);
+        let too_strict = Policy {
+            accept_exceedance: Some(1e-5),
+            ..Policy::default()
+        };
+        assert!(
+            !super::check_distinct(&heavy, &set, too_strict)
+                .unwrap()
+                .admitted
+        );
+        let consent = Policy {
+            accept_exceedance: Some(1e-4),
+            ..Policy::default()
+        };
+        let v = super::check_distinct(&heavy, &set, consent).unwrap();
+        assert!(v.admitted && v.accepted[0].contains("1e-4"), "{v:?}");
+        let bad = Policy {
+            accept_exceedance: Some(1.5),
+            ..Policy::default()
+        };
+        let e = super::check_distinct(&heavy, &set, bad).unwrap_err();
+        assert!(matches!(e, ServiceError::InvalidArgs(m) if m.contains("accept_exceedance")));
     }
 
     #[test]
@@ -509,6 +899,7 @@ mod tests {
             !v.admitted,
             "12 + 8 SMs on a 16-SM device must not be admitted"
         );
+        assert!(v.missed[0].contains("20 SMs"), "{:?}", v.missed);
     }
 
     #[test]
@@ -554,8 +945,8 @@ mod tests {
         assert_eq!(response_time(&[hi.clone(), job(&[4], 20)], 0), 6);
         assert_eq!(response_time(&[hi.clone(), job(&[2], 20)], 0), 4);
         let mut t = table();
-        t.0.insert(("k2", 4), 2);
-        t.0.insert(("k4", 4), 4);
+        t.bounds.insert(("k2", 4), 2);
+        t.bounds.insert(("k4", 4), 4);
         let set = |lo: &str| [task("hi", &["k2"], 4, 10, 5), task("lo", &[lo], 4, 20, 20)];
         assert!(!check_shared(&t, &set("k4")).unwrap().admitted);
         assert!(check_shared(&t, &set("k2")).unwrap().admitted);

@@ -1,15 +1,14 @@
 //! The bus face of admission: the `org.wcetd.Admission1` interface on `/org/wcetd/Wcetd1` (served
-//! by [`Admission`], registered from `dbus::serve`), its client proxy, and [`admit_file`], the
-//! client side of `wcetctl admit`. The analyses themselves live in `admission.rs`.
+//! by [`Admission`], registered from `dbus::serve`), its wire types and client proxy, and
+//! [`admit`], the client side of `wcetctl admit`. The analyses themselves live in `admission.rs`;
+//! task-set files in `taskset.rs`.
 
-use anyhow::Context;
-use std::path::Path;
-use zbus::{interface, proxy, Connection, DBusError};
+use std::collections::HashMap;
+use zbus::{interface, proxy, Connection, DeserializeDict, OwnedVariant, SerializeDict, Type};
 
-use crate::admission::{self, Task, Unsized, Verdict};
+use crate::admission::{self, Policy, Task, TaskResult, Unsized, Verdict};
 use crate::dbus::BusError;
-use crate::service::Service;
-use crate::taskset::{self, TaskSpec};
+use crate::service::{Service, ServiceError};
 
 pub const ADMISSION_INTERFACE: &str = "org.wcetd.Admission1";
 
@@ -20,6 +19,42 @@ pub type WireUnsized = (String, Vec<String>, u64, u64);
 /// One task's analysis on the wire: (name, response_ns, partition_sms, slack_ns).
 pub type WireResult = (String, u64, u64, i64);
 
+/// `CheckDetailed`'s answer (`a{sv}`): the verdict, every reason, and per task the guarantee
+/// of the bounds it rests on.
+#[derive(Debug, Clone, PartialEq, SerializeDict, DeserializeDict, Type)]
+#[zbus(signature = "a{sv}")]
+pub struct Detailed {
+    pub admitted: bool,
+    /// `distinct` (one partition per task, `Check`) or `shared` (`CheckShared`).
+    pub layout: String,
+    /// SMs the partitions take together, and the device's.
+    pub used_sms: u32,
+    pub total_sms: u32,
+    /// Every reason the set is not admitted; empty when it is.
+    pub reasons: Vec<String>,
+    /// Weaker bounds that the options accepted, each said.
+    pub accepted: Vec<String>,
+    pub configured_exceedance: f64,
+    pub tasks: Vec<DetailedTask>,
+}
+
+/// One task of a [`Detailed`] answer (`a{sv}`).
+#[derive(Debug, Clone, PartialEq, SerializeDict, DeserializeDict, Type)]
+#[zbus(signature = "a{sv}")]
+pub struct DetailedTask {
+    pub name: String,
+    pub response_ns: u64,
+    pub deadline_ns: u64,
+    pub partition_sms: u32,
+    pub slack_ns: i64,
+    /// The largest exceedance per launch among the bounds used.
+    pub exceedance: f64,
+    /// `contended` when every bound used covers a stressor on the other SMs, else `isolated`.
+    pub interference: String,
+    /// Whether any bound used was measured under another device fingerprint.
+    pub stale: bool,
+}
+
 /// `org.wcetd.Admission1`: anyone may call; it only reads bounds.
 pub struct Admission {
     pub service: Service,
@@ -27,20 +62,41 @@ pub struct Admission {
 
 #[interface(name = "org.wcetd.Admission1")]
 impl Admission {
-    /// Each task on its own partition.
+    /// Each task on its own partition. A set refused for the bounds it would rest on (no
+    /// contended bounds for co-running partitions, stale or weaker ones) is an error saying why.
     fn check(&self, tasks: Vec<WireTask>) -> Result<(bool, Vec<WireResult>), BusError> {
-        Ok(to_wire(admission::check_distinct(
-            &self.service,
-            &from_wire(tasks),
-        )?))
+        let verdict =
+            admission::check_distinct(&self.service, &from_wire(tasks), Policy::default())?;
+        Ok(to_wire(verdict.or_refusal()?))
     }
 
     /// All tasks on one partition, fixed priority in array order, kernels not preempted.
     fn check_shared(&self, tasks: Vec<WireTask>) -> Result<(bool, Vec<WireResult>), BusError> {
-        Ok(to_wire(admission::check_shared(
-            &self.service,
-            &from_wire(tasks),
-        )?))
+        let verdict = admission::check_shared(&self.service, &from_wire(tasks), Policy::default())?;
+        Ok(to_wire(verdict.or_refusal()?))
+    }
+
+    /// `Check` (or `CheckShared` with option `shared`) answered as a dictionary with every reason
+    /// and the guarantee per task; options `accept_stale` (b) and `accept_exceedance` (d) admit on
+    /// weaker bounds, and the answer says which were accepted.
+    fn check_detailed(
+        &self,
+        tasks: Vec<WireTask>,
+        options: HashMap<String, OwnedVariant>,
+    ) -> Result<Detailed, BusError> {
+        let (shared, policy) = parse_options(&options)?;
+        let tasks = from_wire(tasks);
+        let verdict = if shared {
+            admission::check_shared(&self.service, &tasks, policy)?
+        } else {
+            admission::check_distinct(&self.service, &tasks, policy)?
+        };
+        Ok(detailed(
+            verdict,
+            shared,
+            self.service.device().total_sms,
+            self.service.configured_exceedance(),
+        ))
     }
 
     /// The smallest partition per task that meets its deadline, when they fit together.
@@ -58,6 +114,67 @@ impl Admission {
     }
 }
 
+const OPTIONS: &str = "shared (b), accept_stale (b), accept_exceedance (d)";
+
+/// `CheckDetailed`'s options: (shared, policy).
+fn parse_options(options: &HashMap<String, OwnedVariant>) -> Result<(bool, Policy), ServiceError> {
+    let mut shared = false;
+    let mut policy = Policy::default();
+    for (key, value) in options {
+        let wrong = |ty: &str| {
+            ServiceError::InvalidArgs(format!(
+                "option {key} must be of type {ty}; accepted options: {OPTIONS}"
+            ))
+        };
+        match key.as_str() {
+            "shared" => shared = bool::try_from(value).map_err(|_| wrong("b"))?,
+            "accept_stale" => {
+                policy.accept_stale = bool::try_from(value).map_err(|_| wrong("b"))?;
+            }
+            "accept_exceedance" => {
+                policy.accept_exceedance = Some(f64::try_from(value).map_err(|_| wrong("d"))?);
+            }
+            other => {
+                return Err(ServiceError::InvalidArgs(format!(
+                    "option {other} is unknown; accepted: {OPTIONS}"
+                )))
+            }
+        }
+    }
+    Ok((shared, policy))
+}
+
+fn detailed(v: Verdict, shared: bool, total_sms: u32, configured: f64) -> Detailed {
+    let used_sms = if shared {
+        v.tasks.first().map_or(0, |t| t.partition_sms)
+    } else {
+        v.tasks.iter().map(|t| t.partition_sms).sum()
+    };
+    Detailed {
+        admitted: v.admitted,
+        layout: if shared { "shared" } else { "distinct" }.into(),
+        used_sms,
+        total_sms,
+        reasons: v.reasons(),
+        accepted: v.accepted,
+        configured_exceedance: configured,
+        tasks: v.tasks.into_iter().map(detailed_task).collect(),
+    }
+}
+
+fn detailed_task(t: TaskResult) -> DetailedTask {
+    DetailedTask {
+        name: t.name,
+        response_ns: t.response_ns,
+        deadline_ns: t.deadline_ns,
+        partition_sms: t.partition_sms,
+        slack_ns: t.slack_ns,
+        exceedance: t.exceedance,
+        interference: t.interference.to_string(),
+        stale: t.stale,
+    }
+}
+
 fn from_wire(tasks: Vec<WireTask>) -> Vec<Task> {
     tasks
         .into_iter()
@@ -69,6 +186,27 @@ fn from_wire(tasks: Vec<WireTask>) -> Vec<Task> {
             deadline_ns,
         })
         .collect()
+}
+
+/// A task as `Check` takes it.
+pub fn task_to_wire(t: &Task) -> WireTask {
+    (
+        t.name.clone(),
+        t.kernels.clone(),
+        t.sms,
+        t.period_ns,
+        t.deadline_ns,
+    )
+}
+
+/// A task as `Suggest` takes it.
+pub fn unsized_to_wire(t: &Unsized) -> WireUnsized {
+    (
+        t.name.clone(),
+        t.kernels.clone(),
+        t.period_ns,
+        t.deadline_ns,
+    )
 }
 
 fn to_wire(v: Verdict) -> (bool, Vec<WireResult>) {
@@ -96,92 +234,88 @@ fn to_wire(v: Verdict) -> (bool, Vec<WireResult>) {
 pub trait Admission1 {
     fn check(&self, tasks: &[WireTask]) -> zbus::Result<(bool, Vec<WireResult>)>;
     fn check_shared(&self, tasks: &[WireTask]) -> zbus::Result<(bool, Vec<WireResult>)>;
+    fn check_detailed(
+        &self,
+        tasks: &[WireTask],
+        options: HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<Detailed>;
     fn suggest(&self, tasks: &[WireUnsized]) -> zbus::Result<Vec<(String, u32)>>;
 }
 
-/// `wcetctl admit FILE`: read a task set, ask the daemon, and render the verdict as a table.
-/// `shared` puts every task on one partition (`CheckShared`) instead of one each (`Check`).
-pub async fn admit_file(conn: &Connection, path: &Path, shared: bool) -> anyhow::Result<String> {
-    let specs = taskset::load(path)?;
-    let tasks = specs
-        .iter()
-        .map(TaskSpec::to_wire)
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let proxy = Admission1Proxy::new(conn)
-        .await
-        .context("reaching org.wcetd.Admission1")?;
-    let call = if shared {
-        proxy.check_shared(&tasks).await
-    } else {
-        proxy.check(&tasks).await
-    };
-    let (admitted, results) =
-        call.map_err(|e| anyhow::anyhow!("{}: {}", path.display(), describe(e)))?;
-    let total: u32 = zbus::Proxy::new(
-        conn,
-        crate::dbus::BUS_NAME,
-        crate::dbus::OBJECT_PATH,
-        crate::dbus::BOUNDS_INTERFACE,
-    )
-    .await?
-    .get_property("TotalSms")
-    .await
-    .context("reading TotalSms")?;
-    Ok(render(&specs, &results, admitted, shared, total))
-}
-
-/// A bus error as its D-Bus name and message, which say what was wrong and what is accepted.
-fn describe(e: zbus::Error) -> String {
-    match e {
-        zbus::Error::MethodError(name, Some(message), _) => format!("{name}: {message}"),
-        // zbus turns org.freedesktop.DBus.Error.* replies into its own `fdo::Error`.
-        zbus::Error::FDO(e) => format!("{}: {}", e.name(), e.description().unwrap_or_default()),
-        other => other.to_string(),
-    }
-}
-
-fn render(
-    specs: &[TaskSpec],
-    results: &[WireResult],
-    admitted: bool,
+/// `CheckDetailed` of `tasks` with `policy`, one shared partition when `shared`.
+pub async fn admit(
+    conn: &Connection,
+    tasks: &[Task],
     shared: bool,
-    total: u32,
-) -> String {
-    let width = results.iter().map(|r| r.0.len()).max().unwrap_or(4).max(4);
+    policy: Policy,
+) -> zbus::Result<Detailed> {
+    let wire: Vec<WireTask> = tasks.iter().map(task_to_wire).collect();
+    let mut options: HashMap<&str, zbus::Variant<'_>> = HashMap::new();
+    options.insert("shared", shared.into());
+    if policy.accept_stale {
+        options.insert("accept_stale", true.into());
+    }
+    if let Some(p) = policy.accept_exceedance {
+        options.insert("accept_exceedance", p.into());
+    }
+    Admission1Proxy::new(conn)
+        .await?
+        .check_detailed(&wire, options)
+        .await
+}
+
+/// A verdict as a table: per task its numbers and guarantee, then every reason and caveat.
+pub fn render(answer: &Detailed) -> String {
+    let width = answer
+        .tasks
+        .iter()
+        .map(|t| t.name.len())
+        .max()
+        .unwrap_or(4)
+        .max(4);
     let mut out = format!(
-        "{:<width$}  {:>9}  {:>14}  {:>14}  {:>14}  verdict\n",
-        "task", "sms", "response_ns", "deadline_ns", "slack_ns"
+        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:<12}  verdict\n",
+        "task", "sms", "response_ns", "deadline_ns", "slack_ns", "exceedance", "interference"
     );
-    for ((name, response, sms, slack), spec) in results.iter().zip(specs) {
-        let response = if *response == u64::MAX {
+    for t in &answer.tasks {
+        let response = if t.response_ns == u64::MAX {
             "unbounded".to_string()
         } else {
-            response.to_string()
+            t.response_ns.to_string()
         };
-        let verdict = if *slack >= 0 { "meets" } else { "MISSES" };
+        let verdict = if t.slack_ns >= 0 { "meets" } else { "MISSES" };
+        let stale = if t.stale { " (stale)" } else { "" };
         out += &format!(
-            "{name:<width$}  {sms:>9}  {response:>14}  {:>14}  {slack:>14}  {verdict}\n",
-            spec.deadline_ns
+            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10.0e}  {:<12}  {verdict}{stale}\n",
+            t.name, t.partition_sms, t.deadline_ns, t.slack_ns, t.exceedance, t.interference
         );
     }
-    let used: u64 = if shared {
-        results.first().map_or(0, |r| r.2)
-    } else {
-        results.iter().map(|r| r.2).sum()
-    };
-    let layout = if shared {
+    let layout = if answer.layout == "shared" {
         "one shared partition"
     } else {
         "distinct partitions"
     };
-    let fits = if used <= u64::from(total) {
+    let fits = if answer.used_sms <= answer.total_sms {
         "fit"
     } else {
         "do NOT fit"
     };
     out += &format!(
-        "{}: {layout}, {used} of {total} SMs ({fits})\n",
-        if admitted { "ADMITTED" } else { "REJECTED" }
+        "{}: {layout}, {} of {} SMs ({fits}); bounds configured at exceedance {:e} per launch\n",
+        if answer.admitted {
+            "ADMITTED"
+        } else {
+            "REJECTED"
+        },
+        answer.used_sms,
+        answer.total_sms,
+        answer.configured_exceedance
     );
+    for r in &answer.reasons {
+        out += &format!("  not admitted: {r}\n");
+    }
+    for a in &answer.accepted {
+        out += &format!("  accepted: {a}\n");
+    }
     out
 }

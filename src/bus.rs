@@ -18,6 +18,17 @@ pub enum BusChoice {
     Auto,
 }
 
+impl std::fmt::Display for BusChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BusChoice::Address(a) => write!(f, "address {a}"),
+            BusChoice::System => f.write_str("the system bus"),
+            BusChoice::Session => f.write_str("the session bus"),
+            BusChoice::Auto => f.write_str("the session bus, else the system bus"),
+        }
+    }
+}
+
 /// A `dbus-daemon` child on a private socket, stopped when dropped.
 pub struct PrivateBus {
     child: Child,
@@ -135,5 +146,5 @@ pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
     builder
         .build()
         .await
-        .with_context(|| format!("connecting to the bus ({choice:?})"))
+        .with_context(|| format!("connecting to {choice}"))
 }

@@ -15,6 +15,13 @@ pub trait Bounds {
         -> zbus::Result<HashMap<String, OwnedVariant>>;
     fn get_curve(&self, kernel: &str) -> zbus::Result<Vec<(u32, u64)>>;
     fn min_partition(&self, kernel: &str, deadline_ns: u64) -> zbus::Result<u32>;
+    fn get_bound_tagged(&self, kernel: &str, sms: u32, interference: &str) -> zbus::Result<u64>;
+    fn get_bound_info_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+    ) -> zbus::Result<HashMap<String, OwnedVariant>>;
     fn ping(&self) -> zbus::Result<()>;
     #[zbus(property)]
     fn device(&self) -> zbus::Result<String>;
@@ -39,6 +46,13 @@ pub trait Bounds {
 )]
 pub trait Calibration {
     fn recalibrate(&self, kernels: &[&str]) -> zbus::Result<u64>;
+    fn recalibrate_with(
+        &self,
+        kernels: &[&str],
+        options: HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<u64>;
+    /// (job, state, progress, message, kernels) for every job of this daemon run.
+    fn list_jobs(&self) -> zbus::Result<Vec<(u64, String, f64, String, Vec<String>)>>;
     fn get_job(&self, job: u64) -> zbus::Result<(String, f64, String)>;
     fn cancel_job(&self, job: u64) -> zbus::Result<()>;
     fn reload_kernels(&self) -> zbus::Result<(Vec<String>, Vec<String>, Vec<(String, String)>)>;

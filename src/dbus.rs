@@ -113,6 +113,21 @@ impl Bounds {
             .bound_ns)
     }
 
+    /// `GetBoundInfo` for one interference tag (`isolated` or `contended`): an extension.
+    fn get_bound_info_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+    ) -> Result<HashMap<String, Variant<'static>>, BusError> {
+        let tag = parse_tag(interference)?;
+        Ok(info_dict(&self.service.bound_info(
+            kernel,
+            sms,
+            Some(tag),
+        )?))
+    }
+
     /// A method that does nothing, so benchmarks can compare `GetBound` against the bus itself.
     fn ping(&self) {}
 
@@ -136,7 +151,8 @@ impl Bounds {
         self.service.device().partition_sizes.clone()
     }
 
-    /// `ok`, or `degraded: <why>` after a failed calibration (old bounds are still served).
+    /// `ok`, or `degraded: <why>`: after a failed calibration (old bounds are still served), and
+    /// while stale bounds are served.
     #[zbus(property)]
     fn health(&self) -> String {
         self.service.health()
@@ -231,7 +247,17 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("law", b.law.clone().into());
     put("tail", b.tail.clone().into());
     put("interference", b.interference.to_string().into());
-    put("notes", b.notes.join("; ").into());
+    // The guarantee in numbers: what a scheduler compares before it stakes a deadline on a bound.
+    let g = &b.guarantee;
+    put("exceedance", g.exceedance.into());
+    put("exceedance_basis", g.basis.as_str().into());
+    put("configured_exceedance", g.configured_exceedance.into());
+    let available: Vec<String> = g.available.iter().map(ToString::to_string).collect();
+    put("interference_available", available.into());
+    put("stressor_sms", g.stressor_sms.into());
+    let mut notes = b.notes.clone();
+    notes.extend(g.weaker_note());
+    put("notes", notes.join("; ").into());
     put("clock_scaled", b.clock.scaled.into());
     put("calibrated_clock_mhz", b.clock.calibrated_mhz.into());
     put("current_clock_mhz", b.clock.current_mhz.into());
@@ -268,6 +294,60 @@ impl Calibration {
     ) -> Result<u64, BusError> {
         self.access.check(conn, &header, "Recalibrate").await?;
         Ok(self.service.recalibrate(&kernels)?)
+    }
+
+    /// `Recalibrate` with options: `interference` (as: `isolated`, `contended`; default both,
+    /// or what the daemon is configured to measure).
+    async fn recalibrate_with(
+        &self,
+        kernels: Vec<String>,
+        options: HashMap<String, zbus::OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<u64, BusError> {
+        self.access.check(conn, &header, "RecalibrateWith").await?;
+        let mut tags = Vec::new();
+        for (key, value) in &options {
+            if key != "interference" {
+                return Err(ServiceError::InvalidArgs(format!(
+                    "option {key} is unknown; accepted: interference (as)"
+                ))
+                .into());
+            }
+            let names = <Vec<String>>::try_from(value.try_clone()?)
+                .map_err(|_| {
+                    ServiceError::InvalidArgs(
+                        "option interference must be of type as; accepted: [\"isolated\"], [\"contended\"] or both".into(),
+                    )
+                })?;
+            for name in names {
+                tags.push(parse_tag(&name)?);
+            }
+        }
+        Ok(self.service.recalibrate_with(&kernels, &tags)?)
+    }
+
+    /// Every job of this daemon run: (job, state, progress, message, kernels), oldest first.
+    async fn list_jobs(
+        &self,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<(u64, String, f64, String, Vec<String>)>, BusError> {
+        self.access.check(conn, &header, "ListJobs").await?;
+        Ok(self
+            .service
+            .jobs()
+            .into_iter()
+            .map(|(id, s)| {
+                (
+                    id,
+                    s.state.as_str().to_string(),
+                    s.progress,
+                    s.message,
+                    s.kernels,
+                )
+            })
+            .collect())
     }
 
     async fn get_job(
@@ -398,8 +478,14 @@ pub async fn forward_events(conn: Connection, service: Service) {
             }
             Event::BoundsChanged { kernels } => {
                 let emitter = bounds.signal_emitter();
-                let changed = bounds.get().await.stale_kernels_changed(emitter).await;
-                Bounds::bounds_changed(emitter, kernels).await.and(changed)
+                let iface = bounds.get().await;
+                let changed = iface.stale_kernels_changed(emitter).await;
+                // Health says whether stale bounds are served, so it may change with them.
+                let health = iface.health_changed(emitter).await;
+                Bounds::bounds_changed(emitter, kernels)
+                    .await
+                    .and(changed)
+                    .and(health)
             }
             Event::HealthChanged { .. } => {
                 bounds

@@ -31,6 +31,8 @@
 //!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
 //!   fitting and evaluation for `wcetctl`.
+//! - [`config`] (the daemon's configuration file: the same keys as its flags) and [`generate`]
+//!   (man pages and completions from the clap definitions) serve the binaries.
 //! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
 //!   [`model::predict`], which are reported beside bounds and never change one.
 //!
@@ -42,8 +44,10 @@ pub mod admission_bus;
 pub mod bus;
 pub mod calibrate;
 pub mod client;
+pub mod config;
 pub mod dbus;
 pub mod fnv;
+pub mod generate;
 pub mod gpu;
 pub mod kernels;
 pub mod manifest;

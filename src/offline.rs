@@ -9,19 +9,50 @@ use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use crate::gpu::{Gpu, Interference, RunRequest};
 use crate::kernels::{self, Geometry};
 use crate::model::evaluate::{self, CalibrationSizes, KernelEvaluation, Score};
-use crate::model::{method, Method, MethodConfig, Observations};
+use crate::model::{method, BoundTable, ExceedanceBasis, Method, MethodConfig, Observations};
 use crate::samples::SampleSet;
 
-/// The bounds CSV of the design notes for every kernel in `samples` at `sizes`.
-pub fn fit_csv(
+/// Fewest samples at a measured size that `fit` turns into bounds. With n samples the largest is
+/// exceeded by a fresh launch with probability 1/(n+1) before any margin: below 30 that is over 3%
+/// per launch, and a file that thin describes a typical time, not a worst case.
+pub const MIN_SAMPLES_PER_SIZE: usize = 30;
+
+/// Samples at one size below which a rare slow launch is likely unseen: a launch slower than 1 in
+/// 1,000 shows at least once in 2,000 samples with probability 86%. The daemon screens its
+/// largest size with 2,200 (`--launches` 200 + `--screen-launches` 2,000).
+pub const TAIL_DETECTION_SAMPLES: usize = 2_000;
+
+/// One kernel's fitted bounds and what its samples can support.
+#[derive(Debug, Clone)]
+pub struct KernelFit {
+    pub kernel: String,
+    pub table: BoundTable,
+    /// Samples at each measured size.
+    pub samples: BTreeMap<u32, usize>,
+    /// Exceedance per launch the bounds are stated at, and what it rests on.
+    pub exceedance: f64,
+    pub basis: ExceedanceBasis,
+    /// Why the bounds may be weaker than they look (for standard error), each with its number.
+    pub warnings: Vec<String>,
+}
+
+/// Bounds at `sizes` for every kernel in `samples`; refuses (naming the kernel, the size and the
+/// minimum) a kernel with a size measured fewer than [`MIN_SAMPLES_PER_SIZE`] times.
+pub fn fit(
     samples: &SampleSet,
     geometry: &BTreeMap<String, Geometry>,
     sizes: &[u32],
     method: Method,
     config: &MethodConfig,
-) -> anyhow::Result<String> {
-    let mut out = String::from("kernel,sms,bound_ns\n");
+) -> anyhow::Result<Vec<KernelFit>> {
+    let mut out = Vec::new();
     for (kernel, by_size) in samples {
+        if let Some((m, s)) = by_size.iter().find(|(_, s)| s.len() < MIN_SAMPLES_PER_SIZE) {
+            anyhow::bail!(
+                "kernel {kernel}: {} samples at {m} SMs cannot support a bound; accepted: at least {MIN_SAMPLES_PER_SIZE} per measured size (every launch timed, none dropped)",
+                s.len()
+            );
+        }
         let obs = Observations {
             geometry: geometry.get(kernel).copied(),
             by_size: by_size.clone(),
@@ -29,11 +60,89 @@ pub fn fit_csv(
         };
         let table = method::bound_table(&obs, sizes, method, config)
             .with_context(|| format!("kernel {kernel}"))?;
-        for e in &table.entries {
-            out.push_str(&format!("{kernel},{},{}\n", e.sms, e.bound_ns));
-        }
+        let (exceedance, basis) = table.stated_exceedance();
+        let counts: BTreeMap<u32, usize> = by_size.iter().map(|(&m, s)| (m, s.len())).collect();
+        let warnings = thin_sample_warnings(&counts, basis, exceedance, config.exceedance);
+        out.push(KernelFit {
+            kernel: kernel.clone(),
+            table,
+            samples: counts,
+            exceedance,
+            basis,
+            warnings,
+        });
     }
     Ok(out)
+}
+
+/// What too few samples leave unsupported, with the numbers.
+fn thin_sample_warnings(
+    counts: &BTreeMap<u32, usize>,
+    basis: ExceedanceBasis,
+    exceedance: f64,
+    configured: f64,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let most = counts.values().copied().max().unwrap_or(0);
+    let total: usize = counts.values().sum();
+    if most < TAIL_DETECTION_SAMPLES {
+        warnings.push(format!(
+            "at most {most} samples at one size ({total} in all): a slow launch rarer than 1 in {most} is likely unseen, so a heavy tail may go undetected; at least {TAIL_DETECTION_SAMPLES} at one size are needed to detect one"
+        ));
+    }
+    if basis == ExceedanceBasis::ObservedMaximum {
+        warnings.push(format!(
+            "no tail model (it needs 100 samples pooled over sizes): the bound is a stated margin over the largest sample and supports an exceedance of only {exceedance:.1e} per launch"
+        ));
+    } else if exceedance > configured * (1.0 + 1e-9) {
+        warnings.push(format!(
+            "heavy tail: bound stated at exceedance {exceedance:e} per launch, not the configured {configured:e}"
+        ));
+    }
+    warnings
+}
+
+/// The bounds CSV of the design notes: `kernel,sms,bound_ns`.
+pub fn bounds_csv(fits: &[KernelFit]) -> String {
+    let mut out = String::from("kernel,sms,bound_ns\n");
+    for f in fits {
+        for e in &f.table.entries {
+            out.push_str(&format!("{},{},{}\n", f.kernel, e.sms, e.bound_ns));
+        }
+    }
+    out
+}
+
+/// `fit --json`: per kernel, every bound with its provenance, the exceedance the samples support,
+/// the notes of the method and the warnings.
+pub fn fit_json(fits: &[KernelFit]) -> serde_json::Value {
+    let kernels: Vec<serde_json::Value> = fits
+        .iter()
+        .map(|f| {
+            let bounds: Vec<serde_json::Value> = f
+                .table
+                .entries
+                .iter()
+                .map(|e| {
+                    serde_json::json!({"sms": e.sms, "bound_ns": e.bound_ns, "provenance": e.provenance.to_string(),
+                        "basis": e.basis(), "samples": e.samples, "observed_max_ns": e.observed_max_ns})
+                })
+                .collect();
+            serde_json::json!({
+                "kernel": f.kernel,
+                "method": f.table.method.name(),
+                "law": f.table.law.as_ref().map(|l| l.law.to_string()),
+                "tail": f.table.tail.as_ref().map(|t| t.kind.to_string()),
+                "exceedance": f.exceedance,
+                "exceedance_basis": f.basis.as_str(),
+                "samples_per_size": f.samples,
+                "bounds": bounds,
+                "notes": f.table.notes,
+                "warnings": f.warnings,
+            })
+        })
+        .collect();
+    serde_json::json!({"kernels": kernels})
 }
 
 /// Every kernel of a simulated device's profile (the built-in suite, or foreign shapes) at every
@@ -162,7 +271,39 @@ pub fn score_table(rows: &[(String, Method, Score)]) -> String {
     out
 }
 
-/// An SVG of one kernel: every held-out sample, per-size maxima, and each method's bound curve.
+/// Image formats `plot` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlotFormat {
+    Svg,
+    Png,
+}
+
+impl PlotFormat {
+    /// The format a file name asks for (`.svg`, `.png`), if it asks for one.
+    pub fn of(path: &Path) -> Option<PlotFormat> {
+        match path.extension()?.to_str()? {
+            "svg" => Some(PlotFormat::Svg),
+            "png" => Some(PlotFormat::Png),
+            _ => None,
+        }
+    }
+
+    /// Refuse what this build cannot write: its plotting backend draws SVG only (a PNG needs a
+    /// font rasteriser), and an SVG is never written under a .png name.
+    pub fn check(self) -> anyhow::Result<()> {
+        match self {
+            PlotFormat::Svg => Ok(()),
+            PlotFormat::Png => anyhow::bail!(
+                "PNG is not supported by this build (its plotting backend draws SVG only); accepted: an .svg file or a directory (one KERNEL.svg each); convert with e.g. `rsvg-convert -o KERNEL.png KERNEL.svg`"
+            ),
+        }
+    }
+}
+
+/// An SVG of one kernel on a log time axis: every held-out sample, the held-out maximum at each
+/// size (a black cross), and each method's bound curve with its calibrated sizes as filled dots
+/// and the others as open ones. The first method's margin over the held-out maximum is printed
+/// at every size (red where the bound is below it).
 pub fn plot(
     kernel: &str,
     holdout: &BTreeMap<u32, Vec<u64>>,
@@ -170,53 +311,107 @@ pub fn plot(
     path: &Path,
 ) -> anyhow::Result<()> {
     use plotters::prelude::*;
-    let max_ns = holdout.values().flatten().copied().max().unwrap_or(1) as f64;
-    let top = evaluations
-        .iter()
-        .flat_map(|e| e.pairs.iter().map(|p| p.bound_ns as f64))
-        .fold(max_ns, f64::max);
+    PlotFormat::of(path).unwrap_or(PlotFormat::Svg).check()?;
+    let us = |ns: u64| ns as f64 / 1000.0;
+    let all_ns = holdout.values().flatten().copied().chain(
+        evaluations
+            .iter()
+            .flat_map(|e| e.pairs.iter().map(|p| p.bound_ns)),
+    );
+    let (lo, hi) = all_ns.fold((u64::MAX, 1), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    let (lo, hi) = (us(lo.max(1)) / 1.3, us(hi) * 1.6);
     let hi_sms = holdout.keys().copied().max().unwrap_or(1) + 4;
-    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
     root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
+    let (upper, footer) = root.split_vertically(596);
+    let mut chart = ChartBuilder::on(&upper)
         .caption(
-            format!("{kernel}: samples and bounds (µs) vs SMs"),
+            format!("{kernel}: held-out launches and bounds vs SMs (log time)"),
             ("sans-serif", 20),
         )
         .margin(12)
         .x_label_area_size(36)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0u32..hi_sms, 0f64..top / 1000.0 * 1.08)?;
+        .y_label_area_size(72)
+        .build_cartesian_2d(0u32..hi_sms, (lo..hi).log_scale())?;
     chart
         .configure_mesh()
-        .x_desc("SMs")
-        .y_desc("time (µs)")
+        .x_desc("SMs in the partition")
+        .y_desc("time per launch (µs, log scale)")
+        .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
+    let grey = RGBColor(170, 170, 170);
     let samples = holdout
         .iter()
-        .flat_map(|(&m, s)| s.iter().map(move |&t| (m, t as f64 / 1000.0)));
+        .flat_map(|(&m, s)| s.iter().map(move |&t| (m, us(t))));
     chart
-        .draw_series(samples.map(|p| Circle::new(p, 1, RGBColor(160, 160, 160).filled())))?
-        .label("held-out samples");
-    let maxima = holdout
+        .draw_series(samples.map(|p| Circle::new(p, 1, grey.filled())))?
+        .label("held-out launches")
+        .legend(move |(x, y)| Circle::new((x + 8, y), 2, grey.filled()));
+    let maxima: Vec<(u32, f64)> = holdout
         .iter()
-        .filter_map(|(&m, s)| s.iter().max().map(|&t| (m, t as f64 / 1000.0)));
+        .filter_map(|(&m, s)| s.iter().max().map(|&t| (m, us(t))))
+        .collect();
     chart
-        .draw_series(LineSeries::new(maxima, BLACK.stroke_width(2)))?
-        .label("held-out max");
+        .draw_series(
+            maxima
+                .iter()
+                .map(|&p| Cross::new(p, 5, BLACK.stroke_width(2))),
+        )?
+        .label("held-out maximum")
+        .legend(|(x, y)| Cross::new((x + 8, y), 5, BLACK.stroke_width(2)));
     for (i, e) in evaluations.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let line = e.pairs.iter().map(|p| (p.sms, p.bound_ns as f64 / 1000.0));
+        let line = e.pairs.iter().map(|p| (p.sms, us(p.bound_ns)));
         chart
             .draw_series(LineSeries::new(line, color.stroke_width(2)))?
             .label(format!("{} ({} violations)", e.method, e.score.violations))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
+            });
+        let measured = |m: u32| e.calibrated_at.contains(&m);
+        chart.draw_series(e.pairs.iter().map(|p| {
+            let style = if measured(p.sms) {
+                color.filled()
+            } else {
+                WHITE.filled()
+            };
+            Circle::new((p.sms, us(p.bound_ns)), 4, style)
+        }))?;
+        chart.draw_series(
+            e.pairs
+                .iter()
+                .filter(|p| !measured(p.sms))
+                .map(|p| Circle::new((p.sms, us(p.bound_ns)), 4, color.stroke_width(1))),
+        )?;
+    }
+    if let Some(first) = evaluations.first() {
+        chart.draw_series(
+            first
+                .pairs
+                .iter()
+                .filter(|p| p.holdout_max_ns > 0)
+                .map(|p| {
+                    let margin = p.bound_ns as f64 / p.holdout_max_ns as f64 - 1.0;
+                    let color = if margin < 0.0 { RED } else { BLACK };
+                    Text::new(
+                        format!("{:+.0}%", margin * 100.0),
+                        (p.sms, us(p.bound_ns) * 1.12),
+                        ("sans-serif", 11).into_font().color(&color),
+                    )
+                }),
+        )?;
     }
     chart
         .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
+    footer.draw(&Text::new(
+        "filled dot: size calibrated on; open dot: fitted or extrapolated; % above the first curve: its margin over the held-out maximum",
+        (12, 4),
+        ("sans-serif", 12).into_font(),
+    ))?;
     root.present()?;
     Ok(())
 }

@@ -18,11 +18,13 @@ use std::sync::{mpsc, Arc, Mutex, PoisonError, RwLock};
 use tokio::sync::broadcast;
 
 use crate::calibrate::{self, Recipe};
-use crate::gpu::{DeviceInfo, Gpu, GpuError, Interference};
+use crate::gpu::{
+    Batch, DeviceInfo, Gpu, GpuError, Interference, PlacementReport, RunRequest, Telemetry,
+};
 use crate::kernels::{Catalogue, KernelSpec};
 use crate::manifest;
 use crate::model::predict::DeviceDescription;
-use crate::model::BoundEntry;
+use crate::model::{BoundEntry, ExceedanceBasis};
 use crate::store::Origin;
 use crate::store::{Calibration, KernelCalibration, Store};
 use crate::workload::Forecast;
@@ -70,6 +72,10 @@ pub struct ServiceConfig {
     pub prediction: Option<DeviceDescription>,
     /// Directories of kernel manifests (`--kernel-dir`), read at start and by `reload_kernels`.
     pub kernel_dirs: Vec<PathBuf>,
+    /// Interference a calibration job measures under unless it asks otherwise. Both by default:
+    /// the daemon exists for partitions that run at once, and an isolated bound is not safe for
+    /// a partition whose neighbours load memory (docs/admission.md).
+    pub interference: Vec<Interference>,
 }
 
 impl Default for ServiceConfig {
@@ -80,6 +86,7 @@ impl Default for ServiceConfig {
             initial_calibration: true,
             prediction: None,
             kernel_dirs: Vec::new(),
+            interference: vec![Interference::Isolated, Interference::Contended],
         }
     }
 }
@@ -118,6 +125,8 @@ pub struct JobStatus {
     pub progress: f64,
     pub message: String,
     pub kernels: Vec<String>,
+    /// The interference the job measures under, in order.
+    pub interference: Vec<Interference>,
 }
 
 /// What the service announces; the bus face turns these into signals.
@@ -163,6 +172,42 @@ pub struct BoundInfo {
     /// `measured` (by this daemon) or `imported`, and where the samples came from.
     pub origin: Origin,
     pub source: String,
+    /// The guarantee behind the bound: at what exceedance, against what interference.
+    pub guarantee: Guarantee,
+}
+
+/// What a bound promises, in numbers a scheduler can compare.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Guarantee {
+    /// Probability per launch that a launch exceeds the bound, as the calibration states it
+    /// ([`crate::model::BoundTable::stated_exceedance`]).
+    pub exceedance: f64,
+    pub basis: ExceedanceBasis,
+    /// The exceedance the daemon is configured to state bounds at (`wcetd --exceedance`).
+    pub configured_exceedance: f64,
+    /// Interference tags this kernel has a calibration for (the bound is the safer of them).
+    pub available: Vec<Interference>,
+    /// Fewest SMs the stressor ran on while this size was measured (0: isolated or not measured).
+    pub stressor_sms: u32,
+}
+
+impl Guarantee {
+    /// Whether the bound is stated at the configured exceedance or better.
+    pub fn meets_configured(&self) -> bool {
+        self.exceedance <= self.configured_exceedance * (1.0 + 1e-9)
+    }
+
+    /// A note, when the bound promises less than the configured exceedance.
+    pub fn weaker_note(&self) -> Option<String> {
+        (!self.meets_configured()).then(|| {
+            format!(
+                "bound stated at exceedance {:e} per launch ({}), weaker than the configured {:e}",
+                self.exceedance,
+                self.basis.as_str(),
+                self.configured_exceedance
+            )
+        })
+    }
 }
 
 /// A predicted typical time and what it rests on. No bound is ever computed from one.
@@ -195,8 +240,11 @@ struct Job {
 
 /// What a job does on the worker thread.
 enum Work {
-    /// Measure and fit these kernels.
-    Calibrate(Vec<KernelSpec>),
+    /// Measure and fit these kernels, under each of these interference tags.
+    Calibrate {
+        kernels: Vec<KernelSpec>,
+        interference: Vec<Interference>,
+    },
     /// Fit samples measured elsewhere (no GPU work).
     Import(Box<calibrate::Imported>),
 }
@@ -297,12 +345,27 @@ impl Service {
         &self.inner.device
     }
 
+    /// `ok`, or `degraded: <why>`: after a failed job (until the next one succeeds), and while
+    /// any bound served was measured under another device fingerprint (rule 3).
     pub fn health(&self) -> String {
-        self.inner
+        let last_job = self
+            .inner
             .health
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        let stale = self.stale_kernels();
+        if stale.is_empty() {
+            return last_job;
+        }
+        let why = format!(
+            "stale bounds for {} (measured under another device, driver or clock policy); recalibrate: `wcetctl recalibrate` or Recalibrate([])",
+            stale.join(", ")
+        );
+        match last_job.as_str() {
+            "ok" => format!("degraded: {why}"),
+            failed => format!("{failed}; {why}"),
+        }
     }
 
     fn snapshot(&self) -> Arc<Calibration> {
@@ -315,9 +378,14 @@ impl Service {
         )
     }
 
+    /// Whether `kernel` lacks a current calibration under any interference the daemon measures.
     fn needs_calibration(&self, kernel: &str) -> bool {
         let snap = self.snapshot();
-        snap.kernels.get(kernel).is_none_or(|k| self.is_stale(k))
+        self.inner.config.interference.iter().any(|&tag| {
+            snap.tables(tag)
+                .get(kernel)
+                .is_none_or(|k| self.is_stale(k))
+        })
     }
 
     fn is_stale(&self, k: &KernelCalibration) -> bool {
@@ -437,10 +505,14 @@ impl Service {
         };
         let interference = found.map(|(_, i)| i);
         interference.map(|i| (Arc::clone(&snap), i)).ok_or_else(|| {
-            let running = self.job_for(kernel).map(|j| format!(" (job {j} is calibrating it)")).unwrap_or_default();
+            let running = self
+                .job_for(kernel)
+                .map(|j| format!(" (job {j} is calibrating it)"))
+                .unwrap_or_default();
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
             ServiceError::NotCalibrated(format!(
-                "kernel `{kernel}` has no {which}calibration yet{running}; call Recalibrate([\"{kernel}\"]) and wait for JobFinished"
+                "kernel `{kernel}` has no {which}calibration yet{running}; {}",
+                how_to_calibrate(kernel, tag)
             ))
         })
     }
@@ -458,6 +530,16 @@ impl Service {
 
     fn check_partition(&self, sms: u32) -> Result<u32> {
         let sizes = &self.inner.device.partition_sizes;
+        let total = self.inner.device.total_sms;
+        if sms > total {
+            // No partition of this device has that many SMs: serving the whole device's bound
+            // would answer a question that was not asked.
+            return Err(ServiceError::InvalidPartition(format!(
+                "{sms} SMs is more than the device's {total}; accepted: {} to {total} (realisable sizes: {})",
+                sizes.first().copied().unwrap_or(0),
+                join(sizes)
+            )));
+        }
         self.inner.device.realisable_at_most(sms).ok_or_else(|| {
             ServiceError::InvalidPartition(format!(
                 "{sms} SMs is below the smallest realisable partition; accepted: at least {} (realisable sizes: {})",
@@ -492,7 +574,23 @@ impl Service {
             .sizes
             .get(&partition)
             .map_or((0, 0), |r| typical_and_mean(&r.times_ns));
+        let (exceedance, basis) = cal.table.stated_exceedance();
+        let guarantee = Guarantee {
+            available: [Interference::Isolated, Interference::Contended]
+                .into_iter()
+                .filter(|&t| snap.tables(t).contains_key(kernel))
+                .collect(),
+            stressor_sms: cal
+                .campaign
+                .sizes
+                .get(&partition)
+                .map_or(0, |r| r.stressor_sms),
+            configured_exceedance: self.inner.config.recipe.method_config.exceedance,
+            exceedance,
+            basis,
+        };
         Ok(BoundInfo {
+            guarantee,
             kernel: kernel.to_string(),
             entry,
             requested_sms: sms,
@@ -593,11 +691,32 @@ impl Service {
         })
     }
 
-    /// Queue a recalibration of `kernels` (all built-in and calibrated kernels when empty).
+    /// Queue a recalibration of `kernels` (every kernel of the catalogue when empty).
     pub fn recalibrate(&self, kernels: &[String]) -> Result<u64> {
+        self.recalibrate_with(kernels, &self.inner.config.interference)
+    }
+
+    /// Queue a recalibration of `kernels` under each of `interference` (the daemon's configured
+    /// tags when empty). The kernels that succeed are published when the job ends.
+    pub fn recalibrate_with(
+        &self,
+        kernels: &[String],
+        interference: &[Interference],
+    ) -> Result<u64> {
         let specs = self.kernel_specs(kernels)?;
+        let mut tags = if interference.is_empty() {
+            self.inner.config.interference.clone()
+        } else {
+            interference.to_vec()
+        };
+        tags.sort();
+        tags.dedup();
         let names = specs.iter().map(|k| k.name.clone()).collect();
-        let id = self.enqueue(Work::Calibrate(specs), names)?;
+        let work = Work::Calibrate {
+            kernels: specs,
+            interference: tags.clone(),
+        };
+        let id = self.enqueue(work, names, tags)?;
         tracing::info!(job = id, "recalibration queued");
         Ok(id)
     }
@@ -644,23 +763,25 @@ impl Service {
             }
             by_size.entry(sms).or_default().push(t);
         }
+        let tag = options.interference;
         let imported = calibrate::Imported {
             kernel: kernel.to_string(),
             by_size,
             geometry: options.geometry,
-            interference: options.interference,
+            interference: tag,
             source: options.source,
         };
-        let id = self.enqueue(Work::Import(Box::new(imported)), vec![kernel.to_string()])?;
+        let work = Work::Import(Box::new(imported));
+        let id = self.enqueue(work, vec![kernel.to_string()], vec![tag])?;
         tracing::info!(job = id, kernel, samples = samples.len(), "import queued");
         Ok(id)
     }
 
-    fn enqueue(&self, work: Work, kernels: Vec<String>) -> Result<u64> {
+    fn enqueue(&self, work: Work, kernels: Vec<String>, tags: Vec<Interference>) -> Result<u64> {
         let limit = self.inner.config.max_queued_jobs as u64;
         if self.inner.pending.load(Ordering::SeqCst) >= limit {
             return Err(ServiceError::Busy(format!(
-                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal"
+                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`wcetctl jobs` or Calibration1.ListJobs() shows the queue)"
             )));
         }
         let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
@@ -670,6 +791,7 @@ impl Service {
             progress: 0.0,
             message: "queued".into(),
             kernels,
+            interference: tags,
         };
         self.inner
             .jobs
@@ -678,7 +800,10 @@ impl Service {
             .insert(id, (status, Arc::clone(&cancel)));
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
         self.worker.send(Job { id, work, cancel }).map_err(|_| {
-            ServiceError::Busy("the GPU worker has stopped; restart the daemon".into())
+            ServiceError::Busy(
+                "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)"
+                    .into(),
+            )
         })?;
         Ok(id)
     }
@@ -702,6 +827,16 @@ impl Service {
             }
         }
         Ok(specs)
+    }
+
+    /// Every job this daemon run has accepted, by number, oldest first.
+    pub fn jobs(&self) -> Vec<(u64, JobStatus)> {
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        jobs.iter().map(|(&id, (s, _))| (id, s.clone())).collect()
     }
 
     pub fn job(&self, id: u64) -> Result<JobStatus> {
@@ -732,14 +867,37 @@ impl Service {
         Ok(())
     }
 
-    /// Names of kernels whose served calibration was made on another device (rule 3).
+    /// Names of kernels with a served calibration (of either interference) made on another
+    /// device (rule 3).
     pub fn stale_kernels(&self) -> Vec<String> {
         let snap = self.snapshot();
-        snap.kernels
+        let mut names: Vec<String> = snap
+            .kernels
             .iter()
+            .chain(&snap.contended)
             .filter(|(_, k)| self.is_stale(k))
             .map(|(n, _)| n.clone())
-            .collect()
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The exceedance per launch bounds are configured to be stated at (`wcetd --exceedance`).
+    pub fn configured_exceedance(&self) -> f64 {
+        self.inner.config.recipe.method_config.exceedance
+    }
+}
+
+/// How to get a calibration of `kernel`, on the command line and on the bus.
+pub fn how_to_calibrate(kernel: &str, tag: Option<Interference>) -> String {
+    match tag {
+        Some(t) => format!(
+            "get it with `wcetctl recalibrate --interference {t} {kernel}` or Calibration1.RecalibrateWith([\"{kernel}\"], {{\"interference\": <[\"{t}\"]>}}), then wait for JobFinished"
+        ),
+        None => format!(
+            "get it with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"]), then wait for JobFinished"
+        ),
     }
 }
 
@@ -771,7 +929,7 @@ fn load_catalogue(dirs: &[PathBuf]) -> (Catalogue, Vec<(String, String)>) {
 fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> ServiceError {
     let known: Vec<String> = jobs.keys().map(u64::to_string).collect();
     ServiceError::InvalidArgs(format!(
-        "no job {id}; accepted: a job number returned by Recalibrate ({})",
+        "no job {id}; accepted: a job number returned by Recalibrate, as `wcetctl jobs` or Calibration1.ListJobs() lists them ({})",
         if known.is_empty() {
             "none yet".into()
         } else {
@@ -881,8 +1039,11 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
         s.state = JobState::Running;
         s.message = "measuring".into();
     });
-    let kernels = match &job.work {
-        Work::Calibrate(kernels) => kernels,
+    let (kernels, tags) = match &job.work {
+        Work::Calibrate {
+            kernels,
+            interference,
+        } => (kernels, interference),
         Work::Import(imported) => return import(store, inner, imported),
     };
     let recipe = match calibrate::with_device_delay(gpu, &inner.config.recipe) {
@@ -901,10 +1062,16 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             return failed;
         }
     };
-    let n = kernels.len().max(1) as f64;
+    let steps: Vec<(Interference, &KernelSpec)> = tags
+        .iter()
+        .flat_map(|&tag| kernels.iter().map(move |k| (tag, k)))
+        .collect();
+    let n = steps.len().max(1) as f64;
     let mut results = Vec::new();
     let mut failures = Vec::new();
-    for (i, kernel) in kernels.iter().enumerate() {
+    for (i, &(tag, kernel)) in steps.iter().enumerate() {
+        let mut recipe = recipe;
+        recipe.campaign.interference = tag;
         let mut last_sent = -1.0;
         let mut progress = |f: f64| {
             let p = (i as f64 + f) / n;
@@ -917,8 +1084,30 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
                 });
             }
         };
-        match calibrate::calibrate_kernel(gpu, kernel, &recipe, &job.cancel, &mut progress) {
-            Ok(cal) => results.push((kernel.name.clone(), cal)),
+        // Says what is being measured now, for `GetJob` and the progress bar.
+        let mut narrate = |request: &RunRequest| {
+            set_job(inner, job.id, |s| {
+                s.message = format!(
+                    "measuring {} at {} SMs ({tag}), step {} of {}",
+                    kernel.name,
+                    request.sms,
+                    i + 1,
+                    steps.len()
+                );
+            });
+        };
+        let mut narrated = Narrated {
+            gpu: &mut *gpu,
+            on_run: &mut narrate,
+        };
+        match calibrate::calibrate_kernel(
+            &mut narrated,
+            kernel,
+            &recipe,
+            &job.cancel,
+            &mut progress,
+        ) {
+            Ok(cal) => results.push((tag, kernel.name.clone(), cal)),
             Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
                 return (JobState::Cancelled, "cancelled; bounds unchanged".into());
             }
@@ -931,11 +1120,11 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
                         GpuError::Lost(_)
                     ))
                 );
-                failures.push(format!("{}: {e}", kernel.name));
+                failures.push(format!("{} ({tag}): {e}", kernel.name));
                 if lost {
                     let failed = fail(
                         inner,
-                        format!("calibrating {}: {e}; bounds unchanged", kernel.name),
+                        format!("calibrating {} ({tag}): {e}; bounds unchanged", kernel.name),
                     );
                     note_lost(inner, &e);
                     return failed;
@@ -943,15 +1132,14 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             }
         }
     }
-    let tag = recipe.campaign.interference;
     match (results.is_empty(), failures.is_empty()) {
-        (_, true) => commit(store, inner, tag, results, "calibrated"),
+        (_, true) => commit(store, inner, results, "calibrated"),
         (true, false) => fail(
             inner,
             format!("calibrating {}; bounds unchanged", failures.join("; ")),
         ),
         (false, false) => {
-            let (state, done) = commit(store, inner, tag, results, "calibrated");
+            let (state, done) = commit(store, inner, results, "calibrated");
             if state != JobState::Done {
                 return (state, done);
             }
@@ -972,8 +1160,7 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> (JobS
         Ok(cal) => commit(
             store,
             inner,
-            imported.interference,
-            vec![(imported.kernel.clone(), cal)],
+            vec![(imported.interference, imported.kernel.clone(), cal)],
             "imported",
         ),
         Err(e) => fail(
@@ -983,23 +1170,70 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> (JobS
     }
 }
 
-/// Publish the new bounds of a successful job: store first (so a crash after this leaves them on
-/// disk), then the snapshot, then the signal.
+/// The worker's GPU, telling `on_run` what each batch measures before it runs.
+struct Narrated<'a> {
+    gpu: &'a mut dyn Gpu,
+    on_run: &'a mut (dyn FnMut(&RunRequest) + Send),
+}
+
+impl Gpu for Narrated<'_> {
+    fn info(&self) -> &DeviceInfo {
+        self.gpu.info()
+    }
+
+    fn run(
+        &mut self,
+        kernel: &KernelSpec,
+        request: &RunRequest,
+    ) -> std::result::Result<Batch, GpuError> {
+        (self.on_run)(request);
+        self.gpu.run(kernel, request)
+    }
+
+    fn telemetry(&mut self) -> Telemetry {
+        self.gpu.telemetry()
+    }
+
+    fn delay_probe(&mut self, sms: u32, launches: u32) -> std::result::Result<Vec<u64>, GpuError> {
+        self.gpu.delay_probe(sms, launches)
+    }
+
+    fn placement(&self) -> &[PlacementReport] {
+        self.gpu.placement()
+    }
+
+    fn check_partition(&self, sms: u32) -> std::result::Result<(), GpuError> {
+        self.gpu.check_partition(sms)
+    }
+}
+
+/// Publish the new bounds of a job: store first (so a crash after this leaves them on disk), then
+/// the snapshot, then the signal.
 fn commit(
     store: &Store,
     inner: &Inner,
-    tag: Interference,
-    results: Vec<(String, KernelCalibration)>,
+    results: Vec<(Interference, String, KernelCalibration)>,
     verb: &str,
 ) -> (JobState, String) {
-    let names: Vec<String> = results.iter().map(|(n, _)| n.clone()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for (_, name, _) in &results {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
     let mut next = (**inner
         .snapshot
         .read()
         .unwrap_or_else(PoisonError::into_inner))
     .clone();
     next.device = inner.device.clone();
-    next.tables_mut(tag).extend(results);
+    let mut tags = Vec::new();
+    for (tag, name, cal) in results {
+        next.tables_mut(tag).insert(name, cal);
+        if !tags.contains(&tag) {
+            tags.push(tag);
+        }
+    }
     if let Err(e) = store.save(&next) {
         return fail(
             inner,
@@ -1014,7 +1248,11 @@ fn commit(
     let _ = inner.events.send(Event::BoundsChanged {
         kernels: names.clone(),
     });
-    (JobState::Done, format!("{verb} {}", names.join(", ")))
+    let tags: Vec<String> = tags.iter().map(ToString::to_string).collect();
+    (
+        JobState::Done,
+        format!("{verb} {} ({})", names.join(", "), tags.join(", ")),
+    )
 }
 
 /// Record a lost device (the watch wakes the daemon's main task, which exits).

@@ -1,5 +1,6 @@
-//! Task-set files: the TOML format `wcetctl admit` reads, with errors that name the task and the
-//! field. Checks here are only about the file; the daemon checks values against the device.
+//! Task-set files: the TOML format `wcetctl admit` and `suggest` read, with errors that name the
+//! task and the field. Checks here are only about the file; the daemon checks values against the
+//! device. A file becomes the analysis's own [`Task`]s; the bus face turns those into wire types.
 //!
 //! ```toml
 //! [[task]]
@@ -13,7 +14,7 @@
 use anyhow::{anyhow, bail, Context};
 use std::path::Path;
 
-use crate::admission_bus::{WireTask, WireUnsized};
+use crate::admission::{Task, Unsized};
 
 /// One `[[task]]` table.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,30 +28,30 @@ pub struct TaskSpec {
 
 impl TaskSpec {
     /// The task for `Check`/`CheckShared`, which need a partition size.
-    pub fn to_wire(&self) -> anyhow::Result<WireTask> {
+    pub fn to_task(&self) -> anyhow::Result<Task> {
         let sms = self.sms.ok_or_else(|| {
             anyhow!(
                 "task `{}`, field sms: missing; accepted: a partition size in SMs, e.g. sms = 64",
                 self.name
             )
         })?;
-        Ok((
-            self.name.clone(),
-            self.kernels.clone(),
+        Ok(Task {
+            name: self.name.clone(),
+            kernels: self.kernels.clone(),
             sms,
-            self.period_ns,
-            self.deadline_ns,
-        ))
+            period_ns: self.period_ns,
+            deadline_ns: self.deadline_ns,
+        })
     }
 
-    /// The task for `Suggest`, which chooses the partition size itself.
-    pub fn to_wire_unsized(&self) -> WireUnsized {
-        (
-            self.name.clone(),
-            self.kernels.clone(),
-            self.period_ns,
-            self.deadline_ns,
-        )
+    /// The task for `Suggest`, which chooses the partition size itself (`sms` is ignored).
+    pub fn to_unsized(&self) -> Unsized {
+        Unsized {
+            name: self.name.clone(),
+            kernels: self.kernels.clone(),
+            period_ns: self.period_ns,
+            deadline_ns: self.deadline_ns,
+        }
     }
 }
 
@@ -138,12 +139,16 @@ mod tests {
 
     #[test]
     fn the_example_file_parses() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/tasksets/example.toml");
-        let tasks = load(&path).unwrap();
-        assert!(tasks.len() >= 2);
-        assert!(tasks
-            .iter()
-            .all(|t| t.sms.is_some() && t.deadline_ns <= t.period_ns));
+        for name in ["example.toml", "co-running.toml"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("calibration/tasksets")
+                .join(name);
+            let tasks = load(&path).unwrap();
+            assert!(tasks.len() >= 2);
+            assert!(tasks
+                .iter()
+                .all(|t| t.sms.is_some() && t.deadline_ns <= t.period_ns));
+        }
     }
 
     #[test]
@@ -163,7 +168,7 @@ mod tests {
         let spec =
             &parse("[[task]]\nname = \"e\"\nkernels = [\"x\"]\nperiod_ns = 1\ndeadline_ns = 1\n")
                 .unwrap()[0];
-        let e = spec.to_wire().unwrap_err().to_string();
+        let e = spec.to_task().unwrap_err().to_string();
         assert!(e.contains("task `e`") && e.contains("sms"), "{e}");
         assert!(parse("").unwrap_err().to_string().contains("no tasks"));
     }

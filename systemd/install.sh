@@ -1,16 +1,17 @@
 #!/bin/sh
-# install.sh: puts wcetd's binaries and its systemd, D-Bus, sysusers and tmpfiles files where the
-# system looks for them. Idempotent (install(1) overwrites in place) and DESTDIR-aware, so
+# install.sh: puts wcetd's binaries, man pages, shell completions, configuration file and its
+# systemd, D-Bus, sysusers and tmpfiles files where the system looks for them. Idempotent (install(1) overwrites in place) and DESTDIR-aware, so
 # packagers can stage into a root; with DESTDIR empty on a live system it also creates the user
 # and reloads systemd and the bus, which a staging root must not do.
 #
-# Usage: [DESTDIR=/stage] [PREFIX=/usr] [BINDIR=target/release] systemd/install.sh
+# Usage: [DESTDIR=/stage] [PREFIX=/usr] [SYSCONFDIR=/etc] [BINDIR=target/release] systemd/install.sh
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr}
+SYSCONFDIR=${SYSCONFDIR:-/etc}
 BINDIR=${BINDIR:-${CARGO_TARGET_DIR:-$root/target}/release}
 
 for bin in wcetd wcetctl; do
@@ -27,7 +28,27 @@ install -Dm0644 "$here/org.wcetd.Wcetd1.conf" "$DESTDIR$PREFIX/share/dbus-1/syst
 install -Dm0644 "$here/org.wcetd.Wcetd1.service" "$DESTDIR$PREFIX/share/dbus-1/system-services/org.wcetd.Wcetd1.service"
 install -Dm0644 "$here/wcetd.sysusers" "$DESTDIR$PREFIX/lib/sysusers.d/wcetd.conf"
 install -Dm0644 "$here/wcetd.tmpfiles" "$DESTDIR$PREFIX/lib/tmpfiles.d/wcetd.conf"
-install -d -m0755 "$DESTDIR/etc/wcetd/kernels.d"
+install -d -m0755 "$DESTDIR$SYSCONFDIR/wcetd/kernels.d"
+# Man pages and completions come from the binaries' own clap definitions, so they match --help.
+generated=$(mktemp -d)
+trap 'rm -rf "$generated"' EXIT
+"$BINDIR/wcetd" --generate "$generated/wcetd"
+"$BINDIR/wcetctl" generate "$generated/wcetctl"
+for page in "$generated"/wcetd/man/*.8; do
+    install -Dm0644 "$page" "$DESTDIR$PREFIX/share/man/man8/$(basename "$page")"
+done
+for page in "$generated"/wcetctl/man/*.1; do
+    install -Dm0644 "$page" "$DESTDIR$PREFIX/share/man/man1/$(basename "$page")"
+done
+for bin in wcetd wcetctl; do
+    install -Dm0644 "$generated/$bin/completions/$bin.bash" "$DESTDIR$PREFIX/share/bash-completion/completions/$bin"
+    install -Dm0644 "$generated/$bin/completions/_$bin" "$DESTDIR$PREFIX/share/zsh/site-functions/_$bin"
+    install -Dm0644 "$generated/$bin/completions/$bin.fish" "$DESTDIR$PREFIX/share/fish/vendor_completions.d/$bin.fish"
+done
+# The configuration file is the operator's: installed once, never overwritten.
+if [ ! -e "$DESTDIR$SYSCONFDIR/wcetd/wcetd.toml" ]; then
+    install -Dm0644 "$here/wcetd.toml" "$DESTDIR$SYSCONFDIR/wcetd/wcetd.toml"
+fi
 if [ -f "$root/docs/operations.md" ]; then
     install -Dm0644 "$root/docs/operations.md" "$DESTDIR$PREFIX/share/doc/wcetd/operations.md"
 fi

@@ -1,23 +1,41 @@
 //! `org.wcetd.Admission1` end to end: the real daemon on the simulated H200 over a private bus,
-//! checked against the bounds `Bounds1` serves; clock scaling; interference tags; `admit_file`.
+//! checked against the bounds `Bounds1` serves; clock scaling; interference tags; failing closed
+//! on isolated, stale and weaker bounds; `wcetctl admit` and `suggest` and their exit statuses.
 
 mod admission_support;
 
+use std::collections::HashMap;
+
 use admission_support::{calibrated, write, Daemon, Env};
-use wcetd::admission_bus::admit_file;
+use wcetd::admission_bus::Detailed;
+use zbus::Variant;
 
 const ADMISSION: &str = "org.wcetd.Admission1";
 type Task<'a> = (&'a str, Vec<&'a str>, u32, u64, u64);
 type Verdict = (bool, Vec<(String, u64, u64, i64)>);
 
+/// The arithmetic tests take every bound as stated: a heavy-tailed kernel's bound (stated at
+/// 1e-4) is then not refused, so they test sums and deadlines, not the exceedance policy.
+const ANY_EXCEEDANCE: [&str; 2] = ["--exceedance", "1e-4"];
+
 async fn check(d: &Daemon, method: &str, tasks: &[Task<'_>]) -> Result<Verdict, (String, String)> {
     d.call(ADMISSION, method, &(tasks.to_vec(),)).await
+}
+
+async fn detailed(
+    d: &Daemon,
+    tasks: &[Task<'_>],
+    options: &[(&str, Variant<'_>)],
+) -> Result<Detailed, (String, String)> {
+    let options: HashMap<&str, &Variant<'_>> = options.iter().map(|(k, v)| (*k, v)).collect();
+    d.call(ADMISSION, "CheckDetailed", &(tasks.to_vec(), options))
+        .await
 }
 
 #[tokio::test]
 async fn check_sums_served_bounds_and_enforces_deadlines_and_capacity() {
     let env = Env::new();
-    let d = calibrated(&env, &[]).await;
+    let d = calibrated(&env, &ANY_EXCEEDANCE).await;
     let response = d.bound("needle", 64).await + d.bound("bfs", 64).await;
     let ok = check(
         &d,
@@ -56,7 +74,7 @@ async fn check_sums_served_bounds_and_enforces_deadlines_and_capacity() {
 #[tokio::test]
 async fn check_shared_adds_blocking_and_interference() {
     let env = Env::new();
-    let d = calibrated(&env, &[]).await;
+    let d = calibrated(&env, &ANY_EXCEEDANCE).await;
     let (n, b) = (d.bound("needle", 32).await, d.bound("bfs", 32).await);
     let tasks = [
         ("hi", vec!["needle"], 32, 1_000_000_000, 1_000_000_000),
@@ -78,7 +96,7 @@ async fn check_shared_adds_blocking_and_interference() {
 #[tokio::test]
 async fn suggest_agrees_with_min_partition_and_reports_infeasibility() {
     let env = Env::new();
-    let d = calibrated(&env, &[]).await;
+    let d = calibrated(&env, &ANY_EXCEEDANCE).await;
     let deadline = d.bound("backprop", 80).await;
     let m: u32 = d
         .call("org.wcetd.Bounds1", "MinPartition", &("backprop", deadline))
@@ -110,7 +128,7 @@ async fn suggest_agrees_with_min_partition_and_reports_infeasibility() {
 #[tokio::test]
 async fn bad_task_sets_are_refused_with_the_task_and_field() {
     let env = Env::new();
-    let d = calibrated(&env, &[]).await;
+    let d = calibrated(&env, &ANY_EXCEEDANCE).await;
     let t = |name, kernels: Vec<&'static str>, sms, period, deadline| {
         (name, kernels, sms, period, deadline)
     };
@@ -202,13 +220,15 @@ async fn bad_task_sets_are_refused_with_the_task_and_field() {
 #[tokio::test]
 async fn bounds_stretch_when_the_clock_drops_and_admission_follows() {
     let env = Env::new();
-    let nominal = calibrated(&env, &[]).await;
+    let nominal = calibrated(&env, &ANY_EXCEEDANCE).await;
     let info = nominal.bound_info("needle", 64).await;
     assert!(!bool::try_from(&info["clock_scaled"]).unwrap());
     let base = nominal.bound("needle", 64).await;
     drop(nominal);
     // Same state: the calibration is loaded, not redone; only the clock reading is lower.
-    let slow = env.daemon(&["--sim-clock-mhz", "990"]).await;
+    let slow = env
+        .daemon(&["--sim-clock-mhz", "990", "--exceedance", "1e-4"])
+        .await;
     let info = slow.bound_info("needle", 64).await;
     assert!(bool::try_from(&info["clock_scaled"]).unwrap());
     assert_eq!(u32::try_from(&info["calibrated_clock_mhz"]).unwrap(), 1980);
@@ -230,18 +250,8 @@ async fn bounds_stretch_when_the_clock_drops_and_admission_follows() {
 #[tokio::test]
 async fn admission_uses_the_contended_bound_when_it_is_higher() {
     let env = Env::new();
-    drop(calibrated(&env, &[]).await);
-    // One daemon calibrates one tag; a second run on the same state adds the contended one.
-    let d = env.daemon(&["--contended"]).await;
-    let job: u64 = d
-        .call(
-            "org.wcetd.Calibration1",
-            "Recalibrate",
-            &(vec!["backprop"],),
-        )
-        .await
-        .unwrap();
-    d.wait_job(job).await;
+    // Both tags are calibrated by default.
+    let d = calibrated(&env, &ANY_EXCEEDANCE).await;
     let d = &d;
     let tagged = |tag: &'static str, sms: u32| async move {
         d.call::<_, u64>(
@@ -271,35 +281,240 @@ async fn admission_uses_the_contended_bound_when_it_is_higher() {
         .unwrap();
         assert_eq!(v.1[0].1, safer, "Check at {sms} SMs must use the safer tag");
     }
+    let info = d.bound_info("backprop", 16).await;
+    assert_eq!(
+        <Vec<String>>::try_from(info["interference_available"].try_clone().unwrap()).unwrap(),
+        ["isolated", "contended"]
+    );
+    assert_eq!(
+        <&str>::try_from(&info["interference"]).unwrap(),
+        "contended"
+    );
+    assert_eq!(u32::try_from(&info["stressor_sms"]).unwrap(), 132 - 16);
 }
 
+/// The scheduler: two partitions that run at once, on isolated bounds alone. Not
+/// admitted, and the answer says how to get contended bounds; doing what it says admits the set.
 #[tokio::test]
-async fn admit_file_renders_the_verdict_of_a_task_set_file() {
+async fn co_running_partitions_on_isolated_bounds_alone_are_not_admitted() {
     let env = Env::new();
-    let d = calibrated(&env, &[]).await;
+    let d = calibrated(
+        &env,
+        &["--interference", "isolated", "--exceedance", "1e-4"],
+    )
+    .await;
+    let info = d.bound_info("bfs", 32).await;
+    assert_eq!(<&str>::try_from(&info["interference"]).unwrap(), "isolated");
+    let set: Vec<Task> = vec![
+        ("detect", vec!["needle"], 64, 1_000_000_000, 1_000_000_000),
+        ("plan", vec!["bfs"], 32, 1_000_000_000, 1_000_000_000),
+    ];
+    let (name, message) = check(&d, "Check", &set).await.unwrap_err();
+    assert_eq!(name, "org.wcetd.Error.NotCalibrated", "{message}");
+    for what in [
+        "`detect`",
+        "`plan`",
+        "no contended bound",
+        "wcetctl recalibrate --interference contended bfs",
+        "RecalibrateWith",
+    ] {
+        assert!(message.contains(what), "{message} should say {what}");
+    }
+    let answer = detailed(&d, &set, &[]).await.unwrap();
+    assert!(!answer.admitted, "{answer:?}");
+    assert!(answer
+        .tasks
+        .iter()
+        .all(|t| t.slack_ns >= 0 && t.interference == "isolated"));
+    assert!(answer
+        .reasons
+        .iter()
+        .any(|r| r.contains("wcetctl recalibrate --interference contended needle")));
+    // One task alone has no co-runner: isolated bounds hold.
+    let alone = detailed(&d, &set[..1], &[]).await.unwrap();
+    assert!(alone.admitted, "{alone:?}");
+    // Do as the answer says, with wcetctl.
+    let (code, out, err) = admission_support::wcetctl(
+        env.address(),
+        &[
+            "recalibrate",
+            "--interference",
+            "contended",
+            "needle",
+            "bfs",
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let answer = detailed(&d, &set, &[]).await.unwrap();
+    assert!(answer.admitted, "{answer:?}");
+    assert!(answer.tasks.iter().all(|t| t.interference == "contended"));
+}
+
+/// A calibration made under another clock policy is stale: Health says so, and admission refuses
+/// it unless told to accept it, and then says it did.
+#[tokio::test]
+async fn a_stale_calibration_shows_in_health_and_in_admission() {
+    let env = Env::new();
+    drop(calibrated(&env, &ANY_EXCEEDANCE).await);
+    let profile = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/profiles/h200.toml"),
+    )
+    .unwrap()
+    .replace("sm_clock_mhz = 1980", "sm_clock_mhz = 2100");
+    let profile = write(env.dir.path(), "h200-2100.toml", &profile);
+    let d = env
+        .daemon(&[
+            "--sim-profile",
+            profile.to_str().unwrap(),
+            "--no-initial-calibration",
+            "--exceedance",
+            "1e-4",
+        ])
+        .await;
+    let health: String = d
+        .call(
+            "org.freedesktop.DBus.Properties",
+            "Get",
+            &("org.wcetd.Bounds1", "Health"),
+        )
+        .await
+        .map(|v: zbus::OwnedVariant| String::try_from(v).unwrap())
+        .unwrap();
+    assert!(
+        health.starts_with("degraded") && health.contains("stale") && health.contains("needle"),
+        "{health}"
+    );
+    assert!(bool::try_from(&d.bound_info("needle", 64).await["stale"]).unwrap());
+    let set: Vec<Task> = vec![("t", vec!["needle"], 64, 1_000_000_000, 1_000_000_000)];
+    let (name, message) = check(&d, "Check", &set).await.unwrap_err();
+    assert_eq!(name, "org.wcetd.Error.NotCalibrated");
+    assert!(
+        message.contains("stale") && message.contains("wcetctl recalibrate needle"),
+        "{message}"
+    );
+    let refused = detailed(&d, &set, &[]).await.unwrap();
+    assert!(!refused.admitted && refused.tasks[0].stale, "{refused:?}");
+    let accepted = detailed(&d, &set, &[("accept_stale", true.into())])
+        .await
+        .unwrap();
+    assert!(accepted.admitted, "{accepted:?}");
+    assert!(
+        accepted.accepted.iter().any(|a| a.contains("stale")),
+        "{accepted:?}"
+    );
+}
+
+/// `exceedance` is served per bound; a daemon configured stricter than its bounds refuses them
+/// unless the caller accepts the weaker exceedance, and says so.
+#[tokio::test]
+async fn exceedance_is_served_and_weaker_bounds_are_admitted_only_on_request() {
+    let env = Env::new();
+    drop(calibrated(&env, &[]).await);
+    // The same calibration (not stale, so not redone), served by a daemon configured at 1e-12.
+    let d = env.daemon(&["--exceedance", "1e-12"]).await;
+    let info = d.bound_info("needle", 64).await;
+    let exceedance = f64::try_from(&info["exceedance"]).unwrap();
+    assert!(exceedance >= 1e-9, "{exceedance}");
+    assert_eq!(
+        f64::try_from(&info["configured_exceedance"]).unwrap(),
+        1e-12
+    );
+    assert_eq!(
+        <&str>::try_from(&info["exceedance_basis"]).unwrap(),
+        "tail-model"
+    );
+    assert!(<&str>::try_from(&info["notes"])
+        .unwrap()
+        .contains("weaker than the configured"));
+    let set: Vec<Task> = vec![("t", vec!["needle"], 64, 1_000_000_000, 1_000_000_000)];
+    let (name, message) = check(&d, "Check", &set).await.unwrap_err();
+    assert_eq!(name, "org.wcetd.Error.NotCalibrated");
+    assert!(message.contains("accept_exceedance"), "{message}");
+    let answer = detailed(&d, &set, &[("accept_exceedance", 1e-3.into())])
+        .await
+        .unwrap();
+    assert!(answer.admitted, "{answer:?}");
+    assert_eq!(answer.tasks[0].exceedance, exceedance);
+    assert!(
+        answer.accepted[0].contains("accept_exceedance"),
+        "{answer:?}"
+    );
+    let (name, message) = detailed(&d, &set, &[("accept_exceedance", 2.0.into())])
+        .await
+        .unwrap_err();
+    assert_eq!(name, "org.freedesktop.DBus.Error.InvalidArgs", "{message}");
+    let (name, message) = detailed(&d, &set, &[("nope", true.into())])
+        .await
+        .unwrap_err();
+    assert_eq!(name, "org.freedesktop.DBus.Error.InvalidArgs");
+    assert!(message.contains("accept_stale"), "{message}");
+}
+
+/// `wcetctl admit`: 0 admitted, 1 not admitted (with the reason), 2 an error; `--json`;
+/// `suggest` sizes a set and answers as admit does; a size above the device is InvalidPartition.
+#[tokio::test]
+async fn wcetctl_admit_and_suggest_exit_with_the_verdict() {
+    let env = Env::new();
+    let d = calibrated(&env, &ANY_EXCEEDANCE).await;
     let example =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("calibration/tasksets/example.toml");
-    let table = admit_file(&d.conn, &example, false).await.unwrap();
+    let example = example.to_str().unwrap();
+    let run = |args: &[&str]| admission_support::wcetctl(env.address(), args);
+    let (code, out, err) = run(&["admit", example]);
+    assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        table.contains("ADMITTED") && table.contains("perception") && table.contains("128 of 132"),
-        "{table}"
+        out.contains("ADMITTED")
+            && out.contains("perception")
+            && out.contains("128 of 132")
+            && out.contains("contended"),
+        "{out}"
     );
-    let shared = admit_file(&d.conn, &example, true)
-        .await
-        .unwrap_err()
-        .to_string();
+    let (code, out, _) = run(&["--json", "admit", example]);
+    assert_eq!(code, Some(0));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["admitted"], true);
+    assert!(v["tasks"][0]["exceedance"].as_f64().unwrap() > 0.0);
+    let late = d.bound("needle", 64).await - 1;
+    let tight = write(
+        env.dir.path(),
+        "tight.toml",
+        &format!("[[task]]\nname = \"x\"\nkernels = [\"needle\"]\nsms = 64\nperiod_ns = 1000000000\ndeadline_ns = {late}\n"),
+    );
+    let (code, out, _) = run(&["admit", tight.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{out}");
     assert!(
-        shared.contains("InvalidArgs") && shared.contains("sms"),
-        "{shared}"
+        out.contains("REJECTED") && out.contains("misses its deadline"),
+        "{out}"
     );
+    let (code, _, err) = run(&["admit", "--shared", example]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("InvalidArgs") && err.contains("sms"), "{err}");
     let bad = write(
         env.dir.path(),
         "bad.toml",
         "[[task]]\nname = \"x\"\nkernels = [\"nope\"]\nsms = 8\nperiod_ns = 10\ndeadline_ns = 10\n",
     );
-    let e = admit_file(&d.conn, &bad, false)
+    let (code, _, err) = run(&["admit", bad.to_str().unwrap()]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("UnknownKernel") && err.contains("`x`"),
+        "{err}"
+    );
+    let (code, out, err) = run(&["suggest", example]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("suggested: perception on") && out.contains("ADMITTED"),
+        "{out}"
+    );
+    let (code, _, err) = run(&["bound", "needle", "133"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("InvalidPartition") && err.contains("132"),
+        "{err}"
+    );
+    let (name, _) = d
+        .call::<_, u64>("org.wcetd.Bounds1", "GetBound", &("needle", 133u32))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("UnknownKernel") && e.contains("`x`"), "{e}");
+        .unwrap_err();
+    assert_eq!(name, "org.wcetd.Error.InvalidPartition");
 }

@@ -123,3 +123,106 @@ fn evaluate_scores_every_method_on_held_out_runs() {
         assert_eq!(k["score"]["violations"], 0, "{}", k["kernel"]);
     }
 }
+
+fn write_samples(dir: &std::path::Path, per_size: usize) -> String {
+    let path = dir.join(format!("s{per_size}.csv"));
+    let mut text = String::from("kernel,sms,time_ns\n");
+    for (m, base) in [(8u32, 8000u64), (16, 4200), (32, 2300), (64, 1400)] {
+        for i in 0..per_size as u64 {
+            text.push_str(&format!("k,{m},{}\n", base + (i * 7) % 50));
+        }
+    }
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// The file with two rows per size: refused, naming the size and the minimum, no CSV.
+#[test]
+fn fit_refuses_sizes_with_too_few_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = write_samples(dir.path(), 2);
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["fit", "--samples", &samples, "--sizes", "8,64"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        err.contains("2 samples at 8 SMs") && err.contains("at least 30"),
+        "{err}"
+    );
+}
+
+/// Thin but acceptable samples: bounds, and on standard error the exceedance they support and a
+/// warning with the numbers; `--json` carries provenance, notes and warnings.
+#[test]
+fn fit_warns_on_thin_samples_and_says_what_they_support() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = write_samples(dir.path(), 40);
+    let (ok, out, err) = wcetctl(&["fit", "--samples", &samples, "--sizes", "8,24,64"]);
+    assert!(ok, "{err}");
+    assert!(out.starts_with("kernel,sms,bound_ns\n"), "{out}");
+    assert!(
+        err.contains("warning: k: at most 40 samples at one size (160 in all)")
+            && err.contains("2000"),
+        "{err}"
+    );
+    assert!(err.contains("k: bounds stated at exceedance"), "{err}");
+    let (ok, out, _) = wcetctl(&["--json", "fit", "--samples", &samples, "--sizes", "8,24,64"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let k = &v["kernels"][0];
+    assert_eq!(k["kernel"], "k");
+    assert!(k["exceedance"].as_f64().unwrap() > 0.0);
+    assert_eq!(k["bounds"][0]["provenance"], "measured");
+    assert_eq!(k["bounds"][1]["provenance"], "fitted");
+    assert!(!k["notes"].as_array().unwrap().is_empty());
+    assert!(!k["warnings"].as_array().unwrap().is_empty());
+}
+
+/// `plot -o DIR` writes one SVG per kernel on a log axis with the held-out maximum marked; a
+/// `.png` name is refused before anything is written.
+#[test]
+fn plot_writes_one_svg_per_kernel_and_refuses_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    for (seed, name) in [("21", "cal.csv"), ("22", "hold.csv")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .args([
+                "simulate",
+                "--profile",
+                "embedded",
+                "--seed",
+                seed,
+                "--launches",
+                "60",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        std::fs::write(p(name), out.stdout).unwrap();
+    }
+    let (cal, hold, plots, png) = (p("cal.csv"), p("hold.csv"), p("plots"), p("needle.png"));
+    let data = ["--samples", &cal, "--holdout", &hold];
+    let mut args = vec!["plot", "needle", "bfs", "-o", &plots];
+    args.extend(data);
+    let (ok, out, err) = wcetctl(&args);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("needle.svg") && out.contains("bfs.svg"),
+        "{out}"
+    );
+    let svg = std::fs::read_to_string(dir.path().join("plots/needle.svg")).unwrap();
+    assert!(svg.contains("held-out maximum") && svg.contains("log scale"));
+    let mut args = vec!["plot", "needle", "-o", &png];
+    args.extend(data);
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(&args)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(err.contains("PNG") && err.contains(".svg"), "{err}");
+    assert!(!dir.path().join("needle.png").exists());
+}

@@ -266,7 +266,7 @@ fn unit_keeps_its_contract() {
     for line in [
         "Type=dbus",
         "BusName=org.wcetd.Wcetd1",
-        "ExecStart=/usr/bin/wcetd --system --backend auto --kernel-dir /etc/wcetd/kernels.d",
+        "ExecStart=/usr/bin/wcetd --system --kernel-dir /etc/wcetd/kernels.d",
         "User=wcetd",
         "StateDirectory=wcetd",
         "DevicePolicy=closed",
@@ -339,5 +339,66 @@ fn sysusers_and_tmpfiles_create_the_user_and_state_dir() {
         tmp.lines()
             .any(|l| l.starts_with("d /etc/wcetd/kernels.d ")),
         "tmpfiles must create the kernel directory the unit passes"
+    );
+}
+
+/// `install.sh` into a staging root: binaries, the unit, man pages and completions generated from
+/// the clap definitions, and the configuration file (never overwriting one already there).
+#[test]
+fn install_sh_stages_man_pages_completions_and_the_configuration() {
+    let bindir = std::path::Path::new(env!("CARGO_BIN_EXE_wcetd"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let stage = tempfile::tempdir().unwrap();
+    let run = || {
+        let out = Command::new("sh")
+            .arg(systemd_dir().join("install.sh"))
+            .env("DESTDIR", stage.path())
+            .env("BINDIR", &bindir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "install.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run();
+    let root = stage.path();
+    for file in [
+        "usr/bin/wcetd",
+        "usr/bin/wcetctl",
+        "usr/lib/systemd/system/wcetd.service",
+        "usr/share/man/man8/wcetd.8",
+        "usr/share/man/man1/wcetctl.1",
+        "usr/share/man/man1/wcetctl-admit.1",
+        "usr/share/bash-completion/completions/wcetctl",
+        "usr/share/zsh/site-functions/_wcetd",
+        "usr/share/fish/vendor_completions.d/wcetctl.fish",
+        "etc/wcetd/wcetd.toml",
+    ] {
+        let path = root.join(file);
+        let len = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "install.sh did not stage {file}");
+    }
+    let page = std::fs::read_to_string(root.join("usr/share/man/man8/wcetd.8")).unwrap();
+    assert!(
+        page.contains(".TH wcetd 8") && page.contains("exceedance"),
+        "{page:.400}"
+    );
+    assert!(
+        std::fs::read_to_string(root.join("usr/share/bash-completion/completions/wcetctl"))
+            .unwrap()
+            .contains("recalibrate")
+    );
+    // The example configuration parses, and an operator's own is kept on reinstall.
+    let example = std::fs::read_to_string(root.join("etc/wcetd/wcetd.toml")).unwrap();
+    assert!(example.parse::<toml::Table>().is_ok());
+    std::fs::write(root.join("etc/wcetd/wcetd.toml"), "launches = 500\n").unwrap();
+    run();
+    assert_eq!(
+        std::fs::read_to_string(root.join("etc/wcetd/wcetd.toml")).unwrap(),
+        "launches = 500\n"
     );
 }

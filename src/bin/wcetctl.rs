@@ -1,33 +1,43 @@
 //! `wcetctl`: the operator's and scheduler author's command line. Online commands talk to the
 //! daemon over the bus; `fit`, `simulate`, `evaluate` and `plot` work on sample files offline.
+//! Exit status: 0 success (admitted), 1 a task set not admitted, 2 an error, 130 interrupted.
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use std::collections::BTreeMap;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use wcetd::bus;
-use wcetd::client::{self, BoundsProxy, CalibrationProxy};
+use clap::CommandFactory;
+use wcetd::client::{BoundsProxy, CalibrationProxy};
 use wcetd::gpu::sim::DeviceProfile;
 use wcetd::gpu::{BackendChoice, Interference};
 use wcetd::kernels::Geometry;
 use wcetd::model::evaluate::{CalibrationSizes, SampleBudget};
 use wcetd::model::{Method, MethodConfig};
+use wcetd::{admission_bus, bus, taskset};
 use wcetd::{offline, samples, store};
+
+/// What `--help` and the man page say about exit statuses.
+const EXIT_STATUS: &str = "Exit status: 0 success (for admit and suggest: the set is admitted), \
+1 the task set is not admitted, 2 an error (bad input, no daemon, a failed job), \
+130 interrupted (Ctrl-C during recalibrate cancels the job first).";
 
 #[derive(Parser, Debug)]
 #[command(
+    name = "wcetctl",
     version,
-    about = "Query and operate wcetd; fit and evaluate bounds offline"
+    about = "Query and operate wcetd; fit and evaluate bounds offline",
+    after_help = EXIT_STATUS
 )]
 struct Cli {
     /// Bus address of the daemon [default: $WCETD_BUS_ADDRESS, the daemon's private bus, the session bus, the system bus].
     #[arg(long, global = true)]
     bus_address: Option<String>,
-    /// The daemon's state directory, where a private bus address is recorded.
+    /// The daemon's state directory, where a private bus address is recorded [default: $STATE_DIRECTORY, else $XDG_STATE_HOME/wcetd, else ~/.local/state/wcetd].
     #[arg(long, global = true)]
     state_dir: Option<PathBuf>,
-    /// Machine-readable JSON instead of tables.
+    /// Machine-readable JSON on standard output instead of tables (every command).
     #[arg(long, global = true)]
     json: bool,
     #[command(subcommand)]
@@ -38,15 +48,51 @@ struct Cli {
 enum Command {
     /// Kernels the daemon knows.
     List,
-    /// The bound of KERNEL on SMS SMs, with where it came from.
-    Bound { kernel: String, sms: u32 },
+    /// The bound of KERNEL on SMS SMs, with where it came from and what it guarantees.
+    Bound {
+        /// Kernel name (see `wcetctl list`).
+        kernel: String,
+        /// Partition size in SMs; a size that is not realisable gets the largest realisable one below it.
+        sms: u32,
+        /// Only the bound measured under this interference [default: the safer of the two].
+        #[arg(long, value_enum)]
+        interference: Option<Interference>,
+    },
     /// The bound of KERNEL at every realisable partition size.
-    Curve { kernel: String },
+    Curve {
+        /// Kernel name (see `wcetctl list`).
+        kernel: String,
+        /// Only the bounds measured under this interference [default: the safer of the two].
+        #[arg(long, value_enum)]
+        interference: Option<Interference>,
+    },
     /// The smallest partition whose bound meets DEADLINE (ns).
-    MinPartition { kernel: String, deadline_ns: u64 },
-    /// Recalibrate KERNELs (all when none) and wait, with a progress bar.
-    Recalibrate { kernels: Vec<String> },
-    /// Device, health, and what is calibrated.
+    MinPartition {
+        /// Kernel name (see `wcetctl list`).
+        kernel: String,
+        /// Deadline of one launch, in nanoseconds.
+        deadline_ns: u64,
+    },
+    /// Recalibrate KERNELs (all when none) and wait, with a progress bar. Ctrl-C cancels the job
+    /// (its old bounds stay) and exits with status 130; a second Ctrl-C exits at once.
+    Recalibrate {
+        /// Kernels to recalibrate [default: every built-in kernel].
+        kernels: Vec<String>,
+        /// Interference to measure under, comma-separated [default: what the daemon is configured for, both unless told otherwise].
+        #[arg(long, value_enum, value_delimiter = ',')]
+        interference: Vec<Interference>,
+        /// Print the job number and exit without waiting (follow with `wcetctl jobs`).
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Calibration jobs of the running daemon: state, progress and what each is doing.
+    Jobs,
+    /// Cancel a queued or running calibration job; its kernels keep their old bounds.
+    Cancel {
+        /// Job number (see `wcetctl jobs`).
+        job: u64,
+    },
+    /// Device, health, and per kernel which bounds exist and what they guarantee.
     Status,
     /// Send every kernel of a samples CSV (kernel,sms,time_ns) to the daemon, which makes bounds
     /// from them with the same method as from its own measurements (origin `imported`).
@@ -69,33 +115,54 @@ enum Command {
         #[command(subcommand)]
         action: KernelsAction,
     },
-    /// Admission check of a task-set TOML file (see calibration/tasksets/example.toml).
+    /// Admission check of a task-set TOML file (see calibration/tasksets/example.toml); exits 0
+    /// when admitted, 1 when not, 2 on error.
     Admit {
+        /// Task-set TOML file: [[task]] tables with name, kernels, sms, period_ns, deadline_ns.
         file: PathBuf,
         /// The tasks share one partition (non-preemptive fixed priority, file order = priority).
         #[arg(long)]
         shared: bool,
+        #[command(flatten)]
+        accept: Accept,
     },
-    /// Fit bounds from a samples CSV; prints the bounds CSV (kernel,sms,bound_ns).
+    /// The smallest partition per task of a task-set file that meets its deadline, and whether
+    /// the set is admitted at those sizes (exit status as for admit).
+    Suggest {
+        /// Task-set TOML file (the `sms` fields are ignored).
+        file: PathBuf,
+        #[command(flatten)]
+        accept: Accept,
+    },
+    /// Fit bounds from a samples CSV; prints the bounds CSV (kernel,sms,bound_ns), and per kernel
+    /// on standard error the exceedance its samples support and any warning about thin samples.
     Fit {
+        /// Samples CSV (kernel,sms,time_ns), at least 30 samples per measured size.
         #[arg(long)]
         samples: PathBuf,
+        /// Geometry CSV (kernel,blocks,blocks_per_sm): launch geometry hints for the scaling laws.
         #[arg(long)]
         geometry: Option<PathBuf>,
         /// Sizes to bound, comma-separated.
         #[arg(long, value_delimiter = ',', required = true)]
         sizes: Vec<u32>,
+        /// Bound method: `wcetd`, or a published strategy (fixed-margin, incremental-margin,
+        /// minimal-offset, fewest-points, envelope).
         #[arg(long, default_value = "wcetd")]
         method: Method,
     },
     /// Write a simulated samples CSV: every built-in kernel at every partition size.
     Simulate {
+        /// Simulator device profile: `h200`, `embedded`, or a TOML file.
         #[arg(long, default_value = "h200")]
         profile: String,
+        /// Simulator seed (runs are reproducible from it).
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Timed launches per kernel and size.
         #[arg(long, default_value_t = 200)]
         launches: u32,
+        /// Measure with a memory-bandwidth stressor on the other SMs.
         #[arg(long)]
         contended: bool,
         /// Also write the geometry CSV here.
@@ -181,6 +248,7 @@ enum Command {
     /// Predicted typical time of a built-in KERNEL at every partition size of a device it may never
     /// have run on. A prediction, never a bound.
     Predict {
+        /// A built-in kernel (see `wcetctl list`).
         kernel: String,
         /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded).
         #[arg(long)]
@@ -207,13 +275,26 @@ enum Command {
         #[arg(long)]
         l2_over_dram: Option<f64>,
     },
-    /// Plot one kernel's samples and every method's bound curve (SVG).
+    /// Plot kernels' held-out samples and every method's bound curve on a log time axis (SVG).
     Plot {
-        kernel: String,
+        /// Kernels to plot [default: every kernel in both sample files].
+        kernels: Vec<String>,
         #[command(flatten)]
         data: Datasets,
+        /// A directory (created if missing; one KERNEL.svg per kernel), or an .svg file for one kernel.
         #[arg(long, short)]
         out: PathBuf,
+    },
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell to complete for.
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages and completions under DIR (used by systemd/install.sh).
+    #[command(hide = true)]
+    Generate {
+        /// Directory to write man/ and completions/ into.
+        dir: PathBuf,
     },
 }
 
@@ -221,11 +302,59 @@ enum Command {
 enum KernelsAction {
     /// Validate manifests offline: syntax, keys, module found, entry point present, PTX
     /// parameters against `args`. Exit status 0 when every file is accepted, 1 otherwise.
-    Check { files: Vec<PathBuf> },
+    Check {
+        /// Manifest files (.toml) to check.
+        files: Vec<PathBuf>,
+    },
     /// Ask the daemon to reread its kernel directories (Calibration1.ReloadKernels); new kernels
     /// are queued for calibration.
     Reload,
 }
+
+/// Which weaker bounds an admission may rest on; each accepted one is named in the answer.
+#[derive(clap::Args, Debug, Clone, Copy)]
+struct Accept {
+    /// Admit on bounds measured under another device, driver or clock policy (stale).
+    #[arg(long)]
+    accept_stale: bool,
+    /// Admit on bounds stated at an exceedance per launch up to P (e.g. 1e-4 for heavy-tailed
+    /// kernels) [default: the daemon's configured exceedance].
+    #[arg(long, value_name = "P")]
+    accept_exceedance: Option<f64>,
+}
+
+impl Accept {
+    fn policy(self) -> wcetd::admission::Policy {
+        wcetd::admission::Policy {
+            accept_stale: self.accept_stale,
+            accept_exceedance: self.accept_exceedance,
+        }
+    }
+}
+
+/// A task set the daemon answered, but did not admit: exit status 1, the answer already printed.
+#[derive(Debug)]
+struct NotAdmitted;
+
+impl std::fmt::Display for NotAdmitted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("not admitted")
+    }
+}
+
+impl std::error::Error for NotAdmitted {}
+
+/// Ctrl-C during a command that waits: exit status 130, what happened already said.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted")
+    }
+}
+
+impl std::error::Error for Interrupted {}
 
 /// Which device `campaign` and `probe` open directly (not through the daemon).
 #[derive(clap::Args, Debug)]
@@ -301,6 +430,10 @@ impl Datasets {
 }
 
 fn main() -> std::process::ExitCode {
+    // `wcetctl curve x | head` ends quietly when the reader goes away, as Unix tools do, instead
+    // of panicking on a broken pipe.
+    // SAFETY: restoring the default disposition of one signal before any thread is started.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -308,9 +441,11 @@ fn main() -> std::process::ExitCode {
         .expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) if e.is::<NotAdmitted>() => std::process::ExitCode::from(1),
+        Err(e) if e.is::<Interrupted>() => std::process::ExitCode::from(130),
         Err(e) => {
             eprintln!("wcetctl: {e:#}");
-            std::process::ExitCode::FAILURE
+            std::process::ExitCode::from(2)
         }
     }
 }
@@ -322,14 +457,21 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref geometry,
             ref sizes,
             method,
-        } => fit(samples, geometry.as_deref(), sizes, method),
+        } => fit(cli.json, samples, geometry.as_deref(), sizes, method),
         Command::Simulate {
             ref profile,
             seed,
             launches,
             contended,
             ref geometry_out,
-        } => simulate(profile, seed, launches, contended, geometry_out.as_deref()),
+        } => simulate(
+            cli.json,
+            profile,
+            seed,
+            launches,
+            contended,
+            geometry_out.as_deref(),
+        ),
         Command::Evaluate {
             ref data,
             ref methods,
@@ -348,10 +490,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             evaluate(cli.json, data, methods, plot.as_deref(), budget)
         }
         Command::Plot {
-            ref kernel,
+            ref kernels,
             ref data,
             ref out,
-        } => plot_one(kernel, data, out),
+        } => plot(cli.json, kernels, data, out),
         Command::Campaign {
             ref device,
             launches,
@@ -372,7 +514,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 sizes: sizes.clone(),
             };
             let probe = (delay_probe, delay_probe_sizes.as_slice());
-            campaign(device, &settings, kernels, probe, out)
+            campaign(cli.json, device, &settings, kernels, probe, out)
         }
         Command::Probe { ref device } => probe(cli.json, device),
         Command::Kernels {
@@ -382,7 +524,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref source,
             ref target,
             ref configs,
-        } => project(source, target, configs.as_deref()),
+        } => project(cli.json, source, target, configs.as_deref()),
         Command::Predict {
             ref kernel,
             ref device,
@@ -394,7 +536,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             as_labelled,
             rows,
             l2_over_dram,
-        } => prediction_study(data, devices, as_labelled, rows, l2_over_dram),
+        } => prediction_study(cli.json, data, devices, as_labelled, rows, l2_over_dram),
+        Command::Completions { shell } => {
+            wcetd::generate::print_completions(Cli::command(), shell);
+            Ok(())
+        }
+        Command::Generate { ref dir } => wcetd::generate::write_all(Cli::command(), "1", dir),
         _ => online(cli).await,
     }
 }
@@ -404,13 +551,20 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         .state_dir
         .clone()
         .unwrap_or_else(store::default_state_dir);
-    let conn = bus::connect(&bus::client_address(cli.bus_address.as_deref(), &state_dir)).await?;
+    let conn = reach_daemon(cli.bus_address.as_deref(), &state_dir).await?;
     let bounds = BoundsProxy::new(&conn).await?;
     let json = cli.json;
     match cli.command {
         Command::List => print_list(json, bounds.list_kernels().await.map_err(explain)?),
-        Command::Bound { kernel, sms } => print_bound(json, &bounds, &kernel, sms).await,
-        Command::Curve { kernel } => print_curve(json, &bounds, &kernel).await,
+        Command::Bound {
+            kernel,
+            sms,
+            interference,
+        } => print_bound(json, &bounds, &kernel, sms, interference).await,
+        Command::Curve {
+            kernel,
+            interference,
+        } => print_curve(json, &bounds, &kernel, interference).await,
         Command::MinPartition {
             kernel,
             deadline_ns,
@@ -430,7 +584,25 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Recalibrate { kernels } => recalibrate(json, &conn, &kernels).await,
+        Command::Recalibrate {
+            kernels,
+            interference,
+            no_wait,
+        } => recalibrate(json, &conn, &kernels, &interference, no_wait).await,
+        Command::Jobs => jobs(json, &conn).await,
+        Command::Cancel { job } => {
+            CalibrationProxy::new(&conn)
+                .await?
+                .cancel_job(job)
+                .await
+                .map_err(explain)?;
+            if json {
+                println!("{}", serde_json::json!({"job": job, "cancel": "requested"}));
+            } else {
+                println!("job {job}: cancellation requested; its kernels keep their old bounds");
+            }
+            Ok(())
+        }
         Command::Import {
             samples,
             geometry,
@@ -446,15 +618,178 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
             action: KernelsAction::Reload,
         } => reload_kernels(json, &conn).await,
         Command::Status => status(json, &bounds).await,
-        Command::Admit { file, shared } => {
-            print!(
-                "{}",
-                wcetd::admission_bus::admit_file(&conn, &file, shared).await?
-            );
-            Ok(())
-        }
+        Command::Admit {
+            file,
+            shared,
+            accept,
+        } => admit(json, &conn, &file, shared, accept).await,
+        Command::Suggest { file, accept } => suggest(json, &conn, &file, accept).await,
         _ => unreachable!("offline commands are handled before connecting"),
     }
+}
+
+/// Connect where the daemon should be and check that it is there (or can be started by the bus);
+/// a failure says what was tried and how to point wcetctl elsewhere.
+async fn reach_daemon(
+    explicit: Option<&str>,
+    state_dir: &Path,
+) -> anyhow::Result<zbus::Connection> {
+    let choice = bus::client_address(explicit, state_dir);
+    let tried = match (&choice, explicit) {
+        (bus::BusChoice::Address(a), Some(_)) => format!("--bus-address {a}"),
+        (bus::BusChoice::Address(a), None) if std::env::var_os("WCETD_BUS_ADDRESS").is_some_and(|v| !v.is_empty()) => {
+            format!("$WCETD_BUS_ADDRESS ({a})")
+        }
+        (bus::BusChoice::Address(a), None) => format!(
+            "the private bus recorded in {} ({a})",
+            bus::address_file(state_dir).display()
+        ),
+        _ => format!(
+            "no --bus-address, no $WCETD_BUS_ADDRESS, no private bus recorded in {}; then the session bus, then the system bus",
+            bus::address_file(state_dir).display()
+        ),
+    };
+    let hint = "start the daemon (`systemctl start wcetd`, or `wcetd` for a private bus), or point wcetctl at its bus with --bus-address ADDR, $WCETD_BUS_ADDRESS or --state-dir DIR (where a private bus address is recorded)";
+    let conn = bus::connect(&choice)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach a bus: {e:#}; tried {tried}; {hint}"))?;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
+    let name = zbus::names::BusName::try_from(wcetd::dbus::BUS_NAME)?;
+    let owned = dbus.name_has_owner(name.clone()).await.unwrap_or(false);
+    let activatable = || async {
+        dbus.list_activatable_names()
+            .await
+            .map(|names| names.iter().any(|n| n.as_str() == wcetd::dbus::BUS_NAME))
+            .unwrap_or(false)
+    };
+    if !owned && !activatable().await {
+        anyhow::bail!(
+            "no daemon owns {} on the bus (tried {tried}); {hint}",
+            wcetd::dbus::BUS_NAME
+        );
+    }
+    Ok(conn)
+}
+
+async fn admit(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    shared: bool,
+    accept: Accept,
+) -> anyhow::Result<()> {
+    let tasks = taskset::load(file)?
+        .iter()
+        .map(taskset::TaskSpec::to_task)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .with_context(|| format!("task set {}", file.display()))?;
+    let answer = admission_bus::admit(conn, &tasks, shared, accept.policy())
+        .await
+        .map_err(|e| explain(e).context(format!("{}", file.display())))?;
+    print_verdict(json, &answer, None)
+}
+
+/// The verdict (with the suggested sizes, if any): exit status 1 when not admitted.
+fn print_verdict(
+    json: bool,
+    answer: &admission_bus::Detailed,
+    suggested: Option<&[(String, u32)]>,
+) -> anyhow::Result<()> {
+    if json {
+        let tasks: Vec<serde_json::Value> = answer
+            .tasks
+            .iter()
+            .map(|t| {
+                serde_json::json!({"name": t.name, "response_ns": t.response_ns, "deadline_ns": t.deadline_ns,
+                    "partition_sms": t.partition_sms, "slack_ns": t.slack_ns, "exceedance": t.exceedance,
+                    "interference": t.interference, "stale": t.stale})
+            })
+            .collect();
+        let mut v = serde_json::json!({"admitted": answer.admitted, "layout": answer.layout,
+            "used_sms": answer.used_sms, "total_sms": answer.total_sms, "reasons": answer.reasons,
+            "accepted": answer.accepted, "configured_exceedance": answer.configured_exceedance, "tasks": tasks});
+        if let Some(s) = suggested {
+            v["suggested"] = s
+                .iter()
+                .map(|(n, m)| serde_json::json!({"name": n, "sms": m}))
+                .collect();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        if let Some(s) = suggested {
+            for (name, sms) in s {
+                println!("suggested: {name} on {sms} SMs");
+            }
+        }
+        print!("{}", admission_bus::render(answer));
+    }
+    if answer.admitted {
+        Ok(())
+    } else {
+        Err(NotAdmitted.into())
+    }
+}
+
+async fn suggest(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    accept: Accept,
+) -> anyhow::Result<()> {
+    let specs = taskset::load(file)?;
+    let free: Vec<_> = specs
+        .iter()
+        .map(|t| admission_bus::unsized_to_wire(&t.to_unsized()))
+        .collect();
+    let proxy = admission_bus::Admission1Proxy::new(conn).await?;
+    let sizes = proxy
+        .suggest(&free)
+        .await
+        .map_err(|e| explain(e).context(format!("{}", file.display())))?;
+    let tasks: Vec<_> = specs
+        .iter()
+        .zip(&sizes)
+        .map(|(t, (_, sms))| wcetd::admission::Task {
+            name: t.name.clone(),
+            kernels: t.kernels.clone(),
+            sms: *sms,
+            period_ns: t.period_ns,
+            deadline_ns: t.deadline_ns,
+        })
+        .collect();
+    let answer = admission_bus::admit(conn, &tasks, false, accept.policy())
+        .await
+        .map_err(explain)?;
+    print_verdict(json, &answer, Some(&sizes))
+}
+
+async fn jobs(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
+    let jobs = CalibrationProxy::new(conn)
+        .await?
+        .list_jobs()
+        .await
+        .map_err(explain)?;
+    if json {
+        let v: Vec<_> = jobs
+            .iter()
+            .map(|(id, state, p, message, kernels)| {
+                serde_json::json!({"job": id, "state": state, "progress": p, "message": message, "kernels": kernels})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if jobs.is_empty() {
+        println!("no jobs since the daemon started");
+    }
+    for (id, state, p, message, kernels) in jobs {
+        println!(
+            "job {id:<4} {state:<9} {:>3.0}%  {message}  [{}]",
+            p * 100.0,
+            kernels.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// A bus error as the daemon phrased it: its name and its message, nothing else.
@@ -481,13 +816,30 @@ fn print_list(json: bool, kernels: Vec<String>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `GetBoundInfo`, or `GetBoundInfoTagged` for one interference.
+async fn bound_info(
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    sms: u32,
+    interference: Option<Interference>,
+) -> anyhow::Result<std::collections::HashMap<String, zbus::OwnedVariant>> {
+    match interference {
+        Some(tag) => bounds
+            .get_bound_info_tagged(kernel, sms, &tag.to_string())
+            .await
+            .map_err(explain),
+        None => bounds.get_bound_info(kernel, sms).await.map_err(explain),
+    }
+}
+
 async fn print_bound(
     json: bool,
     bounds: &BoundsProxy<'_>,
     kernel: &str,
     sms: u32,
+    interference: Option<Interference>,
 ) -> anyhow::Result<()> {
-    let info = bounds.get_bound_info(kernel, sms).await.map_err(explain)?;
+    let info = bound_info(bounds, kernel, sms, interference).await?;
     let mut sorted: BTreeMap<String, serde_json::Value> = BTreeMap::new();
     for (k, v) in info {
         sorted.insert(k, variant_json(&v));
@@ -497,7 +849,7 @@ async fn print_bound(
     } else {
         for (k, v) in &sorted {
             println!(
-                "{k:>20}  {}",
+                "{k:>22}  {}",
                 v.as_str()
                     .map(str::to_string)
                     .unwrap_or_else(|| v.to_string())
@@ -517,14 +869,28 @@ fn variant_json(v: &zbus::OwnedVariant) -> serde_json::Value {
     if let Ok(x) = bool::try_from(v) {
         return x.into();
     }
+    if let Ok(x) = f64::try_from(v) {
+        return x.into();
+    }
     if let Ok(x) = <&str>::try_from(v) {
         return x.into();
     }
-    serde_json::Value::String(format!("{v:?}"))
+    if let Ok(Ok(x)) = v.try_clone().map(<Vec<String>>::try_from) {
+        return x.into();
+    }
+    serde_json::Value::String(v.to_string())
 }
 
-async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyhow::Result<()> {
-    const COLUMNS: [&str; 7] = [
+async fn print_curve(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    interference: Option<Interference>,
+) -> anyhow::Result<()> {
+    const COLUMNS: [&str; 10] = [
+        "interference",
+        "exceedance",
+        "stale",
         "provenance",
         "observed_max_ns",
         "samples",
@@ -533,15 +899,19 @@ async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyh
         "predicted_typical_ns",
         "prediction",
     ];
-    let curve = bounds.get_curve(kernel).await.map_err(explain)?;
+    let sizes = bounds.partition_sizes().await.map_err(explain)?;
     let mut rows = Vec::new();
-    for (sms, bound) in &curve {
-        let info = bounds.get_bound_info(kernel, *sms).await.map_err(explain)?;
+    for sms in &sizes {
+        let info = bound_info(bounds, kernel, *sms, interference).await?;
+        let bound = info
+            .get("bound_ns")
+            .and_then(|v| u64::try_from(v).ok())
+            .unwrap_or(0);
         let values: Vec<serde_json::Value> = COLUMNS
             .iter()
             .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
             .collect();
-        rows.push((*sms, *bound, values));
+        rows.push((*sms, bound, values));
     }
     if json {
         let v: Vec<_> = rows
@@ -558,9 +928,12 @@ async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyh
         return Ok(());
     }
     println!(
-        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
         "SMs",
         "bound_ns",
+        "interference",
+        "exceedance",
+        "stale",
         "provenance",
         "observed_max_ns",
         "samples",
@@ -577,11 +950,12 @@ async fn print_curve(json: bool, bounds: &BoundsProxy<'_>, kernel: &str) -> anyh
     let mut label = String::new();
     for (sms, bound, v) in &rows {
         let t: Vec<String> = v.iter().map(text).collect();
+        let exceedance = v[1].as_f64().map_or(t[1].clone(), |e| format!("{e:.0e}"));
         println!(
-            "{sms:>5}  {bound:>14}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
-            t[0], t[1], t[2], t[3], t[4], t[5]
+            "{sms:>5}  {bound:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+            t[0], exceedance, t[2], t[3], t[4], t[5], t[6], t[7], t[8]
         );
-        label.clone_from(&t[6]);
+        label.clone_from(&t[9]);
     }
     println!("typical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
     Ok(())
@@ -591,26 +965,70 @@ async fn recalibrate(
     json: bool,
     conn: &zbus::Connection,
     kernels: &[String],
+    interference: &[Interference],
+    no_wait: bool,
 ) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
     let calibration = CalibrationProxy::new(conn).await?;
     let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
-    let job = calibration.recalibrate(&names).await.map_err(explain)?;
-    let bar = (!json).then(|| {
-        let bar = indicatif::ProgressBar::new(1000);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("job {msg} [{bar:40}] {percent:>3}% {elapsed}")
-                .expect("progress template")
-                .progress_chars("=> "),
-        );
-        bar.set_message(job.to_string());
-        bar
-    });
-    let (state, message) = client::wait_for_job(&calibration, job, |p| {
-        if let Some(b) = &bar {
-            b.set_position((p * 1000.0) as u64);
+    // Listen before the job exists, so that neither its end nor a Ctrl-C can be missed.
+    let mut finished = calibration.receive_job_finished().await?;
+    let mut progress = calibration.receive_job_progress().await?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let job = if interference.is_empty() {
+        calibration.recalibrate(&names).await
+    } else {
+        let tags: Vec<String> = interference.iter().map(ToString::to_string).collect();
+        let options = std::collections::HashMap::from([("interference", tags.into())]);
+        calibration.recalibrate_with(&names, options).await
+    }
+    .map_err(explain)?;
+    if no_wait {
+        if json {
+            println!("{}", serde_json::json!({"job": job, "state": "queued"}));
+        } else {
+            println!("job {job} queued; follow it with `wcetctl jobs`, stop it with `wcetctl cancel {job}`");
         }
-    })
-    .await?;
+        return Ok(());
+    }
+    let bar = (!json && std::io::stderr().is_terminal()).then(|| progress_bar(job));
+    let (mut state, _, mut message) = calibration.get_job(job).await.map_err(explain)?;
+    let mut cancelling = false;
+    while !matches!(state.as_str(), "done" | "failed" | "cancelled") {
+        tokio::select! {
+            Some(signal) = finished.next() => {
+                let args = signal.args()?;
+                if args.job == job {
+                    (state, message) = (args.state, args.message);
+                }
+            }
+            Some(signal) = progress.next() => {
+                let args = signal.args()?;
+                if let (Some(b), true) = (&bar, args.job == job) {
+                    b.set_position((args.progress * 1000.0) as u64);
+                    // GetJob's message names the kernel, size and interference being measured.
+                    if let Ok((_, _, now)) = calibration.get_job(job).await {
+                        b.set_message(now);
+                    }
+                }
+            }
+            _ = interrupt.recv() => {
+                // Said above the bar, which stays where it is.
+                let say = |what: &str| match &bar {
+                    Some(b) => b.suspend(|| eprintln!("wcetctl: {what}")),
+                    None => eprintln!("wcetctl: {what}"),
+                };
+                if cancelling {
+                    say(&format!("job {job} is being cancelled; `wcetctl jobs` shows when it has stopped"));
+                    return Err(Interrupted.into());
+                }
+                cancelling = true;
+                say(&format!("Ctrl-C: cancelling job {job} (its kernels keep their old bounds); Ctrl-C again to exit without waiting"));
+                // Refused only when the job has just finished: its JobFinished says how.
+                let _ = calibration.cancel_job(job).await;
+            }
+        }
+    }
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -622,10 +1040,26 @@ async fn recalibrate(
     } else {
         println!("job {job}: {state}: {message}");
     }
-    if state != "done" {
-        bail!("job {job} ended {state}");
+    match state.as_str() {
+        "done" => Ok(()),
+        "cancelled" if cancelling => Err(Interrupted.into()),
+        _ => bail!("job {job} ended {state}"),
     }
-    Ok(())
+}
+
+/// A bar for one job: how far, how long it has run, when it should end, and what it measures now.
+fn progress_bar(job: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(1000);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "job {prefix} [{bar:30}] {percent:>3}% {elapsed} ETA {eta}  {wide_msg}",
+        )
+        .expect("static progress template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(job.to_string());
+    bar.set_message("queued");
+    bar
 }
 
 /// One `ImportSamples` call per kernel, each waited for; a progress bar over the samples sent.
@@ -678,7 +1112,7 @@ async fn import(
             .await
             .map_err(explain)
             .with_context(|| format!("importing {kernel}"))?;
-        let (state, message) = client::wait_for_job(&calibration, job, |_| {}).await?;
+        let (state, message) = wcetd::client::wait_for_job(&calibration, job, |_| {}).await?;
         if let Some(b) = &bar {
             b.inc(pairs.len() as u64);
         }
@@ -792,33 +1226,62 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
     let sizes = bounds.partition_sizes().await?;
     let health = bounds.health().await?;
     let stale = bounds.stale_kernels().await?;
-    let mut calibrated = Vec::new();
+    let smallest = sizes.first().copied().unwrap_or(0);
+    // Per kernel: which bounds exist and what the safer of them guarantees (the same at every size).
+    let mut kernels = BTreeMap::new();
     for k in bounds.list_kernels().await? {
-        let ok = bounds
-            .get_bound(&k, sizes.first().copied().unwrap_or(0))
-            .await
-            .is_ok();
-        calibrated.push((k, ok));
+        let info = bounds.get_bound_info(&k, smallest).await.ok();
+        let get = |key: &str| info.as_ref().and_then(|i| i.get(key)).map(variant_json);
+        kernels.insert(
+            k.clone(),
+            serde_json::json!({
+                "calibrated": info.is_some(),
+                "stale": stale.contains(&k),
+                "interference_available": get("interference_available").unwrap_or_else(|| serde_json::json!([])),
+                "exceedance": get("exceedance"),
+                "tail": get("tail"),
+            }),
+        );
     }
     if json {
-        let kernels: BTreeMap<_, _> = calibrated.iter().cloned().collect();
+        let calibrated: BTreeMap<_, _> = kernels
+            .iter()
+            .map(|(k, v)| (k.clone(), v["calibrated"].clone()))
+            .collect();
         println!(
             "{}",
             serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
-                "health": health, "stale_kernels": stale, "calibrated": kernels})
+                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels})
         );
         return Ok(());
     }
     println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
-    for (k, ok) in calibrated {
-        let state = if stale.contains(&k) {
+    println!(
+        "  {:<10} {:<15} {:<19} {:>10}  tail",
+        "kernel", "state", "bounds", "exceedance"
+    );
+    for (k, v) in &kernels {
+        let state = if v["stale"] == true {
             "stale"
-        } else if ok {
+        } else if v["calibrated"] == true {
             "calibrated"
         } else {
             "not calibrated"
         };
-        println!("  {k:<10} {state}");
+        let tags: Vec<&str> = v["interference_available"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
+            .unwrap_or_default();
+        let exceedance = v["exceedance"]
+            .as_f64()
+            .map_or("-".to_string(), |e| format!("{e:.0e}"));
+        let tags = if tags.is_empty() {
+            "-".into()
+        } else {
+            tags.join(",")
+        };
+        let tail = v["tail"].as_str().unwrap_or("-");
+        println!("  {k:<10} {state:<15} {tags:<19} {exceedance:>10}  {tail}");
     }
     Ok(())
 }
@@ -843,6 +1306,7 @@ fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometr
 }
 
 fn fit(
+    json: bool,
     samples_path: &Path,
     geometry: Option<&Path>,
     sizes: &[u32],
@@ -855,18 +1319,35 @@ fn fit(
     sizes.sort_unstable();
     sizes.dedup();
     let set = read_samples(samples_path)?;
-    let csv = offline::fit_csv(
-        &set,
-        &read_geometry(geometry)?,
-        &sizes,
-        method,
-        &MethodConfig::default(),
-    )?;
-    print!("{csv}");
+    let config = MethodConfig::default();
+    let fits = offline::fit(&set, &read_geometry(geometry)?, &sizes, method, &config)
+        .with_context(|| format!("fitting {}", samples_path.display()))?;
+    // What each kernel's samples support goes to standard error, so the CSV stays clean.
+    for f in &fits {
+        eprintln!(
+            "wcetctl: {}: bounds stated at exceedance {:.1e} per launch ({}, {} samples)",
+            f.kernel,
+            f.exceedance,
+            f.basis.as_str(),
+            f.samples.values().sum::<usize>()
+        );
+        for w in &f.warnings {
+            eprintln!("wcetctl: warning: {}: {w}", f.kernel);
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&offline::fit_json(&fits))?
+        );
+    } else {
+        print!("{}", offline::bounds_csv(&fits));
+    }
     Ok(())
 }
 
 fn simulate(
+    json: bool,
     profile: &str,
     seed: u64,
     launches: u32,
@@ -879,7 +1360,15 @@ fn simulate(
         Interference::Isolated
     };
     let (set, geometry) = offline::simulate(&DeviceProfile::load(profile)?, seed, launches, tag)?;
-    samples::write_samples(std::io::stdout().lock(), &set)?;
+    if json {
+        // The samples themselves: {kernel: {sms: [time_ns, ...]}}, launch order kept.
+        println!(
+            "{}",
+            serde_json::json!({"interference": tag.to_string(), "samples": set})
+        );
+    } else {
+        samples::write_samples(std::io::stdout().lock(), &set)?;
+    }
     if let Some(path) = geometry_out {
         let mut text = String::from("kernel,blocks,blocks_per_sm\n");
         for (k, g) in geometry {
@@ -891,6 +1380,7 @@ fn simulate(
 }
 
 fn campaign(
+    json: bool,
     device: &DeviceArgs,
     settings: &wcetd::sweep::SweepSettings,
     names: &[String],
@@ -981,6 +1471,13 @@ fn campaign(
         sweep.stamp.backend,
         out.display()
     );
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"launches": sweep.rows.len(), "kernels": kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+                "out": out.display().to_string(), "stamp": sweep.stamp})
+        );
+    }
     Ok(())
 }
 
@@ -1133,36 +1630,77 @@ fn evaluate(
     Ok(())
 }
 
-fn plot_one(kernel: &str, data: &Datasets, out: &Path) -> anyhow::Result<()> {
+/// One plot per kernel: into a directory (`KERNEL.svg` each), or one file for one kernel.
+fn plot(json: bool, kernels: &[String], data: &Datasets, out: &Path) -> anyhow::Result<()> {
     let Loaded {
         calibration,
         held,
         geometry,
         sizes,
     } = data.load()?;
-    let (Some(cal), Some(hold)) = (calibration.get(kernel), held.get(kernel)) else {
-        bail!(
-            "kernel `{kernel}` is not in both sample files; accepted: {}",
-            calibration.keys().cloned().collect::<Vec<_>>().join(", ")
-        );
+    let both: Vec<String> = calibration
+        .keys()
+        .filter(|k| held.contains_key(*k))
+        .cloned()
+        .collect();
+    let chosen: Vec<String> = if kernels.is_empty() {
+        both.clone()
+    } else {
+        kernels.to_vec()
     };
-    let single: wcetd::samples::SampleSet = [(kernel.to_string(), cal.clone())].into();
-    let evals = offline::evaluate_all(
-        &single,
-        &held,
-        &geometry,
-        &sizes,
-        &Method::ALL,
-        &MethodConfig::default(),
-        SampleBudget::default(),
-    );
-    let refs: Vec<_> = evals.iter().collect();
-    offline::plot(kernel, hold, &refs, out)?;
-    println!("wrote {}", out.display());
+    if let Some(k) = chosen.iter().find(|k| !both.contains(k)) {
+        bail!(
+            "kernel `{k}` is not in both sample files; accepted: {}",
+            both.join(", ")
+        );
+    }
+    let single_file = match offline::PlotFormat::of(out) {
+        Some(format) => {
+            format.check()?;
+            if chosen.len() != 1 {
+                bail!(
+                    "-o {} is one file but {} kernels are to be plotted; accepted: a directory (one KERNEL.svg each), or one kernel",
+                    out.display(),
+                    chosen.len()
+                );
+            }
+            true
+        }
+        None => {
+            std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+            false
+        }
+    };
+    let mut written = Vec::new();
+    for kernel in &chosen {
+        let single: samples::SampleSet = [(kernel.clone(), calibration[kernel].clone())].into();
+        let evals = offline::evaluate_all(
+            &single,
+            &held,
+            &geometry,
+            &sizes,
+            &Method::ALL,
+            &MethodConfig::default(),
+            SampleBudget::default(),
+        );
+        let refs: Vec<_> = evals.iter().collect();
+        let path = if single_file {
+            out.to_path_buf()
+        } else {
+            out.join(format!("{kernel}.svg"))
+        };
+        offline::plot(kernel, &held[kernel], &refs, &path)?;
+        written.push(path.display().to_string());
+    }
+    if json {
+        println!("{}", serde_json::json!({"written": written}));
+    } else {
+        written.iter().for_each(|p| println!("wrote {p}"));
+    }
     Ok(())
 }
 
-fn project(source: &Path, target: &str, configs: Option<&Path>) -> anyhow::Result<()> {
+fn project(json: bool, source: &Path, target: &str, configs: Option<&Path>) -> anyhow::Result<()> {
     use wcetd::model::predict::{self, runs};
     let runs = runs::read_runs_file(source)?;
     let target = predict::device::load(target)?;
@@ -1185,7 +1723,18 @@ fn project(source: &Path, target: &str, configs: Option<&Path>) -> anyhow::Resul
             source.display()
         );
     }
-    print!("{}", predict::projection_csv(&rows));
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(c, ms, basis)| {
+                serde_json::json!({"kernel": c.kernel, "N": c.n, "rows": c.rows, "cols": c.cols,
+                    "predicted_ms": ms, "basis": if *basis == predict::Basis::Static { "static" } else { "measured" }})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", predict::projection_csv(&rows));
+    }
     Ok(())
 }
 
@@ -1223,6 +1772,7 @@ fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Res
 }
 
 fn prediction_study(
+    json: bool,
     data: &Path,
     devices: &Path,
     as_labelled: bool,
@@ -1243,6 +1793,44 @@ fn prediction_study(
         }
     }
     let outcomes = study::run_all((&a, &da), (&b, &db), !as_labelled)?;
+    if json {
+        let v: Vec<_> = outcomes
+            .iter()
+            .map(|o| serde_json::json!({"experiment": o.experiment, "rows": o.rows.len(), "wcetd": o.wcetd(), "roofline": o.roofline()}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
     print!("{}", study::report(&outcomes, rows));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every option and argument of every command says what it is, in `--help` and the man pages.
+    #[test]
+    fn every_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.get_help().is_none() && !["help", "version"].contains(&id) {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                if sub.get_about().is_none() && sub.get_name() != "help" {
+                    missing.push(format!("{path} {}", sub.get_name()));
+                }
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let cmd = Cli::command();
+        cmd.clone().debug_assert();
+        let mut missing = Vec::new();
+        walk(&cmd, "wcetctl", &mut missing);
+        assert!(missing.is_empty(), "no help text: {missing:?}");
+        assert_eq!(cmd.get_name(), "wcetctl");
+    }
 }

@@ -1,8 +1,10 @@
-//! `wcetd`: the daemon. Opens the GPU (or the simulator), loads the last calibration, calibrates
-//! what is missing, and serves bounds on the bus until SIGTERM or SIGINT.
+//! `wcetd`: the daemon. Reads its configuration file, opens the GPU (or the simulator), loads the
+//! last calibration, calibrates what is missing, and serves bounds on the bus until SIGTERM or
+//! SIGINT.
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use wcetd::bus::{self, BusChoice, PrivateBus};
@@ -12,15 +14,26 @@ use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
 use wcetd::model::{Method, MethodConfig};
 use wcetd::service::{Service, ServiceConfig};
-use wcetd::{access::OperatorPolicy, dbus, store};
+use wcetd::{access::OperatorPolicy, config, dbus, store};
 
 #[derive(Parser, Debug)]
 #[command(
+    name = "wcetd",
     version,
-    about = "Serve conservative WCET bounds for CUDA kernels over D-Bus"
+    about = "Serve conservative WCET bounds for CUDA kernels over D-Bus",
+    after_help = "Every long option can also be set in the configuration file (default /etc/wcetd/wcetd.toml), \
+under the option's name without the dashes, e.g. `launches = 500` or `interference = [\"isolated\", \"contended\"]`; \
+options given on the command line win over the file."
 )]
 struct Args {
-    /// GPU backend.
+    /// Configuration file with the same keys as these options [default: /etc/wcetd/wcetd.toml
+    /// when it exists]; options on the command line win over it.
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Write man pages and shell completions under DIR and exit (used by systemd/install.sh).
+    #[arg(long, value_name = "DIR", hide = true)]
+    generate: Option<PathBuf>,
+    /// GPU backend: `cuda`, `sim` (the simulated GPU), or `auto` (CUDA when a driver loads).
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
     /// Simulator device profile: `h200`, `embedded`, or a TOML file.
@@ -41,7 +54,8 @@ struct Args {
     /// Serve on the session bus.
     #[arg(long)]
     session: bool,
-    /// Bound method.
+    /// Bound method: `wcetd`, or a published strategy it is compared against (fixed-margin,
+    /// incremental-margin, minimal-offset, fewest-points, envelope).
     #[arg(long, default_value = "wcetd")]
     method: Method,
     /// Timed launches per partition size.
@@ -72,8 +86,18 @@ struct Args {
     /// Exceedance probability per launch the tail bound is stated at.
     #[arg(long, default_value_t = 1e-9)]
     exceedance: f64,
-    /// Measure with a memory-bandwidth stressor on the other SMs (bounds tagged `contended`).
-    #[arg(long)]
+    /// Interference every calibration job measures under, comma-separated: `isolated` (the rest
+    /// of the GPU idle) and `contended` (a memory-bandwidth stressor on the other SMs). Both by
+    /// default: partitions that run at once need contended bounds (see docs/admission.md).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "isolated,contended"
+    )]
+    interference: Vec<Interference>,
+    /// Measure only with the stressor on the other SMs: the same as `--interference contended`.
+    #[arg(long, conflicts_with = "interference")]
     contended: bool,
     /// Group whose members may call Calibration1 (besides root and the daemon's user).
     #[arg(long, default_value = "wcetd")]
@@ -84,7 +108,7 @@ struct Args {
     /// Simulator: the injected fault is one the process cannot recover from.
     #[arg(long, hide = true)]
     sim_fault_lost: bool,
-    /// Simulator: sleep this many microseconds per launch, so jobs take visible time.
+    /// Simulator: sleep this many microseconds per launch, so jobs take visible time (demos, tests).
     #[arg(long, default_value_t = 0)]
     sim_pace_us: u64,
     /// Simulator: report this SM clock while idle, as if it dropped after calibration.
@@ -101,6 +125,21 @@ struct Args {
     /// Report no predicted typical times.
     #[arg(long, conflicts_with = "device_description")]
     no_prediction: bool,
+}
+
+/// The command line, with the configuration file's settings under it (flags win).
+fn parse_args() -> anyhow::Result<Args> {
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let first = Args::try_parse_from(&argv)?;
+    let Some(file) = config::locate(first.config.as_deref())? else {
+        return Ok(first);
+    };
+    let merged = config::merge(&Args::command(), &argv, &config::given_flags(&argv), &file)?;
+    let matches = Args::command()
+        .try_get_matches_from(merged)
+        .with_context(|| format!("configuration {}", file.display()))?;
+    tracing::info!(file = %file.display(), "configuration read");
+    Ok(Args::from_arg_matches(&matches)?)
 }
 
 /// The description predictions are made for; `None` with `--no-prediction`, or when `auto` finds
@@ -127,13 +166,35 @@ fn device_description(
 }
 
 fn main() -> std::process::ExitCode {
+    // journald (or any file) gets plain text: colour codes only on a terminal, and never with
+    // NO_COLOR set.
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            if let Some(e) = e.downcast_ref::<clap::Error>() {
+                e.exit();
+            }
+            eprintln!("wcetd: {e:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    if let Some(dir) = &args.generate {
+        return match wcetd::generate::write_all(Args::command(), "8", dir) {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("wcetd: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -216,18 +277,18 @@ async fn run(args: Args) -> anyhow::Result<()> {
 
 fn service_config(args: &Args) -> ServiceConfig {
     let interference = if args.contended {
-        Interference::Contended
+        vec![Interference::Contended]
     } else {
-        Interference::Isolated
+        args.interference.clone()
     };
     ServiceConfig {
+        interference,
         recipe: Recipe {
             campaign: CampaignSettings {
                 launches: args.launches,
                 screen_launches: args.screen_launches,
                 heavy_tail_launches: args.heavy_tail_launches,
                 max_sizes: args.max_sizes as usize,
-                interference,
                 ..CampaignSettings::default()
             },
             method: args.method,
@@ -310,7 +371,11 @@ fn announce(
     if let Some(job) = job {
         println!("wcetd: calibrating the built-in suite as job {job}; bounds are served as each job finishes");
     }
-    tracing::info!(unique_name = ?conn.unique_name(), "ready");
+    let unique = conn
+        .unique_name()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    tracing::info!(unique_name = %unique, "ready");
 }
 
 async fn wait_for_shutdown() {
@@ -319,5 +384,24 @@ async fn wait_for_shutdown() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every option says what it is, in `--help`, the man page and the configuration file's keys.
+    #[test]
+    fn every_option_has_help_text() {
+        let cmd = Args::command();
+        cmd.clone().debug_assert();
+        let missing: Vec<&str> = cmd
+            .get_arguments()
+            .filter(|a| a.get_help().is_none())
+            .map(|a| a.get_id().as_str())
+            .filter(|id| !["help", "version"].contains(id))
+            .collect();
+        assert!(missing.is_empty(), "no help text: {missing:?}");
     }
 }

@@ -60,6 +60,24 @@ impl BoundEntry {
     }
 }
 
+/// What the exceedance a table's bounds are stated at rests on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExceedanceBasis {
+    /// A fitted tail model states it (weaker than configured for a heavy tail).
+    TailModel,
+    /// Only the observed maximum (plus any stated margin): no probability below 1/(n+1).
+    ObservedMaximum,
+}
+
+impl ExceedanceBasis {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExceedanceBasis::TailModel => "tail-model",
+            ExceedanceBasis::ObservedMaximum => "observed-maximum",
+        }
+    }
+}
+
 /// Every bound of one kernel, ascending by size, with how they were derived.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BoundTable {
@@ -86,6 +104,31 @@ impl BoundTable {
     /// The entry of the largest size not above `sms` (the design's rule for unrealisable sizes).
     pub fn at_most(&self, sms: u32) -> Option<&BoundEntry> {
         self.entries.iter().rev().find(|e| e.sms <= sms)
+    }
+
+    /// The exceedance probability per launch the bounds are stated at. A tail model states one;
+    /// where only the observed maximum stands behind the bounds (fewer samples than a tail model
+    /// needs, or a published method without one), n samples support no more than 1/(n+1): the
+    /// chance that a fresh launch exceeds the largest of n exchangeable ones (n: the pooled tail
+    /// samples, or the fewest at a measured size).
+    pub fn stated_exceedance(&self) -> (f64, ExceedanceBasis) {
+        let observed = |n: u64| (1.0 / (n as f64 + 1.0), ExceedanceBasis::ObservedMaximum);
+        match &self.tail {
+            Some(t) if t.kind == super::tail::TailKind::Observed => {
+                let (p, basis) = observed(t.samples as u64);
+                // A component stated on its own (the device's delays) may claim less still.
+                (p.max(t.exceedance), basis)
+            }
+            Some(t) => (t.exceedance, ExceedanceBasis::TailModel),
+            None => observed(
+                self.entries
+                    .iter()
+                    .filter(|e| e.provenance == Provenance::Measured)
+                    .map(|e| e.samples)
+                    .min()
+                    .unwrap_or(0),
+            ),
+        }
     }
 
     /// The smallest size whose bound meets `deadline_ns`.

@@ -28,7 +28,7 @@ pub mod verify;
 
 use std::collections::BTreeMap;
 
-pub use bound::{BoundEntry, BoundTable, Provenance};
+pub use bound::{BoundEntry, BoundTable, ExceedanceBasis, Provenance};
 pub use law::{Law, Point};
 pub use method::{Method, MethodConfig};
 

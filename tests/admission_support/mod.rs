@@ -175,6 +175,20 @@ pub async fn calibrated(env: &Env, extra: &[&str]) -> Daemon {
     d
 }
 
+/// `wcetctl --bus-address ADDRESS ARGS`: (exit code, stdout, stderr).
+pub fn wcetctl(address: &str, args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["--bus-address", address])
+        .args(args)
+        .output()
+        .expect("running wcetctl");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, text).unwrap();

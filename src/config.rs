@@ -1,0 +1,195 @@
+//! The daemon's configuration file (`/etc/wcetd/wcetd.toml`): the same keys as `wcetd`'s long
+//! flags, so that operators set options without editing unit drop-ins. Flags given on the command
+//! line win over the file. The file is turned into the flags it stands for and parsed by the same
+//! clap definition, so a key is accepted, typed and documented exactly as its flag is.
+
+use anyhow::{anyhow, bail, Context};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Where the daemon looks for its configuration when `--config` is not given.
+pub const DEFAULT_PATH: &str = "/etc/wcetd/wcetd.toml";
+
+/// Flags a file may not set: the file's own path and one-shot actions.
+const NOT_IN_FILE: [&str; 4] = ["config", "help", "version", "generate"];
+
+/// The configuration file to read: `explicit` (which must exist), else [`DEFAULT_PATH`] when it
+/// exists, else none.
+pub fn locate(explicit: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
+    match explicit {
+        Some(p) if p.is_file() => Ok(Some(p.to_path_buf())),
+        Some(p) => bail!(
+            "--config {}: no such file; accepted: a TOML file with the same keys as the flags (see {DEFAULT_PATH})",
+            p.display()
+        ),
+        None => Ok(Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.is_file())),
+    }
+}
+
+/// The command line with the file's settings put before the flags given, leaving out every key
+/// whose flag was given (flags win). `given` is the long name of every flag on the command line.
+pub fn merge(
+    cmd: &clap::Command,
+    args: &[OsString],
+    given: &[String],
+    file: &Path,
+) -> anyhow::Result<Vec<OsString>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading configuration {}", file.display()))?;
+    let table: toml::Table = toml::from_str(&text)
+        .with_context(|| format!("configuration {}: not valid TOML", file.display()))?;
+    let mut merged: Vec<OsString> = args.iter().take(1).cloned().collect();
+    for (key, value) in &table {
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_long() == Some(key.as_str()) && !NOT_IN_FILE.contains(&key.as_str()))
+            .ok_or_else(|| {
+                anyhow!(
+                    "configuration {}: key `{key}` is unknown; accepted: {}",
+                    file.display(),
+                    accepted_keys(cmd).join(", ")
+                )
+            })?;
+        if given.iter().any(|g| g == key) {
+            continue;
+        }
+        merged.extend(
+            flag_tokens(arg, key, value)
+                .map_err(|e| anyhow!("configuration {}: key `{key}`: {e}", file.display()))?,
+        );
+    }
+    merged.extend(args.iter().skip(1).cloned());
+    Ok(merged)
+}
+
+/// Keys a file accepts: every long flag but the one-shot ones.
+pub fn accepted_keys(cmd: &clap::Command) -> Vec<String> {
+    cmd.get_arguments()
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .filter(|l| !NOT_IN_FILE.contains(l))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `key = value` as command-line tokens: a switch for `true`, nothing for `false`, one value per
+/// array element.
+fn flag_tokens(arg: &clap::Arg, key: &str, value: &toml::Value) -> Result<Vec<OsString>, String> {
+    let flag = OsString::from(format!("--{key}"));
+    if !arg.get_action().takes_values() {
+        return match value {
+            toml::Value::Boolean(true) => Ok(vec![flag]),
+            toml::Value::Boolean(false) => Ok(Vec::new()),
+            other => Err(format!(
+                "is a switch; accepted: true or false, got {}",
+                other.type_str()
+            )),
+        };
+    }
+    let scalar = |v: &toml::Value| match v {
+        toml::Value::String(s) => Ok(s.clone()),
+        toml::Value::Integer(i) => Ok(i.to_string()),
+        toml::Value::Float(f) => Ok(f.to_string()),
+        toml::Value::Boolean(b) => Ok(b.to_string()),
+        other => Err(format!(
+            "accepted: a string, number or boolean, got {}",
+            other.type_str()
+        )),
+    };
+    match value {
+        // A comma-separated option takes the list at once; a repeatable one once per element.
+        toml::Value::Array(items) => {
+            let values = items.iter().map(scalar).collect::<Result<Vec<_>, _>>()?;
+            if arg.get_value_delimiter().is_some() {
+                return Ok(vec![flag, values.join(",").into()]);
+            }
+            Ok(values
+                .into_iter()
+                .flat_map(|v| [flag.clone(), v.into()])
+                .collect())
+        }
+        v => Ok(vec![flag, scalar(v)?.into()]),
+    }
+}
+
+/// Long names of the flags on a command line (`--name` and `--name=value`), for [`merge`].
+pub fn given_flags(args: &[OsString]) -> Vec<String> {
+    args.iter()
+        .skip(1)
+        .filter_map(|a| a.to_str())
+        .take_while(|a| *a != "--")
+        .filter_map(|a| a.strip_prefix("--"))
+        .map(|a| a.split('=').next().unwrap_or(a).to_string())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Parser, Debug)]
+    struct Flags {
+        /// Launches.
+        #[arg(long, default_value_t = 200)]
+        launches: u32,
+        /// Tags.
+        #[arg(long, value_delimiter = ',', default_value = "isolated")]
+        interference: Vec<String>,
+        /// A switch.
+        #[arg(long)]
+        session: bool,
+        /// File.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Repeatable.
+        #[arg(long)]
+        dir: Vec<PathBuf>,
+    }
+
+    fn parse(file: &str, cli: &[&str]) -> anyhow::Result<Flags> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wcetd.toml");
+        std::fs::write(&path, file).unwrap();
+        let args: Vec<OsString> = std::iter::once("wcetd")
+            .chain(cli.iter().copied())
+            .map(OsString::from)
+            .collect();
+        let merged = merge(&Flags::command(), &args, &given_flags(&args), &path)?;
+        Ok(Flags::try_parse_from(merged)?)
+    }
+
+    #[test]
+    fn the_file_sets_what_the_flags_leave_and_flags_win() {
+        let f = parse(
+            "launches = 500\ninterference = [\"isolated\", \"contended\"]\nsession = true\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(f.launches, 500);
+        assert_eq!(f.interference, ["isolated", "contended"]);
+        assert!(f.session);
+        let f = parse("dir = [\"/a\", \"/b,c\"]\n", &[]).unwrap();
+        assert_eq!(f.dir, [PathBuf::from("/a"), PathBuf::from("/b,c")]);
+        let f = parse("launches = 500\n", &["--launches=7"]).unwrap();
+        assert_eq!(f.launches, 7);
+        let f = parse("launches = 500\n", &["--launches", "8"]).unwrap();
+        assert_eq!(f.launches, 8);
+        assert!(!parse("session = false\n", &[]).unwrap().session);
+    }
+
+    #[test]
+    fn bad_keys_and_values_say_what_is_accepted() {
+        let e = parse("lanches = 5\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("`lanches`") && e.contains("launches"), "{e}");
+        let e = parse("session = 3\n", &[]).unwrap_err().to_string();
+        assert!(
+            e.contains("`session`") && e.contains("true or false"),
+            "{e}"
+        );
+        let e = parse("config = \"x\"\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("unknown"), "{e}");
+        assert!(format!("{:#}", parse("launches = \"many\"\n", &[]).unwrap_err()).contains("many"));
+        assert!(locate(Some(Path::new("/nonexistent/wcetd.toml"))).is_err());
+    }
+}

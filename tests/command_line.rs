@@ -1,0 +1,168 @@
+//! The command lines as an operator meets them: versions, a missing daemon, Ctrl-C during
+//! `recalibrate`, `jobs` and `cancel`, the daemon's configuration file and its log format.
+//! Everything runs against the real binaries on a private bus; waits are on bus signals.
+
+mod admission_support;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use admission_support::{wcetctl, write, Env};
+use futures_util::StreamExt;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[test]
+fn versions_name_their_program() {
+    for (bin, name) in [
+        (env!("CARGO_BIN_EXE_wcetctl"), "wcetctl "),
+        (env!("CARGO_BIN_EXE_wcetd"), "wcetd "),
+    ] {
+        let out = Command::new(bin).arg("--version").output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.starts_with(name), "{text}");
+    }
+}
+
+/// No daemon on the bus: the message says what was tried and how to point wcetctl elsewhere.
+#[tokio::test]
+async fn a_missing_daemon_is_explained() {
+    let env = Env::new();
+    let (code, _, err) = wcetctl(env.address(), &["list"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("no daemon owns org.wcetd.Wcetd1")
+            && err.contains("tried --bus-address")
+            && err.contains("WCETD_BUS_ADDRESS"),
+        "{err}"
+    );
+    let gone = format!("unix:path={}/nothing-here", env.dir.path().display());
+    let (code, _, err) = wcetctl(&gone, &["status"]);
+    assert_eq!(code, Some(2));
+    assert!(
+        err.contains("cannot reach a bus") && err.contains("nothing-here"),
+        "{err}"
+    );
+}
+
+/// Ctrl-C during `recalibrate` cancels the job, keeps the old bounds, and exits 130; `jobs`
+/// shows the job cancelled, and `cancel` of a finished job says what is accepted.
+#[tokio::test]
+async fn ctrl_c_during_recalibrate_cancels_the_job() {
+    let env = Env::new();
+    let d = env
+        .daemon(&[
+            "--no-initial-calibration",
+            "--sim-pace-us",
+            "500",
+            "--interference",
+            "isolated",
+        ])
+        .await;
+    let calibration = wcetd::client::CalibrationProxy::new(&d.conn).await.unwrap();
+    let mut progress = calibration.receive_job_progress().await.unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["--bus-address", env.address(), "recalibrate", "needle"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The job runs once its first progress signal comes; wcetctl listens for Ctrl-C before it
+    // asks for the job.
+    let first = tokio::time::timeout(WAIT, progress.next())
+        .await
+        .expect("no progress within a minute")
+        .unwrap();
+    assert_eq!(first.args().unwrap().job, 1);
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(130), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("cancelling job 1") && stdout.contains("job 1: cancelled"),
+        "{stdout}{stderr}"
+    );
+    let (code, out, _) = wcetctl(env.address(), &["--json", "jobs"]);
+    assert_eq!(code, Some(0));
+    let jobs: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(jobs[0]["state"], "cancelled", "{jobs}");
+    let (name, _) = d
+        .call::<_, u64>("org.wcetd.Bounds1", "GetBound", &("needle", 64u32))
+        .await
+        .unwrap_err();
+    assert_eq!(name, "org.wcetd.Error.NotCalibrated");
+    let (code, _, err) = wcetctl(env.address(), &["cancel", "1"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("already finished"), "{err}");
+}
+
+/// The configuration file sets what the flags leave, flags win, and a bad key is refused with
+/// the keys accepted; log lines carry no colour codes off a terminal.
+#[tokio::test]
+async fn the_configuration_file_sets_options_and_flags_win() {
+    let env = Env::new();
+    let bad = write(env.dir.path(), "bad.toml", "lanches = 5\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+        .args(["--backend", "sim", "--config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("`lanches`") && err.contains("launches") && err.contains("bad.toml"),
+        "{err}"
+    );
+    let file = write(
+        env.dir.path(),
+        "wcetd.toml",
+        "interference = [\"contended\"]\ncalibration-budget = 0\nlaunches = 60\n",
+    );
+    let d = env
+        .daemon(&[
+            "--config",
+            file.to_str().unwrap(),
+            "--interference",
+            "isolated",
+            "--no-initial-calibration",
+        ])
+        .await;
+    let job: u64 = d
+        .call("org.wcetd.Calibration1", "Recalibrate", &(vec!["needle"],))
+        .await
+        .unwrap();
+    d.wait_job(job).await;
+    let info = d.bound_info("needle", 64).await;
+    let tags =
+        <Vec<String>>::try_from(info["interference_available"].try_clone().unwrap()).unwrap();
+    assert_eq!(tags, ["isolated"], "the flag wins over the file");
+    let curve: Vec<(u32, u64)> = d
+        .call("org.wcetd.Bounds1", "GetCurve", &("needle",))
+        .await
+        .unwrap();
+    let mut measured = 0;
+    for (m, _) in &curve {
+        let info = d.bound_info("needle", *m).await;
+        measured += usize::from(<&str>::try_from(&info["provenance"]).unwrap() == "measured");
+    }
+    assert!(
+        measured < curve.len(),
+        "calibration-budget = 0 from the file: the planner's sizes only, not all {measured}"
+    );
+    // Logs: the daemon's stderr is a pipe here, as under journald.
+    let log = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+        .args(["--backend", "sim", "--no-initial-calibration", "--config"])
+        .arg(&file)
+        .args(["--bus-address", "unix:path=/nonexistent/bus", "--state-dir"])
+        .arg(env.dir.path().join("log-state"))
+        .env("RUST_LOG", "info")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&log.stderr);
+    assert!(text.contains("configuration read"), "{text}");
+    assert!(!text.contains('\u{1b}'), "colour codes in a log: {text:?}");
+}
