@@ -801,8 +801,7 @@ impl Service {
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
         self.worker.send(Job { id, work, cancel }).map_err(|_| {
             ServiceError::Busy(
-                "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)"
-                    .into(),
+                "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)".into(),
             )
         })?;
         Ok(id)

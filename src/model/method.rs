@@ -144,11 +144,14 @@ fn wcetd(
     let typical = TypicalFit::new(obs, sizes, config);
     let shape = typical.shape(obs, config, true);
     let mut entries = Vec::with_capacity(sizes.len());
+    let mut additive_binding = false;
     for &m in sizes {
         let (central, provenance) = shape.safety_chain(m)?;
+        additive_binding |= tail.additive_sets(m, central);
         let bound = tail.apply(m, central) * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
+    tail.settle(additive_binding);
     if typical.monotone {
         make_non_increasing(&mut entries);
     }

@@ -81,9 +81,13 @@ pub struct TailBound {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub per_size: BTreeMap<u32, f64>,
     /// Bound on the excess over the median in nanoseconds, the same at every size (see
-    /// [`additive_bound`]); 0 in calibrations stored before it existed.
+    /// [`tail_bound`]); 0 in calibrations stored before it existed.
     #[serde(default)]
     pub additive_ns: f64,
+    /// The exceedance the additive excess is stated at. It becomes the bound's (`exceedance`)
+    /// only where the additive excess sets a bound ([`TailBound::settle`]).
+    #[serde(default)]
+    pub additive_exceedance: f64,
     /// Plain-language reasons for the choice, for `GetBoundInfo` and reports.
     pub notes: Vec<String>,
 }
@@ -102,7 +106,7 @@ impl TailBound {
             return;
         }
         self.additive_ns = ns;
-        self.exceedance = self.exceedance.max(exceedance);
+        self.additive_exceedance = exceedance;
         self.notes.push(format!(
             "the device's rare delays (delay probe): {:.2} µs stated at {exceedance:e}, above this kernel's own",
             ns / 1000.0
@@ -113,6 +117,23 @@ impl TailBound {
     /// and the additive excess.
     pub fn apply(&self, m: u32, typical_ns: f64) -> f64 {
         (typical_ns * self.ratio_at(m)).max(typical_ns + self.additive_ns)
+    }
+
+    /// Whether the additive excess, not the ratio, sets the bound at size `m`.
+    pub fn additive_sets(&self, m: u32, typical_ns: f64) -> bool {
+        typical_ns + self.additive_ns > typical_ns * self.ratio_at(m)
+    }
+
+    /// State the bound at the weaker of the two exceedances where the additive excess sets a bound
+    /// at some size (`binding`); where it sets none, every bound is the ratio's, stated at its own.
+    pub fn settle(&mut self, binding: bool) {
+        if binding && self.additive_exceedance > self.exceedance {
+            self.exceedance = self.additive_exceedance;
+            self.notes.push(format!(
+                "the additive excess sets the bound at some size: stated at {:e} per launch",
+                self.exceedance
+            ));
+        }
     }
 }
 
@@ -128,8 +149,6 @@ impl std::fmt::Display for TailKind {
     }
 }
 
-/// Sizes whose median is within this factor of the fastest one's feed the additive model.
-const ADDITIVE_SPAN: f64 = 2.0;
 /// Fewest samples a tail model is fitted to; below, a stated margin over the largest.
 const MIN_SAMPLES: usize = 100;
 const MIN_EXCEEDANCES: usize = 10;
@@ -157,14 +176,31 @@ pub fn is_heavy(obs: &Observations, config: &super::MethodConfig) -> bool {
     matches!(kind, TailKind::HeavyTail | TailKind::GpdUpperShape)
 }
 
-/// The tail bound of `obs`: the ratio model (below) and the additive one ([`additive_bound`]);
-/// the bound is stated at the weaker of their two exceedances.
+/// The tail bound of `obs`: the ratio model ([`ratio_bound`]) and an additive excess under it.
+///
+/// Rare delays of a fixed length (an interrupt, a firmware or memory-system event) add the same
+/// nanoseconds to a launch of any length: on an H100, 2-6 µs on about 1.6e-4 of launches, at every
+/// size and in every kernel (`docs/hardware-validation.md`). Relative to the median they are
+/// largest where the kernel is fastest, and a size whose own launches happened to miss them has a
+/// tight spread, so per-size ratios do not bound them. So the excess the ratio model allows at the
+/// fastest measured size (the one with the most launches, the screen's), in nanoseconds, is a floor
+/// on the excess at every size, stated at the ratio model's exceedance. The device's own delays,
+/// too rare for one kernel's campaign, come from the delay probe ([`device_delay`]).
 pub fn tail_bound(obs: &Observations, exceedance: f64) -> TailBound {
     let mut bound = ratio_bound(obs, exceedance);
-    if let Some(additive) = additive_bound(obs, exceedance) {
-        bound.additive_ns = additive.ns;
-        bound.exceedance = bound.exceedance.max(additive.exceedance);
-        bound.notes.push(additive.note);
+    let fastest = obs
+        .by_size
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .map(|(&m, s)| (m, quantile_u64(s, 0.5)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    if let Some((m, median)) = fastest {
+        bound.additive_ns = (bound.ratio_at(m) - 1.0) * median;
+        bound.additive_exceedance = bound.exceedance;
+        bound.notes.push(format!(
+            "a fixed delay does not shrink with more work: every size's bound is at least its typical time plus the excess allowed at the fastest size ({m} SMs), {:.2} µs",
+            bound.additive_ns / 1000.0
+        ));
     }
     bound
 }
@@ -178,65 +214,24 @@ pub struct Additive {
     pub note: String,
 }
 
-/// The device's rare delays from the delay probe's launch times (one fixed amount of work on the
-/// whole device): the additive excess over their median, as for a kernel's own launches.
+/// The device's rare delays from the delay probe's launch times (one fixed amount of work, timed
+/// as kernels are): the tail model of their excess over the median, in nanoseconds.
 pub fn device_delay(probe: &[u64], exceedance: f64) -> Option<Additive> {
-    let obs = Observations {
-        by_size: [(0, probe.to_vec())].into(),
-        ..Observations::default()
-    };
-    additive_bound(&obs, exceedance).map(|a| Additive {
-        note: a
-            .note
-            .replace("additive excess", "device delay probe: excess"),
-        ..a
-    })
-}
-
-/// Rare delays of a fixed length (an interrupt, a firmware or DRAM-refresh event) add the same
-/// nanoseconds to a launch of any length: on an H100 they reach 3-6 µs about once per thousand
-/// launches, at every size and in every kernel (`docs/hardware-validation.md`). Relative to the
-/// median they are largest where the kernel is fastest, and a size whose own launches happened to
-/// miss them has a tight spread, so neither pooled nor per-size ratios bound them. Here the
-/// excesses over each size's median, in nanoseconds, are pooled over every launch of the sizes
-/// whose launches are short (within [`ADDITIVE_SPAN`] of the fastest), where a fixed delay stands
-/// out of the multiplicative jitter, and given the same peaks-over-threshold treatment.
-fn additive_bound(obs: &Observations, exceedance: f64) -> Option<Additive> {
-    let all: Vec<(&Vec<u64>, f64)> = obs
-        .by_size
-        .values()
-        .filter(|s| !s.is_empty())
-        .map(|s| (s, quantile_u64(s, 0.5)))
-        .collect();
-    // Excesses enter the ratio machinery as 1 + excess / scale, which is scale-free.
-    let scale = all.iter().map(|(_, m)| *m).fold(f64::INFINITY, f64::min);
-    if !(scale.is_finite() && scale > 0.0) {
+    let median = quantile_u64(probe, 0.5);
+    if probe.is_empty() || median <= 0.0 {
         return None;
     }
-    let (sizes, medians): (Vec<&Vec<u64>>, Vec<f64>) = all
-        .into_iter()
-        .filter(|(_, m)| *m <= ADDITIVE_SPAN * scale)
-        .unzip();
-    let pseudo: Vec<Vec<f64>> = sizes
-        .iter()
-        .zip(&medians)
-        .map(|(s, &median)| {
-            s.iter()
-                .map(|&t| 1.0 + (t as f64 - median) / scale)
-                .collect()
-        })
-        .collect();
-    let fitted = pooled_tail_bound(&pseudo, exceedance, Pool::All);
-    let ns = (fitted.ratio - 1.0) * scale;
+    let fitted = pooled_tail_bound(&[ratios(probe)], exceedance, Pool::All);
+    let ns = (fitted.ratio - 1.0) * median;
     Some(Additive {
         ns,
         exceedance: fitted.exceedance,
         note: format!(
-            "additive excess over the median, pooled over {} launches of every size: {:.2} µs ({}, largest seen {:.2} µs, stated at {:e}); a size's bound is at least its typical time plus this",
+            "device delay probe: excess over the median of {} launches: {:.2} µs ({}, largest seen {:.2} µs, stated at {:e}); every bound is at least its typical time plus this",
             fitted.samples,
             ns / 1000.0,
             fitted.kind,
-            (fitted.observed_max_ratio - 1.0) * scale / 1000.0,
+            (fitted.observed_max_ratio - 1.0) * median / 1000.0,
             fitted.exceedance
         ),
     })
@@ -414,6 +409,7 @@ fn pooled_tail_bound(per_size: &[Vec<f64>], exceedance: f64, pool: Pool) -> Tail
         fit_accepted: false,
         per_size: BTreeMap::new(),
         additive_ns: 0.0,
+        additive_exceedance: 0.0,
         notes: Vec::new(),
     };
     if pooled.len() < MIN_SAMPLES {
