@@ -56,6 +56,12 @@ pub trait Calibration {
     fn get_job(&self, job: u64) -> zbus::Result<(String, f64, String)>;
     fn cancel_job(&self, job: u64) -> zbus::Result<()>;
     fn reload_kernels(&self) -> zbus::Result<(Vec<String>, Vec<String>, Vec<(String, String)>)>;
+    fn export_calibration(&self, kernels: &[&str]) -> zbus::Result<String>;
+    fn import_calibration_with(
+        &self,
+        bundle: &str,
+        options: std::collections::HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<Vec<String>>;
     fn import_samples(
         &self,
         kernel: &str,

@@ -4,9 +4,11 @@
 //! Service events become signals in [`forward_events`].
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use zbus::message::{Header, Message};
 use zbus::names::ErrorName;
 use zbus::object_server::SignalEmitter;
+use zbus::OwnedObjectPath;
 use zbus::OwnedVariant;
 use zbus::{interface, Connection, Variant};
 
@@ -67,9 +69,19 @@ impl zbus::DBusError for BusError {
     }
 }
 
+/// Every device the daemon serves, as the `Devices` property gives them: (index, object path,
+/// UUID), in index order.
+pub type DeviceList = Vec<(u32, OwnedObjectPath, String)>;
+
+/// The object of device `index`: `/org/wcetd/Wcetd1/gpu/N`.
+pub fn device_path(index: u32) -> String {
+    format!("{OBJECT_PATH}/gpu/{index}")
+}
+
 /// `org.wcetd.Bounds1`: anyone may call.
 pub struct Bounds {
     pub service: Service,
+    pub devices: Arc<DeviceList>,
 }
 
 #[interface(name = "org.wcetd.Bounds1")]
@@ -134,6 +146,12 @@ impl Bounds {
     #[zbus(property(emits_changed_signal = "const"))]
     fn device(&self) -> String {
         self.service.device().name.clone()
+    }
+
+    /// Every device this daemon serves: (index, object path, UUID).
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn devices(&self) -> DeviceList {
+        self.devices.as_ref().clone()
     }
 
     #[zbus(property(emits_changed_signal = "const"))]
@@ -371,6 +389,65 @@ impl Calibration {
         Ok(self.service.cancel_job(job)?)
     }
 
+    /// This device's current calibrations of `kernels` (every one when empty), as a bundle (JSON)
+    /// for another daemon with the same configuration: an extension for fleets.
+    async fn export_calibration(
+        &self,
+        kernels: Vec<String>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<String, BusError> {
+        self.access
+            .check(conn, &header, "ExportCalibration")
+            .await?;
+        let bundle = self.service.export_calibration(&kernels)?;
+        serde_json::to_string(&bundle).map_err(|e| BusError {
+            name: "org.freedesktop.DBus.Error.Failed",
+            message: format!("writing the bundle: {e}"),
+        })
+    }
+
+    /// Another daemon's calibrations, accepted where its fingerprint matches this device; then
+    /// checked on this card (a job). Returns the kernels.
+    async fn import_calibration(
+        &self,
+        bundle: String,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<String>, BusError> {
+        self.access
+            .check(conn, &header, "ImportCalibration")
+            .await?;
+        Ok(self.service.import_calibration(&bundle, false)?)
+    }
+
+    /// `ImportCalibration` with options: `force` (b) imports a bundle of another configuration as
+    /// stale instead of refusing it.
+    async fn import_calibration_with(
+        &self,
+        bundle: String,
+        options: HashMap<String, OwnedVariant>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<Vec<String>, BusError> {
+        self.access
+            .check(conn, &header, "ImportCalibration")
+            .await?;
+        if let Some(key) = options.keys().find(|k| k.as_str() != "force") {
+            return Err(ServiceError::InvalidArgs(format!(
+                "option `{key}` is unknown; accepted: force (b)"
+            ))
+            .into());
+        }
+        let force = match options.get("force") {
+            None => false,
+            Some(v) => bool::try_from(v).map_err(|_| {
+                ServiceError::InvalidArgs("option `force` must be a boolean (b)".into())
+            })?,
+        };
+        Ok(self.service.import_calibration(&bundle, force)?)
+    }
+
     /// Reread the kernel directories: (added, removed, rejected as (file, reason)).
     async fn reload_kernels(
         &self,
@@ -408,43 +485,75 @@ impl Calibration {
     ) -> zbus::Result<()>;
 }
 
-/// Serve both interfaces on `conn`.
+/// Serve one device at the root object (and as `/org/wcetd/Wcetd1/gpu/0`).
 pub async fn serve(
     conn: &Connection,
     service: Service,
     access: crate::access::OperatorPolicy,
 ) -> zbus::Result<()> {
-    let server = conn.object_server();
-    server
-        .at(
-            OBJECT_PATH,
-            Bounds {
-                service: service.clone(),
-            },
-        )
-        .await?;
-    server
-        .at(
-            OBJECT_PATH,
-            crate::admission_bus::Admission {
-                service: service.clone(),
-            },
-        )
-        .await?;
-    server
-        .at(OBJECT_PATH, Calibration { service, access })
-        .await?;
+    serve_devices(conn, &[(0, service)], 0, access).await
+}
+
+/// Serve each device at `/org/wcetd/Wcetd1/gpu/N`, and `default` at `/org/wcetd/Wcetd1` too.
+/// Each object forwards to its own [`Service`] (its own worker, queue, store and health), so a
+/// job or a fault on one device never holds up another's queries.
+pub async fn serve_devices(
+    conn: &Connection,
+    devices: &[(u32, Service)],
+    default: u32,
+    access: crate::access::OperatorPolicy,
+) -> zbus::Result<()> {
+    let list: DeviceList = devices
+        .iter()
+        .map(|(n, s)| {
+            let path = OwnedObjectPath::try_from(device_path(*n)).expect("a valid object path");
+            (*n, path, s.device().fingerprint.uuid.clone())
+        })
+        .collect();
+    let list = Arc::new(list);
+    for (n, service) in devices {
+        serve_at(conn, &device_path(*n), service, &list, &access).await?;
+        if *n == default {
+            serve_at(conn, OBJECT_PATH, service, &list, &access).await?;
+        }
+    }
     Ok(())
 }
 
-/// Turn service events into signals until the service's event channel closes.
-pub async fn forward_events(conn: Connection, service: Service) {
+async fn serve_at(
+    conn: &Connection,
+    path: &str,
+    service: &Service,
+    devices: &Arc<DeviceList>,
+    access: &crate::access::OperatorPolicy,
+) -> zbus::Result<()> {
+    let server = conn.object_server();
+    let bounds = Bounds {
+        service: service.clone(),
+        devices: Arc::clone(devices),
+    };
+    server.at(path, bounds).await?;
+    let admission = crate::admission_bus::Admission {
+        service: service.clone(),
+    };
+    server.at(path, admission).await?;
+    let calibration = Calibration {
+        service: service.clone(),
+        access: access.clone(),
+    };
+    server.at(path, calibration).await?;
+    Ok(())
+}
+
+/// Turn service events into signals on the object at `path` until the service's event channel
+/// closes (one forwarder per object: the default device's events go out on both of its paths).
+pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let mut events = service.subscribe();
     let server = conn.object_server();
-    let Ok(bounds) = server.interface::<_, Bounds>(OBJECT_PATH).await else {
+    let Ok(bounds) = server.interface::<_, Bounds>(path.as_str()).await else {
         return;
     };
-    let Ok(calibration) = server.interface::<_, Calibration>(OBJECT_PATH).await else {
+    let Ok(calibration) = server.interface::<_, Calibration>(path.as_str()).await else {
         return;
     };
     loop {

@@ -41,6 +41,7 @@
 pub mod access;
 pub mod admission;
 pub mod admission_bus;
+pub mod bundle;
 pub mod bus;
 pub mod calibrate;
 pub mod client;

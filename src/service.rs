@@ -247,6 +247,12 @@ enum Work {
     },
     /// Fit samples measured elsewhere (no GPU work).
     Import(Box<calibrate::Imported>),
+    /// Publish another daemon's calibrations, then check them on this card when they are not
+    /// stale (any launch above its bound sends the kernel for recalibration).
+    Bundle {
+        calibrations: Vec<(Interference, String, KernelCalibration)>,
+        verify: bool,
+    },
 }
 
 /// Most samples one `ImportSamples` call may carry.
@@ -777,6 +783,100 @@ impl Service {
         Ok(id)
     }
 
+    /// This device's calibrations of `kernels` (every calibrated kernel when empty), both tags,
+    /// as a bundle for another daemon with the same configuration.
+    pub fn export_calibration(&self, kernels: &[String]) -> Result<crate::bundle::Bundle> {
+        let snap = self.snapshot();
+        for k in kernels {
+            self.known(k)?;
+        }
+        let wanted = |k: &str| kernels.is_empty() || kernels.iter().any(|w| w == k);
+        let mut calibrations = Vec::new();
+        for tag in [Interference::Isolated, Interference::Contended] {
+            for (name, cal) in snap.tables(tag) {
+                if wanted(name) && !self.is_stale(cal) {
+                    calibrations.push(crate::bundle::Entry::new(name, tag, cal.clone()));
+                }
+            }
+        }
+        if calibrations.is_empty() {
+            return Err(ServiceError::NotCalibrated(
+                "nothing to export: no current (not stale) calibration of the kernels asked for; calibrate first (`wcetctl recalibrate`)".into(),
+            ));
+        }
+        Ok(crate::bundle::Bundle {
+            format: crate::bundle::FORMAT,
+            exported_at: Utc::now(),
+            host: crate::measure::hostname(),
+            fingerprint: self.inner.device.fingerprint.clone(),
+            calibrations,
+        })
+    }
+
+    /// Take another daemon's calibrations. Accepted only where the bundle's fingerprint matches
+    /// this device (model, driver, CUDA version, clock policy), otherwise refused with what
+    /// differs; with `force` they are imported as stale instead. Every kernel must be known here.
+    /// Nothing is imported unless everything is: the publishing and the check on this card run as
+    /// a job. Returns the kernels.
+    pub fn import_calibration(&self, text: &str, force: bool) -> Result<Vec<String>> {
+        let bundle = crate::bundle::parse(text).map_err(ServiceError::InvalidArgs)?;
+        let here = &self.inner.device.fingerprint;
+        let diffs = crate::bundle::differences(here, &bundle.fingerprint);
+        if !diffs.is_empty() && !force {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle was measured under another configuration: {}; accepted: a bundle from a device with the same model, driver, CUDA version and clock policy, or force (`wcetctl import-calibration --force`) to import it as stale",
+                diffs.join("; ")
+            )));
+        }
+        let unknown: Vec<&str> = bundle
+            .calibrations
+            .iter()
+            .map(|e| e.kernel.as_str())
+            .filter(|k| self.known(k).is_err())
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ServiceError::UnknownKernel(format!(
+                "the bundle holds kernels this daemon does not know: {}; accepted: {} (add their manifests first)",
+                unknown.join(", "),
+                self.list_kernels().join(", ")
+            )));
+        }
+        let source = format!(
+            "bundle from {} exported {}",
+            bundle.host,
+            bundle.exported_at.to_rfc3339()
+        );
+        let stale = !diffs.is_empty();
+        let mut names = Vec::new();
+        let calibrations = bundle
+            .calibrations
+            .into_iter()
+            .map(|e| {
+                let mut cal = e.calibration;
+                cal.origin = Origin::Bundle;
+                cal.source = source.clone();
+                if !stale {
+                    // Same configuration: served as this device's, once checked on this card.
+                    cal.campaign.environment.fingerprint = here.clone();
+                }
+                if !names.contains(&e.kernel) {
+                    names.push(e.kernel.clone());
+                }
+                (e.interference, e.kernel, cal)
+            })
+            .collect::<Vec<_>>();
+        let mut tags: Vec<Interference> = calibrations.iter().map(|c| c.0).collect();
+        tags.sort();
+        tags.dedup();
+        let work = Work::Bundle {
+            calibrations,
+            verify: !stale,
+        };
+        let id = self.enqueue(work, names.clone(), tags)?;
+        tracing::info!(job = id, "bundle import queued: {}", names.join(", "));
+        Ok(names)
+    }
+
     fn enqueue(&self, work: Work, kernels: Vec<String>, tags: Vec<Interference>) -> Result<u64> {
         let limit = self.inner.config.max_queued_jobs as u64;
         if self.inner.pending.load(Ordering::SeqCst) >= limit {
@@ -1044,6 +1144,10 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
             interference,
         } => (kernels, interference),
         Work::Import(imported) => return import(store, inner, imported),
+        Work::Bundle {
+            calibrations,
+            verify,
+        } => return import_bundle(gpu, store, inner, job, calibrations, *verify),
     };
     let recipe = match calibrate::with_device_delay(gpu, &inner.config.recipe) {
         Ok((recipe, note)) => {
@@ -1167,6 +1271,72 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> (JobS
             format!("importing {}: {e}; bounds unchanged", imported.kernel),
         ),
     }
+}
+
+/// Publish a bundle's calibrations, then, when they are this device's configuration, check each on
+/// this card: a kernel with a launch above its bound is recalibrated here at once.
+fn import_bundle(
+    gpu: &mut dyn Gpu,
+    store: &Store,
+    inner: &Inner,
+    job: &Job,
+    calibrations: &[(Interference, String, KernelCalibration)],
+    verify: bool,
+) -> (JobState, String) {
+    let (state, published) = commit(store, inner, calibrations.to_vec(), "imported");
+    if state != JobState::Done || !verify {
+        return (state, published);
+    }
+    let catalogue = inner
+        .catalogue
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let mut notes = Vec::new();
+    let mut redo = Vec::new();
+    for (tag, name, cal) in calibrations {
+        let Some(kernel) = catalogue.get(name) else {
+            notes.push(format!("{name} ({tag}): not checked, nothing to run here"));
+            continue;
+        };
+        match calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel) {
+            Ok(over) if over.is_empty() => notes.push(format!("{name} ({tag}): held on this card")),
+            Ok(over) => {
+                let (m, t, b) = over[0];
+                notes.push(format!(
+                    "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
+                    over.len()
+                ));
+                redo.push((*tag, kernel.clone()));
+            }
+            Err(e) => {
+                note_lost(inner, &e);
+                return fail(inner, format!("{published}; checking on this card: {e}"));
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for (tag, kernel) in redo {
+        let mut recipe = inner.config.recipe;
+        recipe.campaign.interference = tag;
+        match calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut |_| {}) {
+            Ok(cal) => results.push((tag, kernel.name.clone(), cal)),
+            Err(e) => {
+                note_lost(inner, &e);
+                return fail(
+                    inner,
+                    format!("{published}; recalibrating {}: {e}", kernel.name),
+                );
+            }
+        }
+    }
+    if !results.is_empty() {
+        let (state, message) = commit(store, inner, results, "recalibrated");
+        if state != JobState::Done {
+            return (state, message);
+        }
+    }
+    (JobState::Done, format!("{published}; {}", notes.join("; ")))
 }
 
 /// The worker's GPU, telling `on_run` what each batch measures before it runs.

@@ -91,6 +91,8 @@ pub enum Origin {
     Manifest,
     /// Measured elsewhere and sent with `ImportSamples`.
     Imported,
+    /// Another daemon's calibration, imported from a bundle (`ImportCalibration`).
+    Bundle,
 }
 
 impl Origin {
@@ -99,6 +101,7 @@ impl Origin {
         match self {
             Origin::Builtin | Origin::Manifest => "measured",
             Origin::Imported => "imported",
+            Origin::Bundle => "bundle",
         }
     }
 }

@@ -75,6 +75,16 @@ struct Args {
     /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
     #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
     calibration_budget: f64,
+    /// Which GPUs to serve: `all`, or indices in CUDA's device order (`0,2`). Each gets its own
+    /// object `/org/wcetd/Wcetd1/gpu/N`, worker, job queue, store file and health.
+    #[arg(long, default_value = "all")]
+    devices: gpu::DeviceSelection,
+    /// The GPU `/org/wcetd/Wcetd1` answers for [default: the first served].
+    #[arg(long)]
+    default_device: Option<u32>,
+    /// Simulator: how many identical devices to simulate (each with its own seed and UUID).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    sim_devices: u32,
     /// A directory of kernel manifests (one TOML per kernel); repeatable. Read at start and by
     /// `wcetctl kernels reload` (Calibration1.ReloadKernels).
     #[arg(long = "kernel-dir", value_name = "DIR")]
@@ -227,40 +237,77 @@ async fn run(args: Args) -> anyhow::Result<()> {
         fault_is_lost: args.sim_fault_lost,
         pace_us_per_launch: args.sim_pace_us,
         clock_mhz_override: args.sim_clock_mhz,
+        device_index: 0,
     };
-    let gpu = gpu::open(args.backend, profile, sim).map_err(|e| match e {
-        GpuError::NoDriver => anyhow::anyhow!("{e}; use --backend sim to run on the simulated GPU"),
-        e => e.into(),
-    })?;
+    let gpus = gpu::open_devices(args.backend, &args.devices, profile, sim, args.sim_devices)
+        .map_err(|e| match e {
+            GpuError::NoDriver => {
+                anyhow::anyhow!("{e}; use --backend sim to run on the simulated GPU")
+            }
+            e => e.into(),
+        })?;
+    let default = args.default_device.unwrap_or(gpus[0].0);
+    anyhow::ensure!(
+        gpus.iter().any(|(n, _)| *n == default),
+        "--default-device {default} is not served; accepted: one of {:?}",
+        gpus.iter().map(|(n, _)| *n).collect::<Vec<_>>()
+    );
     let state_dir = args
         .state_dir
         .clone()
         .unwrap_or_else(store::default_state_dir);
-    let store = store::Store::open(&state_dir)?;
-    let config = service_config(&args);
-    let config = ServiceConfig {
-        initial_calibration: !args.no_initial_calibration,
-        prediction: device_description(&args, &gpu.info().name)?,
-        kernel_dirs: args.kernel_dirs.clone(),
-        ..config
-    };
-    let (service, first_job) = Service::start(gpu, store, config);
+    let mut services = Vec::new();
+    let mut first_jobs = Vec::new();
+    for (n, gpu) in gpus {
+        // Each device its own store handle (its own file, by fingerprint), worker and queue.
+        let store = store::Store::open(&state_dir)?;
+        let config = ServiceConfig {
+            initial_calibration: !args.no_initial_calibration,
+            prediction: device_description(&args, &gpu.info().name)?,
+            kernel_dirs: args.kernel_dirs.clone(),
+            ..service_config(&args)
+        };
+        let (service, first_job) = Service::start(gpu, store, config);
+        first_jobs.push((n, first_job));
+        services.push((n, service));
+    }
     let (conn, private) = connect(&args, &state_dir).await?;
-    dbus::serve(
-        &conn,
-        service.clone(),
-        OperatorPolicy::new(&args.operator_group),
-    )
-    .await?;
-    tokio::spawn(dbus::forward_events(conn.clone(), service.clone()));
+    let access = OperatorPolicy::new(&args.operator_group);
+    dbus::serve_devices(&conn, &services, default, access).await?;
+    for (n, service) in &services {
+        let forward = |path: String| dbus::forward_events(conn.clone(), service.clone(), path);
+        tokio::spawn(forward(dbus::device_path(*n)));
+        if *n == default {
+            tokio::spawn(forward(dbus::OBJECT_PATH.to_string()));
+        }
+    }
     conn.request_name(dbus::BUS_NAME)
         .await
         .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
-    announce(&service, &conn, private.as_ref(), &state_dir, first_job);
-    let mut lost = service.device_lost();
+    announce(
+        &services,
+        default,
+        &conn,
+        private.as_ref(),
+        &state_dir,
+        &first_jobs,
+    );
+    // A device lost to this process (a sticky CUDA fault) ends the daemon, whichever it is.
+    let lost_any = futures_util::future::select_all(services.iter().map(|(n, service)| {
+        let mut lost = service.device_lost();
+        let n = *n;
+        Box::pin(async move {
+            let why = lost
+                .wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|w| w.clone());
+            (n, why)
+        })
+    }));
     let lost_why = tokio::select! {
         _ = wait_for_shutdown() => None,
-        why = lost.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
+        ((n, why), _, _) = lost_any => why.map(|w| format!("GPU {n}: {w}")),
     };
     tracing::info!("shutting down");
     let _ = conn.release_name(dbus::BUS_NAME).await;
@@ -342,13 +389,13 @@ fn runtime_dir() -> PathBuf {
 }
 
 fn announce(
-    service: &Service,
+    services: &[(u32, Service)],
+    default: u32,
     conn: &zbus::Connection,
     private: Option<&PrivateBus>,
     state_dir: &std::path::Path,
-    job: Option<u64>,
+    jobs: &[(u32, Option<u64>)],
 ) {
-    let device = service.device();
     println!(
         "wcetd: serving {} on {}",
         dbus::BUS_NAME,
@@ -360,16 +407,27 @@ fn announce(
             p.address()
         );
     }
-    println!(
-        "wcetd: device {} ({} backend, {} SMs, partitions {:?}); state in {}",
-        device.name,
-        device.backend,
-        device.total_sms,
-        device.partition_sizes,
-        state_dir.display()
-    );
-    if let Some(job) = job {
-        println!("wcetd: calibrating the built-in suite as job {job}; bounds are served as each job finishes");
+    for (n, service) in services {
+        let device = service.device();
+        let root = if *n == default {
+            format!(" (and {})", dbus::OBJECT_PATH)
+        } else {
+            String::new()
+        };
+        println!(
+            "wcetd: GPU {n} at {}{root}: {} ({} backend, {} SMs, partitions {:?})",
+            dbus::device_path(*n),
+            device.name,
+            device.backend,
+            device.total_sms,
+            device.partition_sizes,
+        );
+    }
+    println!("wcetd: state in {}", state_dir.display());
+    for (n, job) in jobs {
+        if let Some(job) = job {
+            println!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each job finishes");
+        }
     }
     let unique = conn
         .unique_name()

@@ -259,6 +259,92 @@ pub enum BackendChoice {
     Sim,
 }
 
+/// Which devices to open: every one, or these indices (CUDA's device order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSelection {
+    All,
+    Indices(Vec<u32>),
+}
+
+impl std::str::FromStr for DeviceSelection {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "all" {
+            return Ok(DeviceSelection::All);
+        }
+        let mut indices = s
+            .split(',')
+            .map(|p| p.trim().parse::<u32>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                format!("`{s}` is not accepted; accepted: `all` or device indices like `0,2`")
+            })?;
+        indices.sort_unstable();
+        indices.dedup();
+        if indices.is_empty() {
+            return Err("no device given; accepted: `all` or device indices like `0,2`".into());
+        }
+        Ok(DeviceSelection::Indices(indices))
+    }
+}
+
+/// Open every device `selection` names, as (index, device): real GPUs when `choice` allows and a
+/// driver loads, else `sim_devices` simulated ones, each with its own seed (`seed + index`) and
+/// UUID. An index that does not exist is an error that lists the ones that do.
+pub fn open_devices(
+    choice: BackendChoice,
+    selection: &DeviceSelection,
+    sim_profile: sim::DeviceProfile,
+    sim_options: sim::SimOptions,
+    sim_devices: u32,
+) -> Result<Vec<(u32, Box<dyn Gpu>)>, GpuError> {
+    let real = match choice {
+        BackendChoice::Sim => None,
+        BackendChoice::Cuda => Some(cuda::device_count()?),
+        BackendChoice::Auto => match cuda::device_count() {
+            Ok(n) if n > 0 => Some(n),
+            Ok(_) | Err(_) => {
+                tracing::warn!(
+                    "no CUDA device usable; using {sim_devices} simulated `{}`",
+                    sim_profile.name
+                );
+                None
+            }
+        },
+    };
+    let count = real.unwrap_or(sim_devices.max(1));
+    let indices: Vec<u32> = match selection {
+        DeviceSelection::All => (0..count).collect(),
+        DeviceSelection::Indices(v) => v.clone(),
+    };
+    if let Some(&bad) = indices.iter().find(|&&i| i >= count) {
+        return Err(GpuError::Driver {
+            call: "open",
+            detail: format!(
+                "device {bad} does not exist; accepted: 0 to {} ({count} devices)",
+                count - 1
+            ),
+        });
+    }
+    indices
+        .into_iter()
+        .map(|i| {
+            let gpu: Box<dyn Gpu> = match real {
+                Some(_) => Box::new(cuda::CudaGpu::open(i)?),
+                None => Box::new(sim::SimGpu::new(
+                    sim_profile.clone(),
+                    sim::SimOptions {
+                        seed: sim_options.seed + u64::from(i),
+                        device_index: i,
+                        ..sim_options.clone()
+                    },
+                )),
+            };
+            Ok((i, gpu))
+        })
+        .collect()
+}
+
 /// Open the backend `choice` asks for. `Auto` falls back to the simulator when no driver loads;
 /// an explicit `Cuda` fails with the reason instead.
 pub fn open(

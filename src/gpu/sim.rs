@@ -453,6 +453,9 @@ pub struct SimOptions {
     /// Report this SM clock from `telemetry()` (batches still run at the nominal clock): models a
     /// clock drop after calibration, for testing clock-scaled bounds.
     pub clock_mhz_override: Option<u32>,
+    /// Which of several simulated devices this is (`wcetd --sim-devices N`): part of its UUID, so
+    /// each has its own fingerprint and store file. Device 0 keeps the UUID a single one had.
+    pub device_index: u32,
 }
 
 pub struct SimGpu {
@@ -468,7 +471,13 @@ impl SimGpu {
         let fingerprint = Fingerprint {
             backend: Backend::Sim,
             device: profile.name.clone(),
-            uuid: format!("SIM-{:016x}", crate::fnv::fnv1a(profile.name.as_bytes())),
+            uuid: match options.device_index {
+                0 => format!("SIM-{:016x}", crate::fnv::fnv1a(profile.name.as_bytes())),
+                n => format!(
+                    "SIM-{:016x}-{n}",
+                    crate::fnv::fnv1a(profile.name.as_bytes())
+                ),
+            },
             driver: format!("wcetd-sim {}", env!("CARGO_PKG_VERSION")),
             cuda: "none".into(),
             clock_policy: format!("nominal:{}MHz", profile.sm_clock_mhz),

@@ -323,6 +323,22 @@ impl CudaGpu {
     }
 }
 
+/// How many CUDA devices the driver offers; [`GpuError::NoDriver`] without libcuda.
+pub fn device_count() -> Result<u32, GpuError> {
+    // SAFETY: only tries to dlopen the library; calls nothing in it.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(GpuError::NoDriver);
+    }
+    // SAFETY: cuInit with flags 0 is the documented initialisation (idempotent).
+    check("cuInit", || unsafe { sys::cuInit(0) })?;
+    let mut n = 0;
+    // SAFETY: out-pointer to a local.
+    check("cuDeviceGetCount", || unsafe {
+        sys::cuDeviceGetCount(&mut n)
+    })?;
+    Ok(n.max(0) as u32)
+}
+
 /// The library named `name`, compiled from `source` the first time it is asked for.
 fn library<'a>(
     libraries: &'a mut HashMap<String, Library>,
