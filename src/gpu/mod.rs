@@ -288,6 +288,9 @@ impl std::str::FromStr for DeviceSelection {
     }
 }
 
+/// A device and its index in CUDA's device order.
+pub type IndexedGpu = (u32, Box<dyn Gpu>);
+
 /// Open every device `selection` names, as (index, device): real GPUs when `choice` allows and a
 /// driver loads, else `sim_devices` simulated ones, each with its own seed (`seed + index`) and
 /// UUID. An index that does not exist is an error that lists the ones that do.
@@ -297,7 +300,7 @@ pub fn open_devices(
     sim_profile: sim::DeviceProfile,
     sim_options: sim::SimOptions,
     sim_devices: u32,
-) -> Result<Vec<(u32, Box<dyn Gpu>)>, GpuError> {
+) -> Result<Vec<IndexedGpu>, GpuError> {
     let real = match choice {
         BackendChoice::Sim => None,
         BackendChoice::Cuda => Some(cuda::device_count()?),
