@@ -25,6 +25,9 @@ pub trait Bounds {
     fn ping(&self) -> zbus::Result<()>;
     #[zbus(property)]
     fn device(&self) -> zbus::Result<String>;
+    /// Every device the daemon serves: (index, object path, UUID).
+    #[zbus(property)]
+    fn devices(&self) -> zbus::Result<Vec<(u32, zbus::OwnedObjectPath, String)>>;
     #[zbus(property)]
     fn backend(&self) -> zbus::Result<String>;
     #[zbus(property)]

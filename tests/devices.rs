@@ -1,0 +1,165 @@
+//! Several GPUs in one daemon, and calibration bundles between daemons, over private buses on the
+//! simulated GPU: both devices' objects serve and the root answers for the default one; a job on
+//! one device does not hold up queries on the other (measured side by side in one run); a bundle
+//! exported by one daemon is accepted by another with the same fingerprint, checked on arrival,
+//! and refused with what differs by one with another fingerprint.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::{error_name, Daemon, WAIT};
+use futures_util::StreamExt;
+use wcetd::client::{BoundsProxy, CalibrationProxy};
+
+async fn bounds_at(d: &Daemon, path: &str) -> BoundsProxy<'static> {
+    BoundsProxy::builder(&d.conn)
+        .path(path.to_string())
+        .build()
+        .await
+        .unwrap()
+}
+
+async fn calibration_at(d: &Daemon, path: &str) -> CalibrationProxy<'static> {
+    CalibrationProxy::builder(&d.conn)
+        .path(path.to_string())
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Queue `kernels` on the object at `path` and wait for its JobFinished there.
+async fn calibrate_at(d: &Daemon, path: &str, kernels: &[&str]) -> (String, String) {
+    let cal = calibration_at(d, path).await;
+    let job = cal.recalibrate(kernels).await.unwrap();
+    tokio::time::timeout(WAIT, wcetd::client::wait_for_job(&cal, job, |_| {}))
+        .await
+        .expect("job finished in time")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_devices_serve_and_the_root_answers_for_the_default() {
+    let d = Daemon::start(&["--sim-devices", "2", "--no-initial-calibration"]).await;
+    let root = d.bounds().await;
+    let devices = root.devices().await.unwrap();
+    assert_eq!(devices.len(), 2, "{devices:?}");
+    assert_eq!(devices[1].1.as_str(), "/org/wcetd/Wcetd1/gpu/1");
+    assert_ne!(devices[0].2, devices[1].2, "each device its own UUID");
+
+    let (state, message) = calibrate_at(&d, "/org/wcetd/Wcetd1/gpu/1", &["srad"]).await;
+    assert_eq!(state, "done", "{message}");
+    let gpu1 = bounds_at(&d, "/org/wcetd/Wcetd1/gpu/1").await;
+    let gpu0 = bounds_at(&d, "/org/wcetd/Wcetd1/gpu/0").await;
+    assert!(gpu1.get_bound("srad", 64).await.unwrap() > 0);
+    // Device 0 has its own calibrations: none yet, and the root answers for it.
+    let err = gpu0.get_bound("srad", 64).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
+    let err = root.get_bound("srad", 64).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
+    assert_eq!(gpu1.devices().await.unwrap(), devices, "every object lists every device");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_one_device_does_not_delay_queries_on_the_other() {
+    let d = Daemon::start(&[
+        "--sim-devices",
+        "2",
+        "--no-initial-calibration",
+        "--delay-probe-launches",
+        "0",
+    ])
+    .await;
+    let (state, message) = calibrate_at(&d, "/org/wcetd/Wcetd1/gpu/1", &["srad"]).await;
+    assert_eq!(state, "done", "{message}");
+    let gpu1 = bounds_at(&d, "/org/wcetd/Wcetd1/gpu/1").await;
+    let p50 = |mut v: Vec<Duration>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        gpu1.get_bound("srad", 64).await.unwrap();
+        idle.push(t.elapsed());
+    }
+    // A long job on device 0 (slowed by real sleeps), and the same queries on device 1 meanwhile.
+    let cal0 = calibration_at(&d, "/org/wcetd/Wcetd1/gpu/0").await;
+    let mut finished = cal0.receive_job_finished().await.unwrap();
+    let job = cal0.recalibrate(&[]).await.unwrap();
+    let mut busy = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        gpu1.get_bound("srad", 64).await.unwrap();
+        busy.push(t.elapsed());
+    }
+    let (state, _, _) = cal0.get_job(job).await.unwrap();
+    assert!(
+        state == "running" || state == "queued",
+        "the job on device 0 must still be going while device 1 answered ({state})"
+    );
+    let (idle, busy) = (p50(idle), p50(busy));
+    println!("GetBound on GPU 1, p50: {idle:?} while GPU 0 idles, {busy:?} while it calibrates");
+    assert!(
+        busy < idle * 5 + Duration::from_millis(2),
+        "queries on GPU 1 slowed from {idle:?} to {busy:?} by a job on GPU 0"
+    );
+    cal0.cancel_job(job).await.unwrap();
+    while let Some(signal) = tokio::time::timeout(WAIT, finished.next()).await.unwrap() {
+        if signal.args().unwrap().job == job {
+            break;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another() {
+    let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
+    let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", &["srad", "hotspot"]).await;
+    assert_eq!(state, "done", "{message}");
+    let bundle = a.calibration().await.export_calibration(&["srad"]).await.unwrap();
+    assert!(bundle.contains("\"kernel\":\"srad\""));
+
+    // Same profile: the same fingerprint (UUIDs are never compared; here they even agree).
+    let b = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let cal_b = b.calibration().await;
+    let mut finished = cal_b.receive_job_finished().await.unwrap();
+    let kernels = cal_b
+        .import_calibration_with(&bundle, HashMap::new())
+        .await
+        .unwrap();
+    assert_eq!(kernels, vec!["srad".to_string()]);
+    let signal = tokio::time::timeout(WAIT, finished.next()).await.unwrap().unwrap();
+    let args = signal.args().unwrap();
+    assert_eq!(args.state, "done", "{}", args.message);
+    assert!(args.message.contains("srad (isolated): held on this card") || args.message.contains("recalibrated"), "{}", args.message);
+    let info = b.bounds().await.get_bound_info("srad", 64).await.unwrap();
+    let origin = <&str>::try_from(&info["origin"]).unwrap().to_string();
+    assert!(origin == "bundle" || origin == "measured", "{origin}");
+    let stale = bool::try_from(&info["stale"]).unwrap();
+    assert!(!stale, "a bundle of the same configuration is served as current");
+
+    // Another device model: refused with what differs, nothing imported.
+    let c = Daemon::start(&["--no-initial-calibration", "--sim-profile", "embedded"]).await;
+    let err = c
+        .calibration()
+        .await
+        .import_calibration_with(&bundle, HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+    assert!(err.to_string().contains("device `"), "{err}");
+    assert!(err.to_string().contains("force"), "{err}");
+    let err = c.bounds().await.get_bound("srad", 8).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
+
+    // A truncated bundle: refused, and says it is not complete.
+    let err = c
+        .calibration()
+        .await
+        .import_calibration_with(&bundle[..bundle.len() / 2], HashMap::new())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a complete wcetd bundle"), "{err}");
+}
