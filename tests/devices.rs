@@ -58,7 +58,11 @@ async fn both_devices_serve_and_the_root_answers_for_the_default() {
     assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
     let err = root.get_bound("srad", 64).await.unwrap_err();
     assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
-    assert_eq!(gpu1.devices().await.unwrap(), devices, "every object lists every device");
+    assert_eq!(
+        gpu1.devices().await.unwrap(),
+        devices,
+        "every object lists every device"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -118,7 +122,12 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
     let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
     let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", &["srad", "hotspot"]).await;
     assert_eq!(state, "done", "{message}");
-    let bundle = a.calibration().await.export_calibration(&["srad"]).await.unwrap();
+    let bundle = a
+        .calibration()
+        .await
+        .export_calibration(&["srad"])
+        .await
+        .unwrap();
     assert!(bundle.contains("\"kernel\":\"srad\""));
 
     // Same profile: the same fingerprint (UUIDs are never compared; here they even agree).
@@ -130,15 +139,26 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
         .await
         .unwrap();
     assert_eq!(kernels, vec!["srad".to_string()]);
-    let signal = tokio::time::timeout(WAIT, finished.next()).await.unwrap().unwrap();
+    let signal = tokio::time::timeout(WAIT, finished.next())
+        .await
+        .unwrap()
+        .unwrap();
     let args = signal.args().unwrap();
     assert_eq!(args.state, "done", "{}", args.message);
-    assert!(args.message.contains("srad (isolated): held on this card") || args.message.contains("recalibrated"), "{}", args.message);
+    assert!(
+        args.message.contains("srad (isolated): held on this card")
+            || args.message.contains("recalibrated"),
+        "{}",
+        args.message
+    );
     let info = b.bounds().await.get_bound_info("srad", 64).await.unwrap();
     let origin = <&str>::try_from(&info["origin"]).unwrap().to_string();
     assert!(origin == "bundle" || origin == "measured", "{origin}");
     let stale = bool::try_from(&info["stale"]).unwrap();
-    assert!(!stale, "a bundle of the same configuration is served as current");
+    assert!(
+        !stale,
+        "a bundle of the same configuration is served as current"
+    );
 
     // Another device model: refused with what differs, nothing imported.
     let c = Daemon::start(&["--no-initial-calibration", "--sim-profile", "embedded"]).await;
@@ -161,5 +181,8 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
         .import_calibration_with(&bundle[..bundle.len() / 2], HashMap::new())
         .await
         .unwrap_err();
-    assert!(err.to_string().contains("not a complete wcetd bundle"), "{err}");
+    assert!(
+        err.to_string().contains("not a complete wcetd bundle"),
+        "{err}"
+    );
 }

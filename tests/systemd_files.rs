@@ -270,6 +270,8 @@ fn unit_keeps_its_contract() {
         "User=wcetd",
         "StateDirectory=wcetd",
         "DevicePolicy=closed",
+        "DeviceAllow=char-nvidia rw",
+        "DeviceAllow=char-nvidia-uvm rw",
         "CapabilityBoundingSet=",
     ] {
         assert!(
