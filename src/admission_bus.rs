@@ -242,9 +242,11 @@ pub trait Admission1 {
     fn suggest(&self, tasks: &[WireUnsized]) -> zbus::Result<Vec<(String, u32)>>;
 }
 
-/// `CheckDetailed` of `tasks` with `policy`, one shared partition when `shared`.
+/// `CheckDetailed` of `tasks` with `policy` on the object at `path` (a GPU's, or the default's),
+/// one shared partition when `shared`.
 pub async fn admit(
     conn: &Connection,
+    path: &str,
     tasks: &[Task],
     shared: bool,
     policy: Policy,
@@ -258,7 +260,9 @@ pub async fn admit(
     if let Some(p) = policy.accept_exceedance {
         options.insert("accept_exceedance", p.into());
     }
-    Admission1Proxy::new(conn)
+    Admission1Proxy::builder(conn)
+        .path(path.to_string())
+        .build()
         .await?
         .check_detailed(&wire, options)
         .await

@@ -77,6 +77,14 @@ pub trait Calibration {
     fn job_finished(&self, job: u64, state: String, message: String) -> zbus::Result<()>;
 }
 
+/// The object of GPU `gpu` (`/org/wcetd/Wcetd1/gpu/N`), or the default GPU's (`/org/wcetd/Wcetd1`).
+pub fn object_path(gpu: Option<u32>) -> String {
+    match gpu {
+        Some(n) => crate::dbus::device_path(n),
+        None => crate::dbus::OBJECT_PATH.to_string(),
+    }
+}
+
 /// Wait for `job` to finish, reporting progress; returns (state, message). Subscribes to the
 /// signals before asking for the job's state, so a job that finishes in between is not missed.
 pub async fn wait_for_job(

@@ -40,8 +40,28 @@ struct Cli {
     /// Machine-readable JSON on standard output instead of tables (every command).
     #[arg(long, global = true)]
     json: bool,
+    /// The GPU to ask (its index; `wcetctl status` lists them) [default: the daemon's default GPU].
+    #[arg(long, global = true, value_name = "N")]
+    gpu: Option<u32>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The object `--gpu` names, set once in `main`: every proxy of this run talks to it.
+static OBJECT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn object() -> &'static str {
+    OBJECT
+        .get()
+        .map_or(wcetd::dbus::OBJECT_PATH, String::as_str)
+}
+
+async fn bounds_proxy(conn: &zbus::Connection) -> zbus::Result<BoundsProxy<'static>> {
+    BoundsProxy::builder(conn).path(object()).build().await
+}
+
+async fn calibration_proxy(conn: &zbus::Connection) -> zbus::Result<CalibrationProxy<'static>> {
+    CalibrationProxy::builder(conn).path(object()).build().await
 }
 
 #[derive(Subcommand, Debug)]
@@ -109,6 +129,22 @@ enum Command {
         /// Where the samples came from (free text, served as `source`) [default: the file name].
         #[arg(long)]
         source: Option<String>,
+    },
+    /// Write this GPU's current calibrations (every one, or KERNELs) as a bundle (JSON) on standard
+    /// output, for daemons on hosts with the same GPU model, driver, CUDA version and clock policy.
+    Export {
+        /// Kernels to export [default: every calibrated one].
+        kernels: Vec<String>,
+    },
+    /// Import a bundle written by `wcetctl export`: refused with what differs unless the
+    /// configuration matches; then checked on this card, and a kernel that exceeds its bound here
+    /// is recalibrated (a job: `wcetctl jobs`).
+    ImportCalibration {
+        /// The bundle file (`-` for standard input).
+        file: PathBuf,
+        /// Import a bundle of another configuration anyway, as stale.
+        #[arg(long)]
+        force: bool,
     },
     /// Kernel manifests: check files offline, or have the daemon reread its kernel directories.
     Kernels {
@@ -435,6 +471,9 @@ fn main() -> std::process::ExitCode {
     // SAFETY: restoring the default disposition of one signal before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    if let Some(n) = cli.gpu {
+        let _ = OBJECT.set(wcetd::client::object_path(Some(n)));
+    }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -552,7 +591,7 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         .clone()
         .unwrap_or_else(store::default_state_dir);
     let conn = reach_daemon(cli.bus_address.as_deref(), &state_dir).await?;
-    let bounds = BoundsProxy::new(&conn).await?;
+    let bounds = bounds_proxy(&conn).await?;
     let json = cli.json;
     match cli.command {
         Command::List => print_list(json, bounds.list_kernels().await.map_err(explain)?),
@@ -591,7 +630,7 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         } => recalibrate(json, &conn, &kernels, &interference, no_wait).await,
         Command::Jobs => jobs(json, &conn).await,
         Command::Cancel { job } => {
-            CalibrationProxy::new(&conn)
+            calibration_proxy(&conn)
                 .await?
                 .cancel_job(job)
                 .await
@@ -617,7 +656,20 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         Command::Kernels {
             action: KernelsAction::Reload,
         } => reload_kernels(json, &conn).await,
-        Command::Status => status(json, &bounds).await,
+        Command::Export { kernels } => {
+            let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
+            let bundle = calibration_proxy(&conn)
+                .await?
+                .export_calibration(&names)
+                .await
+                .map_err(explain)?;
+            println!("{bundle}");
+            Ok(())
+        }
+        Command::ImportCalibration { file, force } => {
+            import_calibration(json, &conn, &file, force).await
+        }
+        Command::Status => status_all(json, &conn, &bounds).await,
         Command::Admit {
             file,
             shared,
@@ -683,7 +735,7 @@ async fn admit(
         .map(taskset::TaskSpec::to_task)
         .collect::<anyhow::Result<Vec<_>>>()
         .with_context(|| format!("task set {}", file.display()))?;
-    let answer = admission_bus::admit(conn, &tasks, shared, accept.policy())
+    let answer = admission_bus::admit(conn, object(), &tasks, shared, accept.policy())
         .await
         .map_err(|e| explain(e).context(format!("{}", file.display())))?;
     print_verdict(json, &answer, None)
@@ -741,7 +793,10 @@ async fn suggest(
         .iter()
         .map(|t| admission_bus::unsized_to_wire(&t.to_unsized()))
         .collect();
-    let proxy = admission_bus::Admission1Proxy::new(conn).await?;
+    let proxy = admission_bus::Admission1Proxy::builder(conn)
+        .path(object())
+        .build()
+        .await?;
     let sizes = proxy
         .suggest(&free)
         .await
@@ -757,14 +812,14 @@ async fn suggest(
             deadline_ns: t.deadline_ns,
         })
         .collect();
-    let answer = admission_bus::admit(conn, &tasks, false, accept.policy())
+    let answer = admission_bus::admit(conn, object(), &tasks, false, accept.policy())
         .await
         .map_err(explain)?;
     print_verdict(json, &answer, Some(&sizes))
 }
 
 async fn jobs(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
-    let jobs = CalibrationProxy::new(conn)
+    let jobs = calibration_proxy(conn)
         .await?
         .list_jobs()
         .await
@@ -969,7 +1024,7 @@ async fn recalibrate(
     no_wait: bool,
 ) -> anyhow::Result<()> {
     use futures_util::StreamExt;
-    let calibration = CalibrationProxy::new(conn).await?;
+    let calibration = calibration_proxy(conn).await?;
     let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
     // Listen before the job exists, so that neither its end nor a Ctrl-C can be missed.
     let mut finished = calibration.receive_job_finished().await?;
@@ -1071,7 +1126,7 @@ async fn import(
     interference: Interference,
     source: &str,
 ) -> anyhow::Result<()> {
-    let calibration = CalibrationProxy::new(conn).await?;
+    let calibration = calibration_proxy(conn).await?;
     let total: u64 = set
         .values()
         .flat_map(|s| s.values())
@@ -1141,8 +1196,44 @@ async fn import(
     Ok(())
 }
 
+async fn import_calibration(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    force: bool,
+) -> anyhow::Result<()> {
+    let text = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let mut options = std::collections::HashMap::new();
+    if force {
+        options.insert("force", zbus::Variant::from(true));
+    }
+    let kernels = calibration_proxy(conn)
+        .await?
+        .import_calibration_with(&text, options)
+        .await
+        .map_err(explain)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"imported": kernels, "stale": force})
+        );
+    } else {
+        println!(
+            "imported {}; they are checked on this card as a job (`wcetctl jobs`), and recalibrated where a launch exceeds its bound",
+            kernels.join(", ")
+        );
+    }
+    Ok(())
+}
+
 async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
-    let calibration = CalibrationProxy::new(conn).await?;
+    let calibration = calibration_proxy(conn).await?;
     let (added, removed, rejected) = calibration.reload_kernels().await.map_err(explain)?;
     if json {
         let rejected: Vec<_> = rejected
@@ -1219,7 +1310,47 @@ fn check_manifests(json: bool, files: &[PathBuf]) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
+/// `status` of the GPU `--gpu` names, or of every GPU the daemon serves.
+async fn status_all(
+    json: bool,
+    conn: &zbus::Connection,
+    bounds: &BoundsProxy<'_>,
+) -> anyhow::Result<()> {
+    let devices = match (OBJECT.get(), bounds.devices().await) {
+        (None, Ok(devices)) if devices.len() > 1 => devices,
+        _ => {
+            let one = status(json, bounds).await?;
+            if json {
+                println!("{one}");
+            }
+            return Ok(());
+        }
+    };
+    // Several GPUs: a section each, or one JSON array of (gpu, path, uuid, status).
+    let mut all = Vec::new();
+    for (n, path, uuid) in devices {
+        let proxy = BoundsProxy::builder(conn)
+            .path(path.to_string())
+            .build()
+            .await?;
+        if !json {
+            println!("GPU {n}  {path}  {uuid}");
+        }
+        let one = status(json, &proxy).await?;
+        if json {
+            all.push(serde_json::json!({"gpu": n, "path": path.to_string(), "uuid": uuid, "status": one}));
+        } else {
+            println!();
+        }
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(all));
+    }
+    Ok(())
+}
+
+/// One GPU's status: printed as a table, or returned as JSON when `json`.
+async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_json::Value> {
     let device = bounds.device().await?;
     let backend = bounds.backend().await?;
     let total = bounds.total_sms().await?;
@@ -1248,12 +1379,10 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
             .iter()
             .map(|(k, v)| (k.clone(), v["calibrated"].clone()))
             .collect();
-        println!(
-            "{}",
+        return Ok(
             serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
-                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels})
+                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels}),
         );
-        return Ok(());
     }
     println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
     println!(
@@ -1283,7 +1412,7 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
         let tail = v["tail"].as_str().unwrap_or("-");
         println!("  {k:<10} {state:<15} {tags:<19} {exceedance:>10}  {tail}");
     }
-    Ok(())
+    Ok(serde_json::Value::Null)
 }
 
 /// A samples file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
