@@ -942,11 +942,12 @@ async fn print_curve(
     kernel: &str,
     interference: Option<Interference>,
 ) -> anyhow::Result<()> {
-    const COLUMNS: [&str; 10] = [
+    const COLUMNS: [&str; 11] = [
         "interference",
         "exceedance",
         "stale",
         "provenance",
+        "basis",
         "observed_max_ns",
         "samples",
         "typical_ns",
@@ -983,13 +984,14 @@ async fn print_curve(
         return Ok(());
     }
     println!(
-        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
         "SMs",
         "bound_ns",
         "interference",
         "exceedance",
         "stale",
         "provenance",
+        "basis",
         "observed_max_ns",
         "samples",
         "typical_ns",
@@ -1007,12 +1009,12 @@ async fn print_curve(
         let t: Vec<String> = v.iter().map(text).collect();
         let exceedance = v[1].as_f64().map_or(t[1].clone(), |e| format!("{e:.0e}"));
         println!(
-            "{sms:>5}  {bound:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
-            t[0], exceedance, t[2], t[3], t[4], t[5], t[6], t[7], t[8]
+            "{sms:>5}  {bound:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+            t[0], exceedance, t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
         );
-        label.clone_from(&t[9]);
+        label.clone_from(&t[10]);
     }
-    println!("typical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
+    println!("basis: what the bound rests on (measured; verified: the fitted curve checked by the sweep there; fitted)\ntypical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
     Ok(())
 }
 
