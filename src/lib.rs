@@ -48,6 +48,7 @@ pub mod kernels;
 pub mod manifest;
 pub mod measure;
 pub mod model;
+pub mod observe;
 pub mod offline;
 pub mod samples;
 pub mod service;
