@@ -247,6 +247,14 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("prediction", label.into());
     put("origin", b.origin.as_str().into());
     put("source", b.source.clone().into());
+    // Rule 1 for production (Monitor1.Report): the highest time reported that bounds this size.
+    put(
+        "observed_floor_ns",
+        b.observed.map_or(0, |f| f.floor_ns).into(),
+    );
+    if b.observed.is_some_and(|f| f.raised) {
+        put("basis", "observed".into());
+    }
     d
 }
 

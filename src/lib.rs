@@ -27,6 +27,10 @@
 //!   runs on one worker thread. No D-Bus types.
 //! - [`dbus`]: the bus face, thin: forwards to the service, maps errors to the design's names,
 //!   turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
+//! - [`observe`] (production launch times: histograms, epochs, their file), the service's
+//!   monitoring (`service/monitor.rs`: judging reports, floors under bounds), [`monitor_bus`]
+//!   (`org.wcetd.Monitor1`) and [`metrics`] (the Prometheus textfile, a face of the service
+//!   beside the bus): bounds that watch themselves.
 //! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`) and [`taskset`]
 //!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
@@ -34,7 +38,8 @@
 //! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
 //!   [`model::predict`], which are reported beside bounds and never change one.
 //!
-//! The rule no layer may break: a bound is never below a sample observed at its size.
+//! The rule no layer may break: a bound is never below a sample observed at its size, whether
+//! measured by the daemon or reported from production.
 
 pub mod access;
 pub mod admission;
@@ -47,7 +52,9 @@ pub mod gpu;
 pub mod kernels;
 pub mod manifest;
 pub mod measure;
+pub mod metrics;
 pub mod model;
+pub mod monitor_bus;
 pub mod observe;
 pub mod offline;
 pub mod samples;

@@ -28,6 +28,11 @@ use crate::store::{Calibration, KernelCalibration, Store};
 use crate::workload::Forecast;
 use std::path::PathBuf;
 
+mod monitor;
+pub use monitor::{
+    MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome, SAVE_INTERVAL,
+};
+
 /// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
@@ -70,6 +75,8 @@ pub struct ServiceConfig {
     pub prediction: Option<DeviceDescription>,
     /// Directories of kernel manifests (`--kernel-dir`), read at start and by `reload_kernels`.
     pub kernel_dirs: Vec<PathBuf>,
+    /// Production monitoring (`Monitor1`): saving observations, recalibrating after overruns.
+    pub monitor: MonitorConfig,
 }
 
 impl Default for ServiceConfig {
@@ -80,6 +87,7 @@ impl Default for ServiceConfig {
             initial_calibration: true,
             prediction: None,
             kernel_dirs: Vec::new(),
+            monitor: MonitorConfig::default(),
         }
     }
 }
@@ -163,6 +171,9 @@ pub struct BoundInfo {
     /// `measured` (by this daemon) or `imported`, and where the samples came from.
     pub origin: Origin,
     pub source: String,
+    /// The highest time reported from production that bounds this size, if any (rule 1: the
+    /// bound is at least it).
+    pub observed: Option<ObservedFloor>,
 }
 
 /// A predicted typical time and what it rests on. No bound is ever computed from one.
@@ -221,6 +232,8 @@ struct Inner {
     lost: tokio::sync::watch::Sender<Option<String>>,
     /// The kernels served: the built-in suite and the manifests of the kernel directories.
     catalogue: RwLock<Arc<Catalogue>>,
+    /// Launch times reported from production and the floors they put under bounds.
+    monitor: Arc<monitor::MonitorState>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -248,6 +261,12 @@ impl Service {
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
+        let monitor = Arc::new(monitor::MonitorState::load(
+            &store,
+            &device,
+            config.monitor.clone(),
+        ));
+        monitor::spawn_saver(Arc::clone(&monitor));
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -261,6 +280,7 @@ impl Service {
             forecast,
             lost: tokio::sync::watch::channel(None).0,
             catalogue: RwLock::new(Arc::new(catalogue)),
+            monitor,
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -486,6 +506,8 @@ impl Service {
         })?;
         let mut notes = cal.table.notes.clone();
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
+        let observed =
+            self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
             .sizes
@@ -521,6 +543,7 @@ impl Service {
                 .map(|(typical_ns, label)| Prediction { typical_ns, label }),
             origin: cal.origin,
             source: cal.source.clone(),
+            observed,
         })
     }
 

@@ -11,8 +11,13 @@ use wcetd::gpu::sim::{DeviceProfile, SimOptions};
 use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
 use wcetd::model::{Method, MethodConfig};
-use wcetd::service::{Service, ServiceConfig};
+use wcetd::service::{MonitorConfig, Service, ServiceConfig};
 use wcetd::{access::OperatorPolicy, dbus, store};
+use wcetd::{access::ReporterPolicy, metrics, monitor_bus};
+
+/// The device's index in the metrics file's `gpu` label: the daemon serves one device, CUDA's
+/// device 0 (or the simulator).
+const GPU_INDEX: u32 = 0;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -101,6 +106,27 @@ struct Args {
     /// Report no predicted typical times.
     #[arg(long, conflicts_with = "device_description")]
     no_prediction: bool,
+    /// Group whose members may call Monitor1.Report (besides root, the daemon's user and the
+    /// operator group): reported times can raise bounds.
+    #[arg(long, default_value = "wcetd-report")]
+    report_group: String,
+    /// Write Prometheus metrics (bounds, observations, overruns, calibration age, jobs, health)
+    /// to this file for the node exporter's textfile collector: at start, after every job, at
+    /// most every 10 s while observations change, and at shutdown; replaced atomically.
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
+    /// Queue a recalibration of a kernel when a reported time exceeds its bound (at most once
+    /// per kernel per --overrun-recalibration-interval).
+    #[arg(long)]
+    recalibrate_on_overrun: bool,
+    /// Seconds between two recalibrations of one kernel queued by overruns.
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+    overrun_recalibration_interval: u64,
+    /// Seconds between saves of production observations while they change: what a crash can
+    /// lose of the times that did not raise a bound (those that did are saved before Report
+    /// returns).
+    #[arg(long, default_value_t = 2, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=60))]
+    observation_save_interval: u64,
 }
 
 /// The description predictions are made for; `None` with `--no-prediction`, or when `auto` finds
@@ -181,6 +207,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         initial_calibration: !args.no_initial_calibration,
         prediction: device_description(&args, &gpu.info().name)?,
         kernel_dirs: args.kernel_dirs.clone(),
+        monitor: MonitorConfig {
+            recalibrate_on_overrun: args
+                .recalibrate_on_overrun
+                .then(|| std::time::Duration::from_secs(args.overrun_recalibration_interval)),
+            save_interval: std::time::Duration::from_secs(args.observation_save_interval),
+        },
         ..config
     };
     let (service, first_job) = Service::start(gpu, store, config);
@@ -192,6 +224,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     )
     .await?;
     tokio::spawn(dbus::forward_events(conn.clone(), service.clone()));
+    let reporters = ReporterPolicy::new(
+        OperatorPolicy::new(&args.operator_group),
+        &args.report_group,
+    );
+    monitor_bus::serve(&conn, service.clone(), reporters).await?;
+    tokio::spawn(monitor_bus::forward_events(conn.clone(), service.clone()));
+    if let Some(path) = &args.metrics_file {
+        // Written before the name is owned, so a client that sees the daemon sees the file.
+        write_metrics(&service, path);
+        tokio::spawn(metrics::run(service.clone(), path.clone(), GPU_INDEX));
+    }
     conn.request_name(dbus::BUS_NAME)
         .await
         .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
@@ -202,6 +245,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         why = lost.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
     };
     tracing::info!("shutting down");
+    service.save_observations();
+    if let Some(path) = &args.metrics_file {
+        write_metrics(&service, path);
+    }
     let _ = conn.release_name(dbus::BUS_NAME).await;
     if private.is_some() {
         let _ = std::fs::remove_file(bus::address_file(&state_dir));
@@ -211,6 +258,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // stored bounds are served again after the restart.
         Some(why) => anyhow::bail!("device lost ({why}); exiting so that wcetd is restarted"),
         None => Ok(()),
+    }
+}
+
+/// A metrics file that cannot be written is logged, never fatal: bounds are served regardless.
+fn write_metrics(service: &Service, path: &std::path::Path) {
+    if let Err(e) = metrics::write(service, path, GPU_INDEX) {
+        tracing::error!(path = %path.display(), error = %e, "writing the metrics file failed");
     }
 }
 

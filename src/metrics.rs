@@ -1,0 +1,401 @@
+//! The metrics file (`wcetd --metrics-file PATH`): bounds served, what production reported,
+//! overruns, calibration age, jobs and health, in the Prometheus text exposition format for the
+//! node exporter's textfile collector. Replaced atomically, so a collector never reads half a
+//! file: at start, after every job, at most every [`MIN_INTERVAL`] while observations change, and
+//! at shutdown. A face of the service beside the bus: it reads the service and changes nothing.
+//!
+//! Every series is labelled `gpu` (the device's index) and `UUID`, as the DCGM exporter labels
+//! GPUs, so that bounds join with the device's own metrics.
+
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::service::{Event, ObservedInfo, Service};
+
+/// Observations change the file at most this often; a finished job changes it at once.
+pub const MIN_INTERVAL: Duration = Duration::from_secs(10);
+
+/// One kernel's bounds and calibration, as served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelMetrics {
+    pub name: String,
+    pub calibrated_at: DateTime<Utc>,
+    pub stale: bool,
+    pub overrun: bool,
+    /// (partition size, bound served), ascending.
+    pub bounds: Vec<(u32, u64)>,
+}
+
+/// Everything the file says, read from the service at one moment.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub gpu: u32,
+    pub uuid: String,
+    pub now: DateTime<Utc>,
+    pub kernels: Vec<KernelMetrics>,
+    pub observed: Vec<ObservedInfo>,
+    pub jobs: BTreeMap<&'static str, u64>,
+    pub health: String,
+}
+
+impl Snapshot {
+    /// Read the service: every calibrated kernel's curve, every observed series, jobs, health.
+    pub fn gather(service: &Service, gpu: u32) -> Snapshot {
+        let device = service.device();
+        let smallest = device.partition_sizes.first().copied().unwrap_or(0);
+        let overrun = service.overrun_kernels();
+        let kernels = service
+            .list_kernels()
+            .into_iter()
+            .filter_map(|name| {
+                let info = service.bound_info(&name, smallest, None).ok()?;
+                let bounds = service.curve(&name, None).ok()?;
+                Some(KernelMetrics {
+                    overrun: overrun.contains(&name),
+                    name,
+                    calibrated_at: info.calibrated_at,
+                    stale: info.stale,
+                    bounds,
+                })
+            })
+            .collect();
+        Snapshot {
+            gpu,
+            uuid: device.fingerprint.uuid.clone(),
+            now: Utc::now(),
+            kernels,
+            observed: service.list_observed(),
+            jobs: service.job_counts(),
+            health: service.health(),
+        }
+    }
+}
+
+fn seconds(ns: u64) -> String {
+    format!("{}", ns as f64 / 1e9)
+}
+
+fn signed_seconds(ns: i64) -> String {
+    format!("{}", ns as f64 / 1e9)
+}
+
+/// A label value as the exposition format quotes it.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One metric family: its HELP and TYPE lines, then every sample, together as the format wants.
+struct Family<'a> {
+    out: &'a mut String,
+    name: &'static str,
+    device: String,
+}
+
+impl<'a> Family<'a> {
+    fn new(out: &'a mut String, s: &Snapshot, name: &'static str, kind: &str, help: &str) -> Self {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        Family {
+            out,
+            name,
+            device: format!("gpu=\"{}\",UUID=\"{}\"", s.gpu, escape(&s.uuid)),
+        }
+    }
+
+    fn sample(&mut self, labels: &[(&str, &str)], value: &str) {
+        let mut l = self.device.clone();
+        for (k, v) in labels {
+            let _ = write!(l, ",{k}=\"{}\"", escape(v));
+        }
+        let _ = writeln!(self.out, "{}{{{l}}} {value}", self.name);
+    }
+}
+
+/// A metric family's name, help text, and how to read its value.
+type Spec<F> = (&'static str, &'static str, F);
+type FromObserved<T> = fn(&ObservedInfo) -> T;
+type FromKernel = fn(&KernelMetrics, DateTime<Utc>) -> String;
+
+/// The file's text.
+pub fn render(s: &Snapshot) -> String {
+    let mut out = String::new();
+    let mut f = Family::new(
+        &mut out,
+        s,
+        "wcetd_bound_seconds",
+        "gauge",
+        "Bound served (GetBound) for a kernel on a partition of sms SMs, production floors included.",
+    );
+    for k in &s.kernels {
+        for (sms, bound) in &k.bounds {
+            f.sample(
+                &[("kernel", &k.name), ("sms", &sms.to_string())],
+                &seconds(*bound),
+            );
+        }
+    }
+    // Every served (kernel, size) gets its counters, 0 before any report, so rate() works.
+    let mut series: BTreeMap<(&str, u32), Option<&ObservedInfo>> = BTreeMap::new();
+    for k in &s.kernels {
+        for (sms, _) in &k.bounds {
+            series.insert((k.name.as_str(), *sms), None);
+        }
+    }
+    for o in &s.observed {
+        series.insert((o.kernel.as_str(), o.partition_sms), Some(o));
+    }
+    let counters: [Spec<FromObserved<u64>>; 2] = [
+        (
+            "wcetd_overruns_total",
+            "Reported launch times above the bound served when they were reported (Monitor1.Report), over every calibration.",
+            |o| o.overruns_total,
+        ),
+        (
+            "wcetd_reported_launches_total",
+            "Launch times reported from production (Monitor1.Report), over every calibration.",
+            |o| o.reported_total,
+        ),
+    ];
+    for (name, help, value) in counters {
+        let mut f = Family::new(&mut out, s, name, "counter", help);
+        for ((kernel, sms), o) in &series {
+            let v = o.map_or(0, value);
+            f.sample(
+                &[("kernel", kernel), ("sms", &sms.to_string())],
+                &v.to_string(),
+            );
+        }
+    }
+    let current: Vec<&ObservedInfo> = s.observed.iter().filter(|o| o.count > 0).collect();
+    let gauges: [Spec<FromObserved<String>>; 3] = [
+        (
+            "wcetd_observed_max_seconds",
+            "Largest launch time reported since the kernel's last calibration (exact).",
+            |o| seconds(o.max_ns),
+        ),
+        (
+            "wcetd_observed_p99_seconds",
+            "99th percentile of the launch times reported since the kernel's last calibration (hdrhistogram, 3 significant digits).",
+            |o| seconds(o.quantiles.p99_ns),
+        ),
+        (
+            "wcetd_observed_headroom_seconds",
+            "Bound served minus the largest launch time reported since the last calibration; negative after an overrun.",
+            |o| signed_seconds(o.headroom_ns()),
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let mut f = Family::new(&mut out, s, name, "gauge", help);
+        for o in &current {
+            let sms = o.partition_sms.to_string();
+            f.sample(&[("kernel", &o.kernel), ("sms", &sms)], &value(o));
+        }
+    }
+    kernel_gauges(&mut out, s);
+    job_and_health(&mut out, s);
+    out
+}
+
+fn kernel_gauges(out: &mut String, s: &Snapshot) {
+    let per_kernel: [Spec<FromKernel>; 4] = [
+        (
+            "wcetd_calibration_timestamp_seconds",
+            "When the calibration the kernel's bounds come from was made (Unix time).",
+            |k, _| format!("{}", k.calibrated_at.timestamp_millis() as f64 / 1e3),
+        ),
+        (
+            "wcetd_calibration_age_seconds",
+            "Age of the kernel's calibration when this file was written.",
+            |k, now| format!("{}", (now - k.calibrated_at).num_milliseconds().max(0) as f64 / 1e3),
+        ),
+        (
+            "wcetd_calibration_stale",
+            "1 when the kernel's calibration was made on a device that no longer matches (design rule 3).",
+            |k, _| u8::from(k.stale).to_string(),
+        ),
+        (
+            "wcetd_overrun_since_calibration",
+            "1 when a reported launch time exceeded a bound of the kernel since its last calibration (OverrunKernels).",
+            |k, _| u8::from(k.overrun).to_string(),
+        ),
+    ];
+    for (name, help, value) in per_kernel {
+        let mut f = Family::new(out, s, name, "gauge", help);
+        for k in &s.kernels {
+            f.sample(&[("kernel", &k.name)], &value(k, s.now));
+        }
+    }
+}
+
+fn job_and_health(out: &mut String, s: &Snapshot) {
+    let count = |state: &str| s.jobs.get(state).copied().unwrap_or(0).to_string();
+    let mut f = Family::new(
+        out,
+        s,
+        "wcetd_jobs_total",
+        "counter",
+        "Calibration and import jobs finished since the daemon started, by final state.",
+    );
+    for state in ["done", "failed", "cancelled"] {
+        f.sample(&[("state", state)], &count(state));
+    }
+    let mut f = Family::new(
+        out,
+        s,
+        "wcetd_jobs",
+        "gauge",
+        "Calibration and import jobs waiting or running.",
+    );
+    for state in ["queued", "running"] {
+        f.sample(&[("state", state)], &count(state));
+    }
+    let mut f = Family::new(
+        out,
+        s,
+        "wcetd_health",
+        "gauge",
+        "1 for the daemon's health (the Health property: ok, degraded after a failed job, failed when the device is lost), 0 for the others.",
+    );
+    for state in ["ok", "degraded", "failed"] {
+        let on = s.health == state || s.health.starts_with(&format!("{state}:"));
+        f.sample(&[("state", state)], if on { "1" } else { "0" });
+    }
+    let mut f = Family::new(
+        out,
+        s,
+        "wcetd_metrics_timestamp_seconds",
+        "gauge",
+        "When wcetd wrote this file (Unix time).",
+    );
+    f.sample(&[], &format!("{}", s.now.timestamp_millis() as f64 / 1e3));
+}
+
+/// Gather, render and replace the file atomically.
+pub fn write(service: &Service, path: &Path, gpu: u32) -> std::io::Result<()> {
+    let text = render(&Snapshot::gather(service, gpu));
+    crate::store::write_atomically(path, |out| out.write_all(text.as_bytes()))
+}
+
+/// Keep the file current until the service's channels close: at once after a job, at most every
+/// [`MIN_INTERVAL`] while observations change.
+pub async fn run(service: Service, path: PathBuf, gpu: u32) {
+    let mut events = service.subscribe();
+    let mut changed = service.observations_changed();
+    let mut last = tokio::time::Instant::now();
+    loop {
+        tokio::select! {
+            e = events.recv() => match e {
+                Ok(Event::JobFinished { .. }) | Ok(Event::HealthChanged { .. }) => {}
+                Ok(_) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => return,
+            },
+            r = changed.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                tokio::time::sleep_until(last + MIN_INTERVAL).await;
+                changed.borrow_and_update();
+            }
+        }
+        let (s, p) = (service.clone(), path.clone());
+        match tokio::task::spawn_blocking(move || write(&s, &p, gpu)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::error!(path = %path.display(), error = %e, "writing the metrics file failed")
+            }
+            Err(e) => tracing::error!(error = %e, "the metrics writer panicked"),
+        }
+        last = tokio::time::Instant::now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observe::Quantiles;
+
+    fn snapshot() -> Snapshot {
+        let now = DateTime::parse_from_rfc3339("2026-12-01T12:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        Snapshot {
+            gpu: 0,
+            uuid: "GPU-\"odd\\uuid".into(),
+            now,
+            kernels: vec![KernelMetrics {
+                name: "bfs".into(),
+                calibrated_at: now - chrono::Duration::seconds(90),
+                stale: false,
+                overrun: true,
+                bounds: vec![(8, 1_500_000), (16, 800_000)],
+            }],
+            observed: vec![ObservedInfo {
+                kernel: "bfs".into(),
+                partition_sms: 16,
+                count: 3,
+                max_ns: 900_000,
+                quantiles: Quantiles {
+                    p50_ns: 700_000,
+                    p99_ns: 899_000,
+                    p999_ns: 900_000,
+                },
+                overruns: 1,
+                bound_ns: 800_000,
+                calibration: "c".into(),
+                epoch_started: Some(now),
+                interference: vec![],
+                floor_ns: 900_000,
+                reported_total: 3,
+                overruns_total: 1,
+                past_epochs: 0,
+                last_report: Some(now),
+                recalibration_job: 0,
+            }],
+            jobs: [("done", 2), ("running", 1)].into_iter().collect(),
+            health: "degraded: something".into(),
+        }
+    }
+
+    #[test]
+    fn the_file_says_what_the_design_names() {
+        let text = render(&snapshot());
+        let line = |prefix: &str| {
+            text.lines()
+                .find(|l| l.starts_with(prefix))
+                .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+                .to_string()
+        };
+        let device = r#"gpu="0",UUID="GPU-\"odd\\uuid""#;
+        assert_eq!(
+            line("wcetd_bound_seconds{"),
+            format!("wcetd_bound_seconds{{{device},kernel=\"bfs\",sms=\"8\"}} 0.0015")
+        );
+        assert!(text.contains(&format!(
+            "wcetd_overruns_total{{{device},kernel=\"bfs\",sms=\"8\"}} 0\n"
+        )));
+        assert!(text.contains(&format!(
+            "wcetd_overruns_total{{{device},kernel=\"bfs\",sms=\"16\"}} 1\n"
+        )));
+        assert!(text.contains(&format!(
+            "wcetd_observed_headroom_seconds{{{device},kernel=\"bfs\",sms=\"16\"}} -0.0001\n"
+        )));
+        assert!(text.contains(&format!(
+            "wcetd_calibration_age_seconds{{{device},kernel=\"bfs\"}} 90\n"
+        )));
+        assert!(text.contains(&format!("wcetd_health{{{device},state=\"degraded\"}} 1\n")));
+        assert!(text.contains(&format!("wcetd_jobs{{{device},state=\"running\"}} 1\n")));
+        // Every family is announced once, before its samples.
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let mut names: Vec<&str> = types.iter().map(|l| l.split(' ').nth(2).unwrap()).collect();
+        let n = names.len();
+        names.dedup();
+        assert_eq!(names.len(), n);
+    }
+}
