@@ -29,7 +29,7 @@
 //!   turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
 //! - [`observe`] (production launch times: histograms, epochs, their file), the service's
 //!   monitoring (`service/monitor.rs`: judging reports, floors under bounds), [`monitor_bus`]
-//!   (`org.wcetd.Monitor1`) and [`metrics`] (the Prometheus textfile, a face of the service
+//!   (`org.wcetd.Monitor1`), [`monitor_view`] (`wcetctl observed` and `watch`) and [`metrics`] (the Prometheus textfile, a face of the service
 //!   beside the bus): bounds that watch themselves.
 //! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`) and [`taskset`]
 //!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
@@ -55,6 +55,7 @@ pub mod measure;
 pub mod metrics;
 pub mod model;
 pub mod monitor_bus;
+pub mod monitor_view;
 pub mod observe;
 pub mod offline;
 pub mod samples;

@@ -48,6 +48,23 @@ enum Command {
     Recalibrate { kernels: Vec<String> },
     /// Device, health, and what is calibrated.
     Status,
+    /// Launch times reported from production for KERNEL (Monitor1.GetObserved): count,
+    /// quantiles and maximum beside the bound, at SMS or at every partition size.
+    Observed { kernel: String, sms: Option<u32> },
+    /// A live view of production observations, refreshed like top: per kernel and size, count,
+    /// p99, max, bound, headroom and overruns, the least headroom first. When the output is not
+    /// a terminal, snapshots are printed one after another.
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Print one snapshot and exit (as --count 1).
+        #[arg(long)]
+        once: bool,
+        /// Stop after this many snapshots.
+        #[arg(long, conflicts_with = "once")]
+        count: Option<u64>,
+    },
     /// Send every kernel of a samples CSV (kernel,sms,time_ns) to the daemon, which makes bounds
     /// from them with the same method as from its own measurements (origin `imported`).
     Import {
@@ -446,6 +463,27 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
             action: KernelsAction::Reload,
         } => reload_kernels(json, &conn).await,
         Command::Status => status(json, &bounds).await,
+        Command::Observed { kernel, sms } => {
+            let rows = wcetd::monitor_view::observed(&conn, &kernel, sms).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", wcetd::monitor_view::render(&rows));
+            }
+            Ok(())
+        }
+        Command::Watch {
+            interval,
+            once,
+            count,
+        } => {
+            if !(interval.is_finite() && interval > 0.0) {
+                bail!("--interval {interval}; accepted: seconds above 0");
+            }
+            let count = if once { Some(1) } else { count };
+            let every = std::time::Duration::from_secs_f64(interval);
+            wcetd::monitor_view::watch(&conn, every, count, json).await
+        }
         Command::Admit { file, shared } => {
             print!(
                 "{}",
@@ -792,6 +830,11 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
     let sizes = bounds.partition_sizes().await?;
     let health = bounds.health().await?;
     let stale = bounds.stale_kernels().await?;
+    // A daemon without Monitor1 (older than it) has nothing to say here.
+    let overrun = match wcetd::monitor_bus::Monitor1Proxy::new(bounds.inner().connection()).await {
+        Ok(m) => m.overrun_kernels().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     let mut calibrated = Vec::new();
     for k in bounds.list_kernels().await? {
         let ok = bounds
@@ -805,14 +848,22 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<()> {
         println!(
             "{}",
             serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
-                "health": health, "stale_kernels": stale, "calibrated": kernels})
+                "health": health, "stale_kernels": stale, "calibrated": kernels, "overrun_kernels": overrun})
         );
         return Ok(());
     }
     println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
+    if !overrun.is_empty() {
+        println!(
+            "overruns    {} (a reported launch exceeded a bound since calibration; see wcetctl observed)",
+            overrun.join(", ")
+        );
+    }
     for (k, ok) in calibrated {
         let state = if stale.contains(&k) {
             "stale"
+        } else if overrun.contains(&k) {
+            "calibrated, OVERRUN"
         } else if ok {
             "calibrated"
         } else {
