@@ -190,7 +190,7 @@ pub fn check(text: &str) -> Result<Exposition, String> {
             continue;
         }
         let name_end = line
-            .find(|c: char| c == '{' || c == ' ')
+            .find(['{', ' '])
             .ok_or_else(|| at("a sample without a value".into()))?;
         let name = &line[..name_end];
         if !valid_metric_name(name) {
@@ -266,7 +266,9 @@ fn lint(exp: &Exposition, helps: &BTreeSet<String>) -> Result<(), String> {
         if let Some(l) = s.labels.keys().find(|l| camel_case(l)) {
             return Err(format!("{}: label {l} should be snake_case", s.name));
         }
-        if exp.types[family_of(&s.name, &exp.types)] == "counter" && !(s.value >= 0.0) {
+        if exp.types[family_of(&s.name, &exp.types)] == "counter"
+            && (s.value.is_nan() || s.value < 0.0)
+        {
             return Err(format!("{}: a counter below 0", s.name));
         }
     }
