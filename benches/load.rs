@@ -1,12 +1,15 @@
 //! Load generator: the real `wcetd` binary on a private bus, 64 concurrent clients (one zbus
 //! connection each) calling `GetBound` and, in the same run, the no-op `Ping`, so the cost of a
 //! bound can be read against the cost of the bus itself. Then the daemon's resident memory with
-//! 1,000 stored kernels. Prints the numbers and whether each target holds; bounded in calls and
-//! time, unix sockets only. Run: `cargo bench --bench load`.
+//! 1,000 stored kernels. Then production monitoring: `Monitor1.Report` of 100 times from 64
+//! clients against `Ping` on the same bus, and the daemon's resident memory once 1,000 kernels x
+//! 17 sizes hold histograms. Prints the numbers and whether each target holds; bounded in calls
+//! and time, unix sockets only. Run: `cargo bench --bench load`.
 
 use hdrhistogram::Histogram;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use wcetd::bus::PrivateBus;
 use wcetd::store::{Calibration, Store};
@@ -15,6 +18,14 @@ use zbus::Connection;
 const NAME: &str = "org.wcetd.Wcetd1";
 const PATH: &str = "/org/wcetd/Wcetd1";
 const BOUNDS: &str = "org.wcetd.Bounds1";
+const MONITOR: &str = "org.wcetd.Monitor1";
+/// Realisable sizes the load calls at (`Report` takes only realisable ones).
+const SIZES: [u32; 6] = [8, 16, 40, 64, 96, 128];
+/// Times per `Report` call.
+const REPORT_TIMES: usize = 100;
+/// Per size in `SIZES`: the 100 times every `Report` of the load sends, below the bound so that
+/// the load measures the common path (an overrun also waits for a save).
+static REPORTED: OnceLock<Vec<Vec<u64>>> = OnceLock::new();
 const CLIENTS: usize = 64;
 const CALLS_PER_CLIENT: usize = 400;
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -28,7 +39,7 @@ impl Drop for Daemon {
     }
 }
 
-fn spawn(bus: &str, state: &Path) -> Daemon {
+fn spawn(bus: &str, state: &Path, extra: &[&str]) -> Daemon {
     Daemon(
         Command::new(env!("CARGO_BIN_EXE_wcetd"))
             .args([
@@ -41,6 +52,7 @@ fn spawn(bus: &str, state: &Path) -> Daemon {
                 "--state-dir",
             ])
             .arg(state)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -91,6 +103,18 @@ async fn call(conn: &Connection, method: &str, kernel: &str, i: usize) -> bool {
         conn.call_method(Some(NAME), PATH, Some(BOUNDS), "Ping", &())
             .await
             .map(drop)
+    } else if method == "Report" {
+        let k = i % SIZES.len();
+        let times = &REPORTED.get().expect("report times prepared")[k];
+        conn.call_method(
+            Some(NAME),
+            PATH,
+            Some(MONITOR),
+            "Report",
+            &(kernel, SIZES[k], times),
+        )
+        .await
+        .map(drop)
     } else {
         let sms = [8u32, 16, 40, 64, 100, 132][i % 6];
         conn.call_method(Some(NAME), PATH, Some(BOUNDS), "GetBound", &(kernel, sms))
@@ -219,6 +243,130 @@ fn fabricate_thousand(state: &Path) -> usize {
     cal.kernels.len()
 }
 
+/// The times every load `Report` sends: 100 per size, spread over the lower half of the bound.
+async fn prepare_reports(conn: &Connection) {
+    let mut per_size = Vec::new();
+    for sms in SIZES {
+        let reply = conn
+            .call_method(Some(NAME), PATH, Some(BOUNDS), "GetBound", &("bfs", sms))
+            .await
+            .expect("GetBound");
+        let bound: u64 = reply.body().deserialize().unwrap();
+        per_size.push(
+            (0..REPORT_TIMES as u64)
+                .map(|j| bound / 2 + bound * j / (4 * REPORT_TIMES as u64))
+                .collect(),
+        );
+    }
+    REPORTED.set(per_size).expect("prepared once");
+}
+
+/// Times reported per series when filling histograms, in calls of `FILL_TIMES / FILL_CALLS`.
+const FILL_TIMES: usize = 1000;
+const FILL_CALLS: usize = 4;
+
+struct Filled {
+    series: usize,
+    sizes: usize,
+    errors: u64,
+    list_ms: f64,
+}
+
+/// Give every (kernel, size) of the daemon a histogram of `FILL_TIMES` times: skewed, spread over
+/// 50-95% of the bound (hundreds of distinct values at 3 significant digits, as real launches
+/// give), from 64 clients. Then one `ListObserved`, which reads them all.
+async fn fill_histograms(bus: &str, conn: &Connection) -> Filled {
+    let kernels: Vec<String> = conn
+        .call_method(Some(NAME), PATH, Some(BOUNDS), "ListKernels", &())
+        .await
+        .unwrap()
+        .body()
+        .deserialize()
+        .unwrap();
+    let curve: Vec<(u32, u64)> = conn
+        .call_method(Some(NAME), PATH, Some(BOUNDS), "GetCurve", &("bfs",))
+        .await
+        .unwrap()
+        .body()
+        .deserialize()
+        .unwrap();
+    let series: Vec<(String, u32, u64)> = kernels
+        .iter()
+        .flat_map(|k| curve.iter().map(move |&(m, b)| (k.clone(), m, b)))
+        .collect();
+    let series = std::sync::Arc::new(series);
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let series = std::sync::Arc::clone(&series);
+        let conn = connect(bus).await;
+        tasks.push(tokio::spawn(async move {
+            let mut errors = 0u64;
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ c as u64;
+            for (kernel, sms, bound) in series.iter().skip(c).step_by(CLIENTS) {
+                for _ in 0..FILL_CALLS {
+                    let times: Vec<u64> = (0..FILL_TIMES / FILL_CALLS)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                            bound / 2 + (u * u * u * 0.45 * *bound as f64) as u64
+                        })
+                        .collect();
+                    let r = conn
+                        .call_method(
+                            Some(NAME),
+                            PATH,
+                            Some(MONITOR),
+                            "Report",
+                            &(kernel, *sms, times),
+                        )
+                        .await;
+                    errors += u64::from(r.is_err());
+                }
+            }
+            errors
+        }));
+    }
+    let mut errors = 0;
+    for t in tasks {
+        errors += tokio::time::timeout(DEADLINE, t)
+            .await
+            .expect("filling histograms ran past its deadline")
+            .unwrap();
+    }
+    let start = Instant::now();
+    let listed = conn
+        .call_method(Some(NAME), PATH, Some(MONITOR), "ListObserved", &())
+        .await
+        .expect("ListObserved");
+    let list_ms = start.elapsed().as_secs_f64() * 1e3;
+    drop(listed);
+    Filled {
+        series: series.len(),
+        sizes: curve.len(),
+        errors,
+        list_ms,
+    }
+}
+
+/// SIGTERM, and wait: the daemon saves observations and writes the metrics file as it stops.
+fn stop(d: &mut Daemon) {
+    // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+    unsafe { libc::kill(d.0.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = d.0.wait();
+}
+
+fn files_size(dir: &Path, prefix: &str) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 fn check(ok: bool, what: &str) -> bool {
     println!("  [{}] {what}", if ok { "ok" } else { "MISSED" });
     ok
@@ -241,17 +389,23 @@ fn main() {
         let conn = connect(&address).await;
 
         println!("wcetd load: {CLIENTS} clients x {CALLS_PER_CLIENT} calls per method, private unix-socket bus");
-        let mut d = spawn(&address, &state);
+        let mut d = spawn(&address, &state, &[]);
         wait_ready(&conn, &mut d).await;
         let rss_8 = vm_rss_kib(d.0.id());
         let ping = load(&address, "Ping", "").await;
         let bound = load(&address, "GetBound", "bfs").await;
         report("Ping (8 kernels)", &ping);
         report("GetBound (8 kernels)", &bound);
+        prepare_reports(&conn).await;
+        let ping_before_report = load(&address, "Ping", "").await;
+        let reported = load(&address, "Report", "bfs").await;
+        report("Ping (before Report)", &ping_before_report);
+        report(&format!("Report ({REPORT_TIMES} times)"), &reported);
         drop(d);
 
         let n = fabricate_thousand(&state);
-        let mut d = spawn(&address, &state);
+        let metrics = dir.path().join("wcetd.prom");
+        let mut d = spawn(&address, &state, &["--metrics-file", metrics.to_str().unwrap()]);
         wait_ready(&conn, &mut d).await;
         let rss_1000_idle = vm_rss_kib(d.0.id());
         let ping_1000 = load(&address, "Ping", "").await;
@@ -265,14 +419,28 @@ fn main() {
         report("Ping (paced)", &paced_ping);
         report("GetBound (paced)", &paced_bound);
         println!("daemon VmRSS: {rss_8} KiB with 8 kernels after start; {rss_1000_idle} KiB with {n} kernels idle, {rss_1000} KiB after load");
+        let filled = fill_histograms(&address, &conn).await;
+        let rss_histograms = vm_rss_kib(d.0.id());
+        stop(&mut d);
+        let saved = files_size(&state, "observations-");
+        let prom = std::fs::read_to_string(&metrics).unwrap_or_default();
+        println!(
+            "histograms: {} series ({n} kernels x {} sizes) of {FILL_TIMES} times each, {} errors; ListObserved of all of them {:.0} ms",
+            filled.series, filled.sizes, filled.errors, filled.list_ms
+        );
+        println!("daemon VmRSS with them: {rss_histograms} KiB ({:+} KiB over {n} kernels after load); observations file {saved} bytes; metrics file {} bytes, {} lines", rss_histograms as i64 - rss_1000 as i64, prom.len(), prom.lines().count());
 
         let ratio = ping.calls_per_s / bound.calls_per_s;
         let ratio_1000 = ping_1000.calls_per_s / bound_1000.calls_per_s;
         println!("Ping/GetBound throughput ratio: {ratio:.2} (8 kernels), {ratio_1000:.2} ({n} kernels)");
         println!("targets:");
         let mut all = true;
-        let errors = ping.errors + bound.errors + ping_1000.errors + bound_1000.errors + paced_ping.errors + paced_bound.errors;
+        let errors = ping.errors + bound.errors + ping_1000.errors + bound_1000.errors + paced_ping.errors + paced_bound.errors
+            + ping_before_report.errors + reported.errors + filled.errors;
         all &= check(errors == 0, "zero errors");
+        let (p50_ping, p50_report) = (ping_before_report.hist.value_at_quantile(0.5), reported.hist.value_at_quantile(0.5));
+        let report_ratio = p50_report as f64 / p50_ping as f64;
+        all &= check(report_ratio <= 1.5, &format!("Report of {REPORT_TIMES} times p50 within 1.5x of Ping ({p50_report} us vs {p50_ping} us: {report_ratio:.2}x)"));
         all &= check(ratio <= 1.2, &format!("GetBound within 1.2x of Ping, 8 kernels ({ratio:.2}x)"));
         all &= check(ratio_1000 <= 1.2, &format!("GetBound within 1.2x of Ping, {n} kernels ({ratio_1000:.2}x)"));
         let saturated = bound.hist.value_at_quantile(0.99).max(bound_1000.hist.value_at_quantile(0.99));
@@ -280,6 +448,7 @@ fn main() {
         all &= check(p99 < 2000, &format!("GetBound p99 < 2 ms at 3,200 calls/s ({p99} us)"));
         println!("  [info] GetBound p99 at saturation (64 calls always in flight): {saturated} us");
         all &= check(rss_1000 < 20 * 1024, &format!("RSS < 20 MB with {n} kernels ({:.1} MiB)", rss_1000 as f64 / 1024.0));
+        all &= check(rss_histograms < 64 * 1024, &format!("RSS < 64 MiB with {} histograms ({:.1} MiB)", filled.series, rss_histograms as f64 / 1024.0));
         println!("{}", if all { "all targets met" } else { "some targets missed" });
     });
 }
