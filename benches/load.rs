@@ -283,17 +283,19 @@ async fn fill_histograms(bus: &str, conn: &Connection) -> Filled {
         .body()
         .deserialize()
         .unwrap();
-    let curve: Vec<(u32, u64)> = conn
-        .call_method(Some(NAME), PATH, Some(BOUNDS), "GetCurve", &("bfs",))
-        .await
-        .unwrap()
-        .body()
-        .deserialize()
-        .unwrap();
-    let series: Vec<(String, u32, u64)> = kernels
-        .iter()
-        .flat_map(|k| curve.iter().map(move |&(m, b)| (k.clone(), m, b)))
-        .collect();
+    let mut series: Vec<(String, u32, u64)> = Vec::new();
+    let mut sizes = 0;
+    for k in &kernels {
+        let curve: Vec<(u32, u64)> = conn
+            .call_method(Some(NAME), PATH, Some(BOUNDS), "GetCurve", &(k,))
+            .await
+            .unwrap()
+            .body()
+            .deserialize()
+            .unwrap();
+        sizes = curve.len();
+        series.extend(curve.into_iter().map(|(m, b)| (k.clone(), m, b)));
+    }
     let series = std::sync::Arc::new(series);
     let mut tasks = Vec::new();
     for c in 0..CLIENTS {
@@ -344,7 +346,7 @@ async fn fill_histograms(bus: &str, conn: &Connection) -> Filled {
     drop(listed);
     Filled {
         series: series.len(),
-        sizes: curve.len(),
+        sizes,
         errors,
         list_ms,
     }

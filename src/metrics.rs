@@ -9,8 +9,7 @@
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::io::Write as _;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -92,28 +91,35 @@ fn escape(value: &str) -> String {
 }
 
 /// One metric family: its HELP and TYPE lines, then every sample, together as the format wants.
+/// Written straight to the file: with 1,000 kernels it is megabytes, not worth holding.
 struct Family<'a> {
-    out: &'a mut String,
+    out: &'a mut dyn Write,
     name: &'static str,
     device: String,
 }
 
 impl<'a> Family<'a> {
-    fn new(out: &'a mut String, s: &Snapshot, name: &'static str, kind: &str, help: &str) -> Self {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        Family {
+    fn new(
+        out: &'a mut dyn Write,
+        s: &Snapshot,
+        name: &'static str,
+        kind: &str,
+        help: &str,
+    ) -> std::io::Result<Self> {
+        writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}")?;
+        Ok(Family {
             out,
             name,
             device: format!("gpu=\"{}\",UUID=\"{}\"", s.gpu, escape(&s.uuid)),
-        }
+        })
     }
 
-    fn sample(&mut self, labels: &[(&str, &str)], value: &str) {
-        let mut l = self.device.clone();
+    fn sample(&mut self, labels: &[(&str, &str)], value: &str) -> std::io::Result<()> {
+        write!(self.out, "{}{{{}", self.name, self.device)?;
         for (k, v) in labels {
-            let _ = write!(l, ",{k}=\"{}\"", escape(v));
+            write!(self.out, ",{k}=\"{}\"", escape(v))?;
         }
-        let _ = writeln!(self.out, "{}{{{l}}} {value}", self.name);
+        writeln!(self.out, "}} {value}")
     }
 }
 
@@ -124,20 +130,24 @@ type FromKernel = fn(&KernelMetrics, DateTime<Utc>) -> String;
 
 /// The file's text.
 pub fn render(s: &Snapshot) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
+    render_to(s, &mut out).expect("writing to memory cannot fail");
+    String::from_utf8(out).expect("the text is UTF-8")
+}
+
+/// Write the file's text to `out`.
+pub fn render_to(s: &Snapshot, out: &mut dyn Write) -> std::io::Result<()> {
     let mut f = Family::new(
-        &mut out,
+        out,
         s,
         "wcetd_bound_seconds",
         "gauge",
         "Bound served (GetBound) for a kernel on a partition of sms SMs, production floors included.",
-    );
+    )?;
     for k in &s.kernels {
         for (sms, bound) in &k.bounds {
-            f.sample(
-                &[("kernel", &k.name), ("sms", &sms.to_string())],
-                &seconds(*bound),
-            );
+            let sms = sms.to_string();
+            f.sample(&[("kernel", &k.name), ("sms", &sms)], &seconds(*bound))?;
         }
     }
     // Every served (kernel, size) gets its counters, 0 before any report, so rate() works.
@@ -163,16 +173,15 @@ pub fn render(s: &Snapshot) -> String {
         ),
     ];
     for (name, help, value) in counters {
-        let mut f = Family::new(&mut out, s, name, "counter", help);
+        let mut f = Family::new(out, s, name, "counter", help)?;
         for ((kernel, sms), o) in &series {
-            let v = o.map_or(0, value);
+            let sms = sms.to_string();
             f.sample(
-                &[("kernel", kernel), ("sms", &sms.to_string())],
-                &v.to_string(),
-            );
+                &[("kernel", kernel), ("sms", &sms)],
+                &o.map_or(0, value).to_string(),
+            )?;
         }
     }
-    let current: Vec<&ObservedInfo> = s.observed.iter().filter(|o| o.count > 0).collect();
     let gauges: [Spec<FromObserved<String>>; 3] = [
         (
             "wcetd_observed_max_seconds",
@@ -191,18 +200,17 @@ pub fn render(s: &Snapshot) -> String {
         ),
     ];
     for (name, help, value) in gauges {
-        let mut f = Family::new(&mut out, s, name, "gauge", help);
-        for o in &current {
+        let mut f = Family::new(out, s, name, "gauge", help)?;
+        for o in s.observed.iter().filter(|o| o.count > 0) {
             let sms = o.partition_sms.to_string();
-            f.sample(&[("kernel", &o.kernel), ("sms", &sms)], &value(o));
+            f.sample(&[("kernel", &o.kernel), ("sms", &sms)], &value(o))?;
         }
     }
-    kernel_gauges(&mut out, s);
-    job_and_health(&mut out, s);
-    out
+    kernel_gauges(out, s)?;
+    job_and_health(out, s)
 }
 
-fn kernel_gauges(out: &mut String, s: &Snapshot) {
+fn kernel_gauges(out: &mut dyn Write, s: &Snapshot) -> std::io::Result<()> {
     let per_kernel: [Spec<FromKernel>; 4] = [
         (
             "wcetd_calibration_timestamp_seconds",
@@ -226,14 +234,15 @@ fn kernel_gauges(out: &mut String, s: &Snapshot) {
         ),
     ];
     for (name, help, value) in per_kernel {
-        let mut f = Family::new(out, s, name, "gauge", help);
+        let mut f = Family::new(out, s, name, "gauge", help)?;
         for k in &s.kernels {
-            f.sample(&[("kernel", &k.name)], &value(k, s.now));
+            f.sample(&[("kernel", &k.name)], &value(k, s.now))?;
         }
     }
+    Ok(())
 }
 
-fn job_and_health(out: &mut String, s: &Snapshot) {
+fn job_and_health(out: &mut dyn Write, s: &Snapshot) -> std::io::Result<()> {
     let count = |state: &str| s.jobs.get(state).copied().unwrap_or(0).to_string();
     let mut f = Family::new(
         out,
@@ -241,9 +250,9 @@ fn job_and_health(out: &mut String, s: &Snapshot) {
         "wcetd_jobs_total",
         "counter",
         "Calibration and import jobs finished since the daemon started, by final state.",
-    );
+    )?;
     for state in ["done", "failed", "cancelled"] {
-        f.sample(&[("state", state)], &count(state));
+        f.sample(&[("state", state)], &count(state))?;
     }
     let mut f = Family::new(
         out,
@@ -251,9 +260,9 @@ fn job_and_health(out: &mut String, s: &Snapshot) {
         "wcetd_jobs",
         "gauge",
         "Calibration and import jobs waiting or running.",
-    );
+    )?;
     for state in ["queued", "running"] {
-        f.sample(&[("state", state)], &count(state));
+        f.sample(&[("state", state)], &count(state))?;
     }
     let mut f = Family::new(
         out,
@@ -261,10 +270,10 @@ fn job_and_health(out: &mut String, s: &Snapshot) {
         "wcetd_health",
         "gauge",
         "1 for the daemon's health (the Health property: ok, degraded after a failed job, failed when the device is lost), 0 for the others.",
-    );
+    )?;
     for state in ["ok", "degraded", "failed"] {
         let on = s.health == state || s.health.starts_with(&format!("{state}:"));
-        f.sample(&[("state", state)], if on { "1" } else { "0" });
+        f.sample(&[("state", state)], if on { "1" } else { "0" })?;
     }
     let mut f = Family::new(
         out,
@@ -272,14 +281,22 @@ fn job_and_health(out: &mut String, s: &Snapshot) {
         "wcetd_metrics_timestamp_seconds",
         "gauge",
         "When wcetd wrote this file (Unix time).",
-    );
-    f.sample(&[], &format!("{}", s.now.timestamp_millis() as f64 / 1e3));
+    )?;
+    f.sample(&[], &format!("{}", s.now.timestamp_millis() as f64 / 1e3))
 }
 
 /// Gather, render and replace the file atomically.
 pub fn write(service: &Service, path: &Path, gpu: u32) -> std::io::Result<()> {
-    let text = render(&Snapshot::gather(service, gpu));
-    crate::store::write_atomically(path, |out| out.write_all(text.as_bytes()))
+    // The writer task and the write at shutdown use the same temporary file: one at a time.
+    static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = WRITING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let snapshot = Snapshot::gather(service, gpu);
+    let written = crate::store::write_atomically(path, |out| render_to(&snapshot, out));
+    drop(snapshot);
+    crate::store::release_freed_memory();
+    written
 }
 
 /// Keep the file current until the service's channels close: at once after a job, at most every

@@ -16,6 +16,11 @@ use crate::service::{Event, MonitorEvent, ObservedInfo, Service, ServiceError};
 
 pub const MONITOR_INTERFACE: &str = "org.wcetd.Monitor1";
 
+/// One (kernel, size) in `ListObserved`: kernel, sms, count, p50_ns, p99_ns, p999_ns, max_ns,
+/// bound_ns, overruns (since calibration), overruns_total. Flat, not `GetObserved`'s dictionary:
+/// with 1,000 kernels x 17 sizes the dictionaries would make a reply of tens of MiB.
+pub type WireObserved = (String, u32, u64, u64, u64, u64, u64, u64, u64, u64);
+
 /// Longest a report that raised a bound waits for it to be on disk before it is answered.
 const SAVE_WAIT: Duration = Duration::from_secs(10);
 
@@ -82,13 +87,26 @@ impl Monitor {
         )?))
     }
 
-    /// Every (kernel, size) with reported times, with `GetObserved`'s answer: an extension, for
-    /// `wcetctl watch`.
-    fn list_observed(&self) -> Vec<(String, u32, HashMap<String, Variant<'static>>)> {
+    /// Every (kernel, size) with reported times, ascending: an extension, for `wcetctl watch`.
+    fn list_observed(&self) -> Vec<WireObserved> {
         self.service
             .list_observed()
-            .iter()
-            .map(|o| (o.kernel.clone(), o.partition_sms, observed_dict(o)))
+            .into_iter()
+            .map(|o| {
+                let q = o.quantiles;
+                (
+                    o.kernel,
+                    o.partition_sms,
+                    o.count,
+                    q.p50_ns,
+                    q.p99_ns,
+                    q.p999_ns,
+                    o.max_ns,
+                    o.bound_ns,
+                    o.overruns,
+                    o.overruns_total,
+                )
+            })
             .collect()
     }
 
@@ -247,7 +265,7 @@ pub trait Monitor1 {
         sms: u32,
         interference: &str,
     ) -> zbus::Result<HashMap<String, OwnedVariant>>;
-    fn list_observed(&self) -> zbus::Result<Vec<(String, u32, HashMap<String, OwnedVariant>)>>;
+    fn list_observed(&self) -> zbus::Result<Vec<WireObserved>>;
     #[zbus(property)]
     fn overrun_kernels(&self) -> zbus::Result<Vec<String>>;
     #[zbus(signal)]

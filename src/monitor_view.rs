@@ -50,6 +50,36 @@ impl Row {
         }
     }
 
+    fn from_wire(w: crate::monitor_bus::WireObserved) -> Row {
+        let (
+            kernel,
+            sms,
+            count,
+            p50_ns,
+            p99_ns,
+            p999_ns,
+            max_ns,
+            bound_ns,
+            overruns,
+            overruns_total,
+        ) = w;
+        let wide = i128::from(bound_ns) - i128::from(max_ns);
+        Row {
+            kernel,
+            sms,
+            count,
+            p50_ns,
+            p99_ns,
+            p999_ns,
+            max_ns,
+            bound_ns,
+            headroom_ns: i64::try_from(wide).unwrap_or(if wide < 0 { i64::MIN } else { i64::MAX }),
+            overruns,
+            overruns_total,
+            floor_ns: 0,
+        }
+    }
+
     /// Headroom as a share of the bound, in percent.
     fn headroom_pct(&self) -> f64 {
         if self.bound_ns == 0 {
@@ -108,8 +138,8 @@ pub async fn snapshot(conn: &Connection) -> anyhow::Result<Vec<Row>> {
         .list_observed()
         .await
         .map_err(explain)?
-        .iter()
-        .map(|(k, m, d)| Row::from_dict(k, *m, d))
+        .into_iter()
+        .map(Row::from_wire)
         .collect();
     rows.sort_by(|a, b| {
         a.headroom_pct()

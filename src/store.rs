@@ -282,6 +282,16 @@ pub fn quarantine(path: &Path, what: &str, why: &str) {
     }
 }
 
+/// Give memory freed by a large transient job (a save, a metrics file) back to the system, so
+/// that the resident size of a long-running daemon follows what it holds rather than its peaks.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own heaps; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn is_calibration_file(p: &Path) -> bool {
     let name = path_name(p);
     name.starts_with("calibration-") && name.ends_with(".json")

@@ -346,7 +346,7 @@ async fn bad_reports_are_refused_and_record_nothing() {
             "the refusal says what is accepted: {message}"
         );
 
-        let listed: Vec<(String, u32, Dict)> =
+        let listed: Vec<wcetd::monitor_bus::WireObserved> =
             call(&conn, MONITOR, "ListObserved", &()).await.unwrap();
         assert!(
             listed.is_empty(),

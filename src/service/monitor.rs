@@ -149,6 +149,9 @@ pub(super) struct MonitorState {
     /// The generation last saved (or tried: a failed save is logged, not retried forever).
     saved: watch::Sender<u64>,
     wake: (Mutex<SaveRequest>, Condvar),
+    /// Held while saving: the saver thread and the save at shutdown write the same temporary
+    /// file, so they must take turns.
+    saving: Mutex<()>,
     /// Per kernel: when an overrun last queued a recalibration, and its job.
     recalibrations: Mutex<HashMap<String, (Instant, u64)>>,
 }
@@ -188,6 +191,7 @@ impl MonitorState {
             changed: watch::channel(0).0,
             saved: watch::channel(0).0,
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
+            saving: Mutex::new(()),
             recalibrations: Mutex::new(HashMap::new()),
         };
         // What survived a corrupt file is written to a clean one soon.
@@ -199,19 +203,26 @@ impl MonitorState {
 
     fn request_save(&self, urgent: bool) {
         let mut req = lock(&self.wake.0);
+        // Wake the saver only when this changes what it waits for: a report per wake-up would
+        // cost a context switch per report.
+        let wake = !req.dirty || (urgent && !req.urgent);
         req.dirty = true;
         req.urgent |= urgent;
-        self.wake.1.notify_one();
+        if wake {
+            self.wake.1.notify_one();
+        }
     }
 
     /// Save now, one kernel at a time; the generation saved is published either way.
     fn save(&self) {
+        let _turn = lock(&self.saving);
         let generation = *self.changed.borrow();
         if let Err(e) = self.file.save(&self.observations, &self.device_uuid) {
             tracing::error!(path = %self.file.path().display(), error = %e,
                 "saving production observations failed; they are kept in memory and saved again at the next change");
         }
         self.saved.send_replace(generation);
+        crate::store::release_freed_memory();
     }
 }
 
@@ -274,14 +285,14 @@ impl Service {
         times: &[u64],
     ) -> Result<ReportOutcome> {
         self.check_report(kernel, sms, times)?;
-        let served = match self.bound_info(kernel, sms, tag) {
+        let served = match self.served_bound(kernel, sms, tag) {
             Ok(b) => Some(b),
             Err(ServiceError::NotCalibrated(_)) => None,
             Err(e) => return Err(e),
         };
-        let bound_ns = served.as_ref().map(|b| b.entry.bound_ns);
+        let bound_ns = served.as_ref().map(|b| b.0);
         let judged = Judged {
-            calibration: served.as_ref().map_or("", |b| b.calibration_id.as_str()),
+            calibration: served.as_ref().map_or("", |b| b.1.as_str()),
             bound_ns,
         };
         let series_tag = tag.unwrap_or(self.inner.config.recipe.campaign.interference);
@@ -301,6 +312,12 @@ impl Service {
         };
         let overran = recorded.overruns > 0;
         m.request_save(overran);
+        if recorded.floor_raised && bound_ns.is_none() && !overran {
+            // Judged against no bound (a tag without a calibration), yet a floor under GetBound's.
+            let _ = self.inner.events.send(Event::BoundsChanged {
+                kernels: vec![kernel.to_string()],
+            });
+        }
         if overran {
             let bound_ns = bound_ns.unwrap_or(0);
             tracing::warn!(
@@ -329,6 +346,34 @@ impl Service {
             bound_ns: bound_ns.unwrap_or(0),
             save_generation: overran.then_some(generation),
         })
+    }
+
+    /// The bound served at exactly `partition` and the id of the calibration it comes from,
+    /// computed as [`Service::bound_info`] computes it (calibration, clock, floors) without what
+    /// only readers want (medians, predictions, notes), since every report asks for it.
+    /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
+    /// both agree everywhere.
+    fn served_bound(
+        &self,
+        kernel: &str,
+        partition: u32,
+        tag: Option<Interference>,
+    ) -> Result<(u64, String)> {
+        let (snap, interference) = self.calibration_of(kernel, tag, partition)?;
+        let not_calibrated = || {
+            ServiceError::NotCalibrated(format!(
+                "kernel `{kernel}` has no bound at {partition} SMs"
+            ))
+        };
+        let cal = snap
+            .tables(interference)
+            .get(kernel)
+            .ok_or_else(not_calibrated)?;
+        let mut entry = *cal.table.entry(partition).ok_or_else(not_calibrated)?;
+        let mut notes = Vec::new();
+        self.scale_for_clock(cal, &mut entry, &mut notes);
+        self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
+        Ok((entry.bound_ns, cal.id.clone()))
     }
 
     fn check_report(&self, kernel: &str, sms: u32, times: &[u64]) -> Result<()> {
@@ -673,5 +718,88 @@ impl Service {
             *counts.entry(status.state.as_str()).or_insert(0) += 1;
         }
         counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
+    use crate::service::ServiceConfig;
+
+    /// A service on the simulated H200 whose first calibration has finished.
+    fn calibrated(dir: &std::path::Path) -> Service {
+        let mut config = ServiceConfig::default();
+        config.recipe.campaign.launches = 40;
+        config.recipe.campaign.screen_launches = 200;
+        config.recipe.campaign.heavy_tail_launches = 400;
+        config.recipe.delay_probe_launches = 0;
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let (service, job) = Service::start(Box::new(gpu), Store::open(dir).unwrap(), config);
+        let job = job.expect("the suite is calibrated at start");
+        let mut events = service.subscribe();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        assert_eq!(service.job(job).unwrap().state.as_str(), "done");
+        service
+    }
+
+    fn assert_judged_as_served(service: &Service) {
+        for kernel in service.list_kernels() {
+            for &m in &service.device().partition_sizes {
+                for tag in [None, Some(Interference::Isolated)] {
+                    let info = service.bound_info(&kernel, m, tag).unwrap();
+                    assert_eq!(
+                        service.served_bound(&kernel, m, tag).unwrap(),
+                        (info.entry.bound_ns, info.calibration_id),
+                        "{kernel} at {m} SMs, {tag:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reports_are_judged_against_the_bound_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = calibrated(dir.path());
+        assert_judged_as_served(&service);
+        let before = service.curve("hotspot", None).unwrap();
+        let at64 = service
+            .bound_info("hotspot", 64, None)
+            .unwrap()
+            .entry
+            .bound_ns;
+        let outcome = service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
+        assert_eq!((outcome.overruns, outcome.bound_ns), (1, at64));
+        assert!(outcome.save_generation.is_some());
+        assert_judged_as_served(&service);
+        // A time reported for a tag with no calibration is still a floor for GetBound.
+        let at8 = service.bound_info("srad", 8, None).unwrap().entry.bound_ns;
+        let contended = service
+            .report("srad", 8, Some(Interference::Contended), &[at8 * 2])
+            .unwrap();
+        assert_eq!((contended.overruns, contended.bound_ns), (0, 0));
+        assert_eq!(
+            service.bound_info("srad", 8, None).unwrap().entry.bound_ns,
+            at8 * 2
+        );
+        assert_eq!(
+            service
+                .bound_info("srad", 8, Some(Interference::Isolated))
+                .unwrap()
+                .entry
+                .bound_ns,
+            at8,
+            "a floor of one tag does not move the other's bound"
+        );
+        assert_judged_as_served(&service);
+        let after = service.curve("hotspot", None).unwrap();
+        for ((m, b), (_, a)) in before.iter().zip(&after) {
+            let want = if *m <= 64 { (*b).max(at64 + 100) } else { *b };
+            assert_eq!(*a, want, "hotspot at {m} SMs");
+        }
+        assert_eq!(service.overrun_kernels(), vec!["hotspot".to_string()]);
     }
 }
