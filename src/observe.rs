@@ -10,8 +10,8 @@
 //! Memory: a dense histogram of 3 significant digits holds about 10,000 counters for times of
 //! microseconds to milliseconds (tens of KiB), too much for 1,000 kernels x 17 sizes. So a
 //! histogram rests serialised (V2 run-length encodes the empty counters: about a KiB for a real
-//! distribution), with a small buffer of times not merged yet; it is decoded only to merge that
-//! buffer, which also refreshes the cached quantiles every read uses.
+//! distribution), with a bounded buffer of times not merged yet; it is decoded only to merge that
+//! buffer, which also refreshes the cached quantiles that reads use.
 
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -34,8 +34,12 @@ pub const MAX_TIMES_PER_REPORT: usize = 65_536;
 /// Epochs kept per series, the current one included; older histograms are dropped, their maxima
 /// and overruns stay in the series' floor and totals.
 pub const EPOCHS_KEPT: usize = 8;
-/// Times buffered before they are merged into the histogram.
-const PENDING_LIMIT: usize = 256;
+/// Times buffered per histogram before they are merged into it: a merge (decode, record, quantiles,
+/// encode) costs tens of microseconds, so it is paid once per 40 reports of 100 times.
+const PENDING_LIMIT: usize = 4096;
+/// Times buffered in all histograms together (8 MiB) before every report merges its own at once;
+/// each save merges them all.
+const PENDING_BUDGET: usize = 1 << 20;
 pub const FORMAT_VERSION: u32 = 1;
 /// The largest range a stored histogram may declare: auto-resizing at most doubles the range
 /// needed for [`MAX_TIME_NS`]. A file that declares more is corrupt (and would cost memory).
@@ -92,28 +96,35 @@ impl CompactHistogram {
         self.merged + self.pending.len() as u64
     }
 
-    pub fn record(&mut self, times: &[u64]) {
+    /// Buffer `times`; [`Observations::record`] decides when to merge.
+    fn push(&mut self, times: &[u64]) {
         self.pending.extend_from_slice(times);
-        if self.pending.len() >= PENDING_LIMIT {
-            self.merge();
-        }
     }
 
-    /// Fold the buffered times into the serialised histogram.
-    pub fn merge(&mut self) {
+    fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Fold the buffered times into the serialised histogram; returns how many there were.
+    fn merge(&mut self) -> usize {
+        let n = self.pending.len();
+        if n > 0 {
+            let mut h = self.decode();
+            record_all(&mut h, &self.pending);
+            self.pending = Vec::new();
+            self.set(&h);
+        }
+        n
+    }
+
+    /// Quantiles of everything recorded: cached when nothing is buffered, else computed from a
+    /// decoded copy (a read never changes what is buffered).
+    pub fn quantiles(&self) -> Quantiles {
         if self.pending.is_empty() {
-            return;
+            self.quantiles
+        } else {
+            Quantiles::of(&self.histogram())
         }
-        let mut h = self.decode();
-        record_all(&mut h, &self.pending);
-        self.pending = Vec::new();
-        self.set(&h);
-    }
-
-    /// Quantiles of everything recorded.
-    pub fn quantiles(&mut self) -> Quantiles {
-        self.merge();
-        self.quantiles
     }
 
     /// Everything recorded, as a histogram (to add histograms together).
@@ -123,9 +134,8 @@ impl CompactHistogram {
         h
     }
 
-    /// The V2 serialisation of everything recorded (empty when nothing is).
-    pub fn v2(&mut self) -> &[u8] {
-        self.merge();
+    /// The V2 serialisation of everything merged (empty when nothing is).
+    pub fn v2(&self) -> &[u8] {
         &self.v2
     }
 
@@ -291,9 +301,8 @@ impl Epoch {
         self.histogram.count()
     }
 
-    pub fn quantiles(&mut self) -> Quantiles {
-        let max = self.max_ns;
-        self.histogram.quantiles().capped(max)
+    pub fn quantiles(&self) -> Quantiles {
+        self.histogram.quantiles().capped(self.max_ns)
     }
 }
 
@@ -330,18 +339,22 @@ impl Series {
             .filter(|e| e.calibration == calibration)
     }
 
-    /// The epoch that judges `calibration`, started now when the current one judged another.
-    fn epoch_for(&mut self, calibration: &str, now: DateTime<Utc>) -> &mut Epoch {
+    /// The epoch that judges `calibration`, started now when the current one judged another
+    /// (whose buffer is merged then, so that only the current epoch ever buffers); and how many
+    /// buffered times that merged.
+    fn epoch_for(&mut self, calibration: &str, now: DateTime<Utc>) -> (&mut Epoch, usize) {
+        let mut merged = 0;
         if self
             .epochs
             .last()
             .is_none_or(|e| e.calibration != calibration)
         {
+            merged = self.epochs.last_mut().map_or(0, |e| e.histogram.merge());
             self.epochs.push(Epoch::new(calibration, now));
             let extra = self.epochs.len().saturating_sub(EPOCHS_KEPT);
             self.epochs.drain(..extra);
         }
-        self.epochs.last_mut().expect("just ensured")
+        (self.epochs.last_mut().expect("just ensured"), merged)
     }
 }
 
@@ -369,6 +382,8 @@ pub struct Recorded {
 #[derive(Debug, Clone, Default)]
 pub struct Observations {
     kernels: HashMap<String, BTreeMap<(PartitionSize, Interference), Series>>,
+    /// Times buffered in every histogram, kept exact: only this type merges.
+    pending: usize,
 }
 
 impl Observations {
@@ -390,8 +405,12 @@ impl Observations {
         let overruns = judged
             .bound_ns
             .map_or(0, |b| times.iter().filter(|&&t| t > b).count() as u64);
-        let epoch = series.epoch_for(judged.calibration, now);
-        epoch.histogram.record(times);
+        let (epoch, merged) = series.epoch_for(judged.calibration, now);
+        epoch.histogram.push(times);
+        self.pending = self.pending - merged + times.len();
+        if epoch.histogram.pending_len() >= PENDING_LIMIT || self.pending >= PENDING_BUDGET {
+            self.pending -= epoch.histogram.merge();
+        }
         epoch.max_ns = epoch.max_ns.max(max_ns);
         epoch.overruns += overruns;
         series.reported_total += times.len() as u64;
@@ -408,6 +427,24 @@ impl Observations {
             floor_ns: series.floor_ns,
             floor_raised,
         }
+    }
+
+    /// Merge every buffered time of `kernel` (before saving it).
+    pub fn merge_kernel(&mut self, kernel: &str) {
+        let merged: usize = self
+            .kernels
+            .get_mut(kernel)
+            .into_iter()
+            .flat_map(|sizes| sizes.values_mut())
+            .flat_map(|s| s.epochs.iter_mut())
+            .map(|e| e.histogram.merge())
+            .sum();
+        self.pending -= merged;
+    }
+
+    /// Times buffered, not merged yet.
+    pub fn pending(&self) -> usize {
+        self.pending
     }
 
     /// The series of `kernel`, by (size, interference).
@@ -525,6 +562,7 @@ impl ObservationFile {
             let mut first = true;
             for kernel in &kernels {
                 let mut guard = lock();
+                guard.merge_kernel(kernel);
                 let Some(sizes) = guard.kernels.get_mut(kernel) else {
                     continue;
                 };
@@ -676,12 +714,19 @@ mod tests {
     fn quantiles_match_a_dense_histogram_and_never_pass_the_exact_maximum() {
         let times = jittered(10_000, 1);
         let mut compact = CompactHistogram::default();
-        for chunk in times.chunks(100) {
-            compact.record(chunk);
+        for (i, chunk) in times.chunks(100).enumerate() {
+            compact.push(chunk);
+            if i % 7 == 0 {
+                compact.merge();
+            }
         }
         let mut dense = Histogram::<u64>::new(3).unwrap();
         times.iter().for_each(|&t| dense.record(t).unwrap());
         assert_eq!(compact.count(), 10_000);
+        // Read with times buffered, then merged: the same either way.
+        assert!(compact.pending_len() > 0);
+        assert_eq!(compact.quantiles(), Quantiles::of(&dense));
+        compact.merge();
         assert_eq!(compact.quantiles(), Quantiles::of(&dense));
         let mut epoch = Epoch::new("c", Utc::now());
         epoch.histogram = compact;
@@ -891,21 +936,60 @@ mod tests {
         assert_eq!(CompactHistogram::from_bytes(&bytes).unwrap().count(), 1);
     }
 
-    /// Not a timing test: prints what a histogram costs at rest and to merge, for the figures.
+    /// Not a timing test: prints what a histogram costs at rest and to record, for the figures.
     #[test]
     fn print_the_size_of_a_histogram_at_rest() {
-        let mut compact = CompactHistogram::default();
+        let mut obs = Observations::default();
         let times = jittered(100_000, 5);
+        let judged = Judged {
+            calibration: "c",
+            bound_ns: Some(u64::MAX),
+        };
         let start = std::time::Instant::now();
         for chunk in times.chunks(100) {
-            compact.record(chunk);
+            obs.record(("k", 8, Interference::Isolated), judged, chunk, Utc::now());
         }
-        compact.merge();
+        let elapsed = start.elapsed();
+        obs.merge_kernel("k");
+        assert_eq!(obs.pending(), 0);
         println!(
-            "100,000 times in 1,000 reports: {} bytes at rest, {:?} to record",
-            compact.heap_bytes(),
-            start.elapsed()
+            "100,000 times in 1,000 reports: {} bytes at rest, {elapsed:?} to record",
+            obs.histogram_bytes(),
         );
-        assert!(compact.heap_bytes() < 16 * 1024);
+        assert!(obs.histogram_bytes() < 16 * 1024);
+    }
+
+    #[test]
+    fn buffered_times_are_bounded_and_counted_exactly() {
+        let mut obs = Observations::default();
+        let judged = Judged {
+            calibration: "c",
+            bound_ns: None,
+        };
+        for i in 0..200u32 {
+            let key = ("k", 8 * (i % 17 + 1), Interference::Isolated);
+            obs.record(key, judged, &jittered(100, u64::from(i)), Utc::now());
+            assert!(obs.pending() <= PENDING_BUDGET);
+        }
+        let buffered: usize = obs
+            .iter()
+            .flat_map(|(_, _, _, s)| &s.epochs)
+            .map(|e| e.histogram.pending_len())
+            .sum();
+        assert_eq!(obs.pending(), buffered);
+        assert!(obs.iter().all(|(_, _, _, s)| s
+            .epochs
+            .iter()
+            .all(|e| e.histogram.pending_len() < PENDING_LIMIT)));
+        // A new epoch merges the old one's buffer.
+        let next = Judged {
+            calibration: "d",
+            bound_ns: None,
+        };
+        obs.record(("k", 8, Interference::Isolated), next, &[5], Utc::now());
+        let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
+        assert_eq!(s.epochs[0].histogram.pending_len(), 0);
+        obs.merge_kernel("k");
+        assert_eq!(obs.pending(), 0);
     }
 }
