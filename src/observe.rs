@@ -840,7 +840,7 @@ mod tests {
                 )
             );
         }
-        let mut orig = obs.kernel_mut("a").unwrap()[&(8, Interference::Contended)].clone();
+        let orig = obs.kernel_mut("a").unwrap()[&(8, Interference::Contended)].clone();
         let loaded = back
             .kernel_mut("a")
             .unwrap()
@@ -858,7 +858,7 @@ mod tests {
         hdrhistogram::serialization::V2DeflateSerializer::new()
             .serialize(&h, &mut bytes)
             .unwrap();
-        let mut compact = CompactHistogram::from_bytes(&bytes).unwrap();
+        let compact = CompactHistogram::from_bytes(&bytes).unwrap();
         assert_eq!(compact.count(), 500);
         assert_eq!(compact.quantiles(), Quantiles::of(&h));
     }
