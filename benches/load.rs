@@ -266,6 +266,8 @@ const FILL_TIMES: usize = 1000;
 const FILL_CALLS: usize = 4;
 
 struct Filled {
+    /// When the last report was answered.
+    ended: std::time::SystemTime,
     series: usize,
     sizes: usize,
     errors: u64,
@@ -337,6 +339,7 @@ async fn fill_histograms(bus: &str, conn: &Connection) -> Filled {
             .expect("filling histograms ran past its deadline")
             .unwrap();
     }
+    let ended = std::time::SystemTime::now();
     let start = Instant::now();
     let listed = conn
         .call_method(Some(NAME), PATH, Some(MONITOR), "ListObserved", &())
@@ -345,11 +348,31 @@ async fn fill_histograms(bus: &str, conn: &Connection) -> Filled {
     let list_ms = start.elapsed().as_secs_f64() * 1e3;
     drop(listed);
     Filled {
+        ended,
         series: series.len(),
         sizes,
         errors,
         list_ms,
     }
+}
+
+/// Wait (bounded) until the observations file was written after `since`: the daemon saves within
+/// its save interval (2 s) of the last change.
+fn wait_for_save(state: &Path, since: std::time::SystemTime) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let saved = std::fs::read_dir(state)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("observations-"))
+            .filter_map(|e| e.metadata().ok()?.modified().ok())
+            .any(|t| t > since);
+        if saved {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("note: observations not saved within 30 s");
 }
 
 /// SIGTERM, and wait: the daemon saves observations and writes the metrics file as it stops.
@@ -422,6 +445,9 @@ fn main() {
         report("GetBound (paced)", &paced_bound);
         println!("daemon VmRSS: {rss_8} KiB with 8 kernels after start; {rss_1000_idle} KiB with {n} kernels idle, {rss_1000} KiB after load");
         let filled = fill_histograms(&address, &conn).await;
+        let rss_filled = vm_rss_kib(d.0.id());
+        // Steady state: once the saver has merged every buffered time and written the file.
+        wait_for_save(&state, filled.ended);
         let rss_histograms = vm_rss_kib(d.0.id());
         stop(&mut d);
         let saved = files_size(&state, "observations-");
@@ -430,7 +456,7 @@ fn main() {
             "histograms: {} series ({n} kernels x {} sizes) of {FILL_TIMES} times each, {} errors; ListObserved of all of them {:.0} ms",
             filled.series, filled.sizes, filled.errors, filled.list_ms
         );
-        println!("daemon VmRSS with them: {rss_histograms} KiB ({:+} KiB over {n} kernels after load); observations file {saved} bytes; metrics file {} bytes, {} lines", rss_histograms as i64 - rss_1000 as i64, prom.len(), prom.lines().count());
+        println!("daemon VmRSS with them: {rss_filled} KiB right after the reports, {rss_histograms} KiB once saved ({:+} KiB over {n} kernels after load); observations file {saved} bytes; metrics file {} bytes, {} lines", rss_histograms as i64 - rss_1000 as i64, prom.len(), prom.lines().count());
 
         let ratio = ping.calls_per_s / bound.calls_per_s;
         let ratio_1000 = ping_1000.calls_per_s / bound_1000.calls_per_s;

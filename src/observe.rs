@@ -993,3 +993,61 @@ mod tests {
         assert_eq!(obs.pending(), 0);
     }
 }
+
+#[cfg(test)]
+mod footprint {
+    use super::*;
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+
+    #[test]
+    #[ignore]
+    fn print_footprint_of_17000_series() {
+        let before = rss_kib();
+        let mut obs = Observations::default();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let judged = Judged {
+            calibration: "synthetic-0001@20261122T195011.193Z",
+            bound_ns: None,
+        };
+        for k in 0..1000 {
+            let kernel = format!("synthetic-{k:04}");
+            for m in 0..17u32 {
+                let bound = 40_000 + 10_000 * u64::from(m);
+                let times: Vec<u64> = (0..1000)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                        bound / 2 + (u * u * u * 0.45 * bound as f64) as u64
+                    })
+                    .collect();
+                obs.record(
+                    (&kernel, 8 * (m + 1), Interference::Isolated),
+                    judged,
+                    &times,
+                    Utc::now(),
+                );
+            }
+            obs.merge_kernel(&kernel);
+        }
+        let untrimmed = rss_kib();
+        crate::store::release_freed_memory();
+        let after = rss_kib();
+        println!("before trimming: {} KiB", untrimmed - before);
+        println!(
+            "17,000 series: {} KiB RSS, histograms {} bytes ({} per series)",
+            after - before,
+            obs.histogram_bytes(),
+            obs.histogram_bytes() / obs.series_count()
+        );
+    }
+}
