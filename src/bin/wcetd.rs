@@ -245,11 +245,12 @@ async fn run(args: Args) -> anyhow::Result<()> {
         why = lost.wait_for(Option::is_some) => why.ok().and_then(|w| w.clone()),
     };
     tracing::info!("shutting down");
+    let _ = conn.release_name(dbus::BUS_NAME).await;
+    // After the name is released, so that no report comes in after the last save.
     service.save_observations();
     if let Some(path) = &args.metrics_file {
         write_metrics(&service, path);
     }
-    let _ = conn.release_name(dbus::BUS_NAME).await;
     if private.is_some() {
         let _ = std::fs::remove_file(bus::address_file(&state_dir));
     }
