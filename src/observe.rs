@@ -1052,5 +1052,14 @@ mod footprint {
             obs.histogram_bytes(),
             obs.histogram_bytes() / obs.series_count()
         );
+        let dense: usize = obs
+            .iter()
+            .map(|(_, _, _, s)| s.epochs[0].histogram.histogram().distinct_values() * 8)
+            .sum();
+        println!(
+            "as dense hdrhistograms (u64 counters) they would take {} bytes ({} per series)",
+            dense,
+            dense / obs.series_count()
+        );
     }
 }
