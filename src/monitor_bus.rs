@@ -17,8 +17,8 @@ use crate::service::{Event, MonitorEvent, ObservedInfo, Service, ServiceError};
 pub const MONITOR_INTERFACE: &str = "org.wcetd.Monitor1";
 
 /// One (kernel, size) in `ListObserved`: kernel, sms, count, p50_ns, p99_ns, p999_ns, max_ns,
-/// bound_ns, overruns (since calibration), overruns_total. Flat, not `GetObserved`'s dictionary:
-/// with 1,000 kernels x 17 sizes the dictionaries would make a reply of tens of MiB.
+/// bound_ns, overruns (since calibration), overruns_total. Flat, not `GetObserved`'s dictionary
+/// of 18 named variants per series: `wcetctl watch` asks for every series every 2 s.
 pub type WireObserved = (String, u32, u64, u64, u64, u64, u64, u64, u64, u64);
 
 /// Longest a report that raised a bound waits for it to be on disk before it is answered.
