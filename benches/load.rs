@@ -1,12 +1,15 @@
 //! Load generator: the real `wcetd` binary on a private bus, 64 concurrent clients (one zbus
 //! connection each) calling `GetBound` and, in the same run, the no-op `Ping`, so the cost of a
 //! bound can be read against the cost of the bus itself. Then the daemon's resident memory with
-//! 1,000 stored kernels. Prints the numbers and whether each target holds; bounded in calls and
-//! time, unix sockets only. Run: `cargo bench --bench load`.
+//! 1,000 stored kernels. Then production monitoring: `Monitor1.Report` of 100 times from 64
+//! clients against `Ping` on the same bus, and the daemon's resident memory once 1,000 kernels x
+//! 17 sizes hold histograms. Prints the numbers and whether each target holds; bounded in calls
+//! and time, unix sockets only. Run: `cargo bench --bench load`.
 
 use hdrhistogram::Histogram;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 use wcetd::bus::PrivateBus;
 use wcetd::store::{Calibration, Store};
@@ -15,6 +18,14 @@ use zbus::Connection;
 const NAME: &str = "org.wcetd.Wcetd1";
 const PATH: &str = "/org/wcetd/Wcetd1";
 const BOUNDS: &str = "org.wcetd.Bounds1";
+const MONITOR: &str = "org.wcetd.Monitor1";
+/// Realisable sizes the load calls at (`Report` takes only realisable ones).
+const SIZES: [u32; 6] = [8, 16, 40, 64, 96, 128];
+/// Times per `Report` call.
+const REPORT_TIMES: usize = 100;
+/// Per size in `SIZES`: the 100 times every `Report` of the load sends, below the bound so that
+/// the load measures the common path (an overrun also waits for a save).
+static REPORTED: OnceLock<Vec<Vec<u64>>> = OnceLock::new();
 const CLIENTS: usize = 64;
 const CALLS_PER_CLIENT: usize = 400;
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -28,7 +39,7 @@ impl Drop for Daemon {
     }
 }
 
-fn spawn(bus: &str, state: &Path) -> Daemon {
+fn spawn(bus: &str, state: &Path, extra: &[&str]) -> Daemon {
     Daemon(
         Command::new(env!("CARGO_BIN_EXE_wcetd"))
             .args([
@@ -41,6 +52,7 @@ fn spawn(bus: &str, state: &Path) -> Daemon {
                 "--state-dir",
             ])
             .arg(state)
+            .args(extra)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -80,6 +92,42 @@ struct Run {
     errors: u64,
 }
 
+/// Rounds of `Ping` and `Report` taken in turn, so that both see the same machine: on a shared
+/// 2-core VM the bus's own speed drifts by half between runs a minute apart.
+const ALTERNATING_ROUNDS: usize = 4;
+
+/// `ALTERNATING_ROUNDS` runs of `a` and of `b` in turn, each of 64 clients x 100 calls, merged.
+async fn alternating(
+    bus: &str,
+    a: &'static str,
+    b: &'static str,
+    kernel: &'static str,
+) -> (Run, Run) {
+    let mut runs: [Option<(Run, f64)>; 2] = [None, None];
+    for _ in 0..ALTERNATING_ROUNDS {
+        for (slot, method) in [a, b].into_iter().enumerate() {
+            let start = Instant::now();
+            let r = drive(bus, method, kernel, 100, None).await;
+            let secs = start.elapsed().as_secs_f64();
+            runs[slot] = Some(match runs[slot].take() {
+                None => (r, secs),
+                Some((mut acc, t)) => {
+                    acc.hist.add(&r.hist).unwrap();
+                    acc.errors += r.errors;
+                    (acc, t + secs)
+                }
+            });
+        }
+    }
+    let total = (CLIENTS * 100 * ALTERNATING_ROUNDS) as f64;
+    let [Some((mut ra, ta)), Some((mut rb, tb))] = runs else {
+        unreachable!("both ran")
+    };
+    ra.calls_per_s = total / ta;
+    rb.calls_per_s = total / tb;
+    (ra, rb)
+}
+
 /// `CLIENTS` tasks, each on its own connection, each making `CALLS_PER_CLIENT` calls of `method`.
 /// Calls per second each client makes in the paced phase (64 x 50 = 3,200 calls/s in all, about a
 /// tenth of what the bus sustains here), so that p99 measures the service, not a queue.
@@ -91,6 +139,18 @@ async fn call(conn: &Connection, method: &str, kernel: &str, i: usize) -> bool {
         conn.call_method(Some(NAME), PATH, Some(BOUNDS), "Ping", &())
             .await
             .map(drop)
+    } else if method == "Report" {
+        let k = i % SIZES.len();
+        let times = &REPORTED.get().expect("report times prepared")[k];
+        conn.call_method(
+            Some(NAME),
+            PATH,
+            Some(MONITOR),
+            "Report",
+            &(kernel, SIZES[k], times),
+        )
+        .await
+        .map(drop)
     } else {
         let sms = [8u32, 16, 40, 64, 100, 132][i % 6];
         conn.call_method(Some(NAME), PATH, Some(BOUNDS), "GetBound", &(kernel, sms))
@@ -219,6 +279,155 @@ fn fabricate_thousand(state: &Path) -> usize {
     cal.kernels.len()
 }
 
+/// The times every load `Report` sends: 100 per size, spread over the lower half of the bound.
+async fn prepare_reports(conn: &Connection) {
+    let mut per_size = Vec::new();
+    for sms in SIZES {
+        let reply = conn
+            .call_method(Some(NAME), PATH, Some(BOUNDS), "GetBound", &("bfs", sms))
+            .await
+            .expect("GetBound");
+        let bound: u64 = reply.body().deserialize().unwrap();
+        per_size.push(
+            (0..REPORT_TIMES as u64)
+                .map(|j| bound / 2 + bound * j / (4 * REPORT_TIMES as u64))
+                .collect(),
+        );
+    }
+    REPORTED.set(per_size).expect("prepared once");
+}
+
+/// Times reported per series when filling histograms, in calls of `FILL_TIMES / FILL_CALLS`.
+const FILL_TIMES: usize = 1000;
+const FILL_CALLS: usize = 4;
+
+struct Filled {
+    /// When the last report was answered.
+    ended: std::time::SystemTime,
+    series: usize,
+    sizes: usize,
+    errors: u64,
+    list_ms: f64,
+}
+
+/// Give every (kernel, size) of the daemon a histogram of `FILL_TIMES` times: skewed, spread over
+/// 50-95% of the bound (hundreds of distinct values at 3 significant digits, as real launches
+/// give), from 64 clients. Then one `ListObserved`, which reads them all.
+async fn fill_histograms(bus: &str, conn: &Connection) -> Filled {
+    let kernels: Vec<String> = conn
+        .call_method(Some(NAME), PATH, Some(BOUNDS), "ListKernels", &())
+        .await
+        .unwrap()
+        .body()
+        .deserialize()
+        .unwrap();
+    let mut series: Vec<(String, u32, u64)> = Vec::new();
+    let mut sizes = 0;
+    for k in &kernels {
+        let curve: Vec<(u32, u64)> = conn
+            .call_method(Some(NAME), PATH, Some(BOUNDS), "GetCurve", &(k,))
+            .await
+            .unwrap()
+            .body()
+            .deserialize()
+            .unwrap();
+        sizes = curve.len();
+        series.extend(curve.into_iter().map(|(m, b)| (k.clone(), m, b)));
+    }
+    let series = std::sync::Arc::new(series);
+    let mut tasks = Vec::new();
+    for c in 0..CLIENTS {
+        let series = std::sync::Arc::clone(&series);
+        let conn = connect(bus).await;
+        tasks.push(tokio::spawn(async move {
+            let mut errors = 0u64;
+            let mut x: u64 = 0x9e37_79b9_7f4a_7c15 ^ c as u64;
+            for (kernel, sms, bound) in series.iter().skip(c).step_by(CLIENTS) {
+                for _ in 0..FILL_CALLS {
+                    let times: Vec<u64> = (0..FILL_TIMES / FILL_CALLS)
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                            bound / 2 + (u * u * u * 0.45 * *bound as f64) as u64
+                        })
+                        .collect();
+                    let r = conn
+                        .call_method(
+                            Some(NAME),
+                            PATH,
+                            Some(MONITOR),
+                            "Report",
+                            &(kernel, *sms, times),
+                        )
+                        .await;
+                    errors += u64::from(r.is_err());
+                }
+            }
+            errors
+        }));
+    }
+    let mut errors = 0;
+    for t in tasks {
+        errors += tokio::time::timeout(DEADLINE, t)
+            .await
+            .expect("filling histograms ran past its deadline")
+            .unwrap();
+    }
+    let ended = std::time::SystemTime::now();
+    let start = Instant::now();
+    let listed = conn
+        .call_method(Some(NAME), PATH, Some(MONITOR), "ListObserved", &())
+        .await
+        .expect("ListObserved");
+    let list_ms = start.elapsed().as_secs_f64() * 1e3;
+    drop(listed);
+    Filled {
+        ended,
+        series: series.len(),
+        sizes,
+        errors,
+        list_ms,
+    }
+}
+
+/// Wait (bounded) until the observations file was written after `since`: the daemon saves within
+/// its save interval (2 s) of the last change.
+fn wait_for_save(state: &Path, since: std::time::SystemTime) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let saved = std::fs::read_dir(state)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with("observations-"))
+            .filter_map(|e| e.metadata().ok()?.modified().ok())
+            .any(|t| t > since);
+        if saved {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    println!("note: observations not saved within 30 s");
+}
+
+/// SIGTERM, and wait: the daemon saves observations and writes the metrics file as it stops.
+fn stop(d: &mut Daemon) {
+    // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+    unsafe { libc::kill(d.0.id() as libc::pid_t, libc::SIGTERM) };
+    let _ = d.0.wait();
+}
+
+fn files_size(dir: &Path, prefix: &str) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 fn check(ok: bool, what: &str) -> bool {
     println!("  [{}] {what}", if ok { "ok" } else { "MISSED" });
     ok
@@ -241,17 +450,23 @@ fn main() {
         let conn = connect(&address).await;
 
         println!("wcetd load: {CLIENTS} clients x {CALLS_PER_CLIENT} calls per method, private unix-socket bus");
-        let mut d = spawn(&address, &state);
+        let mut d = spawn(&address, &state, &[]);
         wait_ready(&conn, &mut d).await;
         let rss_8 = vm_rss_kib(d.0.id());
         let ping = load(&address, "Ping", "").await;
         let bound = load(&address, "GetBound", "bfs").await;
         report("Ping (8 kernels)", &ping);
         report("GetBound (8 kernels)", &bound);
+        prepare_reports(&conn).await;
+        let (ping_before_report, reported) = alternating(&address, "Ping", "Report", "bfs").await;
+        println!("Ping and Report in turn, {ALTERNATING_ROUNDS} rounds of {CLIENTS} clients x 100 calls each:");
+        report("Ping (beside Report)", &ping_before_report);
+        report(&format!("Report ({REPORT_TIMES} times)"), &reported);
         drop(d);
 
         let n = fabricate_thousand(&state);
-        let mut d = spawn(&address, &state);
+        let metrics = dir.path().join("wcetd.prom");
+        let mut d = spawn(&address, &state, &["--metrics-file", metrics.to_str().unwrap()]);
         wait_ready(&conn, &mut d).await;
         let rss_1000_idle = vm_rss_kib(d.0.id());
         let ping_1000 = load(&address, "Ping", "").await;
@@ -265,14 +480,31 @@ fn main() {
         report("Ping (paced)", &paced_ping);
         report("GetBound (paced)", &paced_bound);
         println!("daemon VmRSS: {rss_8} KiB with 8 kernels after start; {rss_1000_idle} KiB with {n} kernels idle, {rss_1000} KiB after load");
+        let filled = fill_histograms(&address, &conn).await;
+        let rss_filled = vm_rss_kib(d.0.id());
+        // Steady state: once the saver has merged every buffered time and written the file.
+        wait_for_save(&state, filled.ended);
+        let rss_histograms = vm_rss_kib(d.0.id());
+        stop(&mut d);
+        let saved = files_size(&state, "observations-");
+        let prom = std::fs::read_to_string(&metrics).unwrap_or_default();
+        println!(
+            "histograms: {} series ({n} kernels x {} sizes) of {FILL_TIMES} times each, {} errors; ListObserved of all of them {:.0} ms",
+            filled.series, filled.sizes, filled.errors, filled.list_ms
+        );
+        println!("daemon VmRSS with them: {rss_filled} KiB right after the reports, {rss_histograms} KiB once saved ({:+} KiB over {n} kernels after load); observations file {saved} bytes; metrics file {} bytes, {} lines", rss_histograms as i64 - rss_1000 as i64, prom.len(), prom.lines().count());
 
         let ratio = ping.calls_per_s / bound.calls_per_s;
         let ratio_1000 = ping_1000.calls_per_s / bound_1000.calls_per_s;
         println!("Ping/GetBound throughput ratio: {ratio:.2} (8 kernels), {ratio_1000:.2} ({n} kernels)");
         println!("targets:");
         let mut all = true;
-        let errors = ping.errors + bound.errors + ping_1000.errors + bound_1000.errors + paced_ping.errors + paced_bound.errors;
+        let errors = ping.errors + bound.errors + ping_1000.errors + bound_1000.errors + paced_ping.errors + paced_bound.errors
+            + ping_before_report.errors + reported.errors + filled.errors;
         all &= check(errors == 0, "zero errors");
+        let (p50_ping, p50_report) = (ping_before_report.hist.value_at_quantile(0.5), reported.hist.value_at_quantile(0.5));
+        let report_ratio = p50_report as f64 / p50_ping as f64;
+        all &= check(report_ratio <= 1.5, &format!("Report of {REPORT_TIMES} times p50 within 1.5x of Ping ({p50_report} us vs {p50_ping} us: {report_ratio:.2}x)"));
         all &= check(ratio <= 1.2, &format!("GetBound within 1.2x of Ping, 8 kernels ({ratio:.2}x)"));
         all &= check(ratio_1000 <= 1.2, &format!("GetBound within 1.2x of Ping, {n} kernels ({ratio_1000:.2}x)"));
         let saturated = bound.hist.value_at_quantile(0.99).max(bound_1000.hist.value_at_quantile(0.99));
@@ -280,6 +512,7 @@ fn main() {
         all &= check(p99 < 2000, &format!("GetBound p99 < 2 ms at 3,200 calls/s ({p99} us)"));
         println!("  [info] GetBound p99 at saturation (64 calls always in flight): {saturated} us");
         all &= check(rss_1000 < 20 * 1024, &format!("RSS < 20 MB with {n} kernels ({:.1} MiB)", rss_1000 as f64 / 1024.0));
+        all &= check(rss_histograms < 64 * 1024, &format!("RSS < 64 MiB with {} histograms ({:.1} MiB)", filled.series, rss_histograms as f64 / 1024.0));
         println!("{}", if all { "all targets met" } else { "some targets missed" });
     });
 }

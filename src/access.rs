@@ -1,9 +1,13 @@
 //! Who may operate the daemon. The system bus policy file is one wall; this is the second, so a
 //! private or session bus is protected too: `Calibration1` callers are looked up through the bus
 //! (their UID and groups) and refused unless root, in the operator group, or the daemon's own user
-//! (who could already stop or ptrace the daemon, so gains nothing).
+//! (who could already stop or ptrace the daemon, so gains nothing). `Monitor1.Report` can raise
+//! bounds, so its callers are checked the same way ([`ReporterPolicy`]): operators and the
+//! reporter group.
 
+use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::{Mutex, PoisonError};
 use zbus::fdo::DBusProxy;
 use zbus::message::Header;
 use zbus::names::BusName;
@@ -46,26 +50,10 @@ impl OperatorPolicy {
                 self.group, self.group
             ))
         };
-        let Some(sender) = header.sender() else {
-            return Err(denied("a caller with no bus name".into()));
-        };
-        let creds = async {
-            let proxy = DBusProxy::new(conn).await?;
-            proxy
-                .get_connection_credentials(BusName::Unique(sender.clone()))
-                .await
-        }
-        .await
-        .map_err(|e| {
-            ServiceError::AccessDenied(format!("cannot identify the caller of {method}: {e}"))
+        let (uid, groups) = caller(conn, header, method).await.map_err(|e| match e {
+            Caller::Unknown(who) => denied(who),
+            Caller::Failed(e) => e,
         })?;
-        let uid = creds
-            .unix_user_id()
-            .ok_or_else(|| denied(format!("{sender} (no UID)")))?;
-        let groups = creds
-            .unix_group_ids()
-            .cloned()
-            .unwrap_or_else(|| groups_of(uid));
         if self.allows(uid, &groups) {
             Ok(())
         } else {
@@ -73,6 +61,127 @@ impl OperatorPolicy {
             Err(denied(format!("UID {uid}")))
         }
     }
+}
+
+/// Who may report launch times (`Monitor1.Report`): operators and the members of the reporter
+/// group. A connection's credentials are fixed when it connects and unique names are never
+/// reused on a bus, so each sender is looked up once: a report costs no extra round trip.
+#[derive(Debug)]
+pub struct ReporterPolicy {
+    pub operators: OperatorPolicy,
+    pub group: String,
+    pub gid: Option<u32>,
+    /// Sender unique name -> allowed.
+    decided: Mutex<HashMap<String, bool>>,
+}
+
+/// Senders remembered before the cache is cleared (a daemon sees few distinct reporters).
+const DECISIONS_KEPT: usize = 4096;
+
+impl ReporterPolicy {
+    pub fn new(operators: OperatorPolicy, group: &str) -> Self {
+        ReporterPolicy {
+            operators,
+            group: group.to_string(),
+            gid: gid_of(group),
+            decided: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether `uid` with supplementary `groups` may report.
+    pub fn allows(&self, uid: u32, groups: &[u32]) -> bool {
+        self.operators.allows(uid, groups) || self.gid.is_some_and(|g| groups.contains(&g))
+    }
+
+    /// Refuse the caller of `method` unless allowed.
+    pub async fn check(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+    ) -> Result<(), ServiceError> {
+        let denied = |who: String| {
+            ServiceError::AccessDenied(format!(
+                "{method} can raise bounds, so it is for root, the daemon's user and groups `{}` and `{}`; {who} is none of them; accepted: a caller in one of those groups",
+                self.operators.group, self.group
+            ))
+        };
+        let sender = header.sender().map(|s| s.to_string());
+        let remembered = sender.as_ref().and_then(|s| {
+            self.decided
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get(s)
+                .copied()
+        });
+        let allowed = match remembered {
+            Some(allowed) => allowed,
+            None => {
+                let (uid, groups) = caller(conn, header, method).await.map_err(|e| match e {
+                    Caller::Unknown(who) => denied(who),
+                    Caller::Failed(e) => e,
+                })?;
+                let allowed = self.allows(uid, &groups);
+                if !allowed {
+                    tracing::warn!(uid, method, "refused a report");
+                }
+                if let Some(s) = sender {
+                    let mut decided = self.decided.lock().unwrap_or_else(PoisonError::into_inner);
+                    if decided.len() >= DECISIONS_KEPT {
+                        decided.clear();
+                    }
+                    decided.insert(s, allowed);
+                }
+                allowed
+            }
+        };
+        if allowed {
+            Ok(())
+        } else {
+            Err(denied(format!(
+                "{} (refused when it first called)",
+                header.sender().map_or("a caller".into(), |s| s.to_string())
+            )))
+        }
+    }
+}
+
+enum Caller {
+    /// Who the caller is could not be established: named for the refusal.
+    Unknown(String),
+    Failed(ServiceError),
+}
+
+/// The caller's UID and groups, as the bus reports them (or the user database, for buses that do
+/// not report groups).
+async fn caller(
+    conn: &Connection,
+    header: &Header<'_>,
+    method: &str,
+) -> Result<(u32, Vec<u32>), Caller> {
+    let Some(sender) = header.sender() else {
+        return Err(Caller::Unknown("a caller with no bus name".into()));
+    };
+    let creds = async {
+        let proxy = DBusProxy::new(conn).await?;
+        proxy
+            .get_connection_credentials(BusName::Unique(sender.clone()))
+            .await
+    }
+    .await
+    .map_err(|e| {
+        Caller::Failed(ServiceError::AccessDenied(format!(
+            "cannot identify the caller of {method}: {e}"
+        )))
+    })?;
+    let uid = creds
+        .unix_user_id()
+        .ok_or_else(|| Caller::Unknown(format!("{sender} (no UID)")))?;
+    let groups = creds
+        .unix_group_ids()
+        .cloned()
+        .unwrap_or_else(|| groups_of(uid));
+    Ok((uid, groups))
 }
 
 fn current_uid() -> u32 {
@@ -129,5 +238,23 @@ mod tests {
             ..policy
         };
         assert!(!no_group.allows(1001, &[970]));
+    }
+
+    #[test]
+    fn operators_and_the_reporter_group_may_report() {
+        let operators = OperatorPolicy {
+            group: "wcetd".into(),
+            gid: Some(970),
+            own_uid: 1000,
+        };
+        let policy = ReporterPolicy {
+            operators,
+            group: "wcetd-report".into(),
+            gid: Some(971),
+            decided: Mutex::new(HashMap::new()),
+        };
+        assert!(policy.allows(0, &[]) && policy.allows(1000, &[]));
+        assert!(policy.allows(1001, &[970]) && policy.allows(1002, &[5, 971]));
+        assert!(!policy.allows(1003, &[5]));
     }
 }

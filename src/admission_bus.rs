@@ -1,5 +1,5 @@
 //! The bus face of admission: the `org.wcetd.Admission1` interface on `/org/wcetd/Wcetd1` (served
-//! by [`Admission`], registered from `dbus::serve`), its wire types and client proxy, and
+//! by [`Admission`], registered from `dbus::serve_devices`), its wire types and client proxy, and
 //! [`admit`], the client side of `wcetctl admit`. The analyses themselves live in `admission.rs`;
 //! task-set files in `taskset.rs`.
 

@@ -291,6 +291,14 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("prediction", label.into());
     put("origin", b.origin.as_str().into());
     put("source", b.source.clone().into());
+    // Rule 1 for production (Monitor1.Report): the highest time reported that bounds this size.
+    put(
+        "observed_floor_ns",
+        b.observed.map_or(0, |f| f.floor_ns).into(),
+    );
+    if b.observed.is_some_and(|f| f.raised) {
+        put("basis", "observed".into());
+    }
     d
 }
 
@@ -485,15 +493,6 @@ impl Calibration {
     ) -> zbus::Result<()>;
 }
 
-/// Serve one device at the root object (and as `/org/wcetd/Wcetd1/gpu/0`).
-pub async fn serve(
-    conn: &Connection,
-    service: Service,
-    access: crate::access::OperatorPolicy,
-) -> zbus::Result<()> {
-    serve_devices(conn, &[(0, service)], 0, access).await
-}
-
 /// Serve each device at `/org/wcetd/Wcetd1/gpu/N`, and `default` at `/org/wcetd/Wcetd1` too.
 /// Each object forwards to its own [`Service`] (its own worker, queue, store and health), so a
 /// job or a fault on one device never holds up another's queries.
@@ -502,7 +501,9 @@ pub async fn serve_devices(
     devices: &[(u32, Service)],
     default: u32,
     access: crate::access::OperatorPolicy,
+    reporters: crate::access::ReporterPolicy,
 ) -> zbus::Result<()> {
+    let reporters = Arc::new(reporters);
     let list: DeviceList = devices
         .iter()
         .map(|(n, s)| {
@@ -512,9 +513,10 @@ pub async fn serve_devices(
         .collect();
     let list = Arc::new(list);
     for (n, service) in devices {
-        serve_at(conn, &device_path(*n), service, &list, &access).await?;
+        let access = (&access, &reporters);
+        serve_at(conn, &device_path(*n), service, &list, access).await?;
         if *n == default {
-            serve_at(conn, OBJECT_PATH, service, &list, &access).await?;
+            serve_at(conn, OBJECT_PATH, service, &list, access).await?;
         }
     }
     Ok(())
@@ -525,7 +527,10 @@ async fn serve_at(
     path: &str,
     service: &Service,
     devices: &Arc<DeviceList>,
-    access: &crate::access::OperatorPolicy,
+    (access, reporters): (
+        &crate::access::OperatorPolicy,
+        &Arc<crate::access::ReporterPolicy>,
+    ),
 ) -> zbus::Result<()> {
     let server = conn.object_server();
     let bounds = Bounds {
@@ -542,6 +547,11 @@ async fn serve_at(
         access: access.clone(),
     };
     server.at(path, calibration).await?;
+    let monitor = crate::monitor_bus::Monitor {
+        service: service.clone(),
+        access: Arc::clone(reporters),
+    };
+    server.at(path, monitor).await?;
     Ok(())
 }
 

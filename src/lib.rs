@@ -27,6 +27,10 @@
 //!   runs on one worker thread. No D-Bus types.
 //! - [`dbus`]: the bus face, thin: forwards to the service, maps errors to the design's names,
 //!   turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
+//! - [`observe`] (production launch times: histograms, epochs, their file), the service's
+//!   monitoring (`service/monitor.rs`: judging reports, floors under bounds), [`monitor_bus`]
+//!   (`org.wcetd.Monitor1`), [`monitor_view`] (`wcetctl observed` and `watch`) and [`metrics`] (the Prometheus textfile, a face of the service
+//!   beside the bus): bounds that watch themselves.
 //! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`) and [`taskset`]
 //!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
@@ -36,7 +40,8 @@
 //! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
 //!   [`model::predict`], which are reported beside bounds and never change one.
 //!
-//! The rule no layer may break: a bound is never below a sample observed at its size.
+//! The rule no layer may break: a bound is never below a sample observed at its size, whether
+//! measured by the daemon or reported from production.
 
 pub mod access;
 pub mod admission;
@@ -53,7 +58,11 @@ pub mod gpu;
 pub mod kernels;
 pub mod manifest;
 pub mod measure;
+pub mod metrics;
 pub mod model;
+pub mod monitor_bus;
+pub mod monitor_view;
+pub mod observe;
 pub mod offline;
 pub mod samples;
 pub mod service;

@@ -30,6 +30,11 @@ use crate::store::{Calibration, KernelCalibration, Store};
 use crate::workload::Forecast;
 use std::path::PathBuf;
 
+mod monitor;
+pub use monitor::{
+    MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome, SAVE_INTERVAL,
+};
+
 /// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
@@ -76,6 +81,8 @@ pub struct ServiceConfig {
     /// the daemon exists for partitions that run at once, and an isolated bound is not safe for
     /// a partition whose neighbours load memory (docs/admission.md).
     pub interference: Vec<Interference>,
+    /// Production monitoring (`Monitor1`): saving observations, recalibrating after overruns.
+    pub monitor: MonitorConfig,
 }
 
 impl Default for ServiceConfig {
@@ -87,6 +94,7 @@ impl Default for ServiceConfig {
             prediction: None,
             kernel_dirs: Vec::new(),
             interference: vec![Interference::Isolated, Interference::Contended],
+            monitor: MonitorConfig::default(),
         }
     }
 }
@@ -174,6 +182,9 @@ pub struct BoundInfo {
     pub source: String,
     /// The guarantee behind the bound: at what exceedance, against what interference.
     pub guarantee: Guarantee,
+    /// The highest time reported from production that bounds this size, if any (rule 1: the
+    /// bound is at least it).
+    pub observed: Option<ObservedFloor>,
 }
 
 /// What a bound promises, in numbers a scheduler can compare.
@@ -275,6 +286,8 @@ struct Inner {
     lost: tokio::sync::watch::Sender<Option<String>>,
     /// The kernels served: the built-in suite and the manifests of the kernel directories.
     catalogue: RwLock<Arc<Catalogue>>,
+    /// Launch times reported from production and the floors they put under bounds.
+    monitor: Arc<monitor::MonitorState>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -303,6 +316,12 @@ impl Service {
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
+        let monitor = Arc::new(monitor::MonitorState::load(
+            &store,
+            &device,
+            config.monitor.clone(),
+        ));
+        monitor::spawn_saver(Arc::clone(&monitor));
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -316,6 +335,7 @@ impl Service {
             forecast,
             lost: tokio::sync::watch::channel(None).0,
             catalogue: RwLock::new(Arc::new(catalogue)),
+            monitor,
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -575,6 +595,8 @@ impl Service {
         })?;
         let mut notes = cal.table.notes.clone();
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
+        let observed =
+            self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
             .sizes
@@ -626,6 +648,7 @@ impl Service {
                 .map(|(typical_ns, label)| Prediction { typical_ns, label }),
             origin: cal.origin,
             source: cal.source.clone(),
+            observed,
         })
     }
 

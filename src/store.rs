@@ -208,42 +208,18 @@ impl Store {
 
     /// Move a bad file aside so it is kept for inspection but never loaded again.
     fn quarantine(&self, path: &Path, why: &str) {
-        let aside = path.with_extension(format!(
-            "json.corrupt-{}",
-            Utc::now().format("%Y%m%dT%H%M%S%.3fZ")
-        ));
-        match fs::rename(path, &aside) {
-            Ok(()) => tracing::error!(
-                path = %path.display(), moved_to = %aside.display(), reason = why,
-                "calibration file is corrupt; moved aside, serving without it"
-            ),
-            Err(e) => tracing::error!(path = %path.display(), reason = why, error = %e,
-                "calibration file is corrupt and could not be moved aside"),
-        }
+        quarantine(path, "calibration", why);
     }
 
     /// Write `cal` atomically: temporary file, fsync, rename, fsync of the directory.
     pub fn save(&self, cal: &Calibration) -> Result<PathBuf, StoreError> {
         let path = self.path_for(cal.fingerprint());
-        let tmp = self
-            .dir
-            .join(format!(".tmp-{}-{}", std::process::id(), path_name(&path)));
         let write = |source| StoreError::Write {
             path: path.clone(),
             source,
         };
         let json = serde_json::to_vec_pretty(cal).map_err(|e| write(e.into()))?;
-        let result = (|| {
-            let mut file = File::create(&tmp)?;
-            file.write_all(&json)?;
-            file.sync_all()?;
-            fs::rename(&tmp, &path)?;
-            File::open(&self.dir)?.sync_all()
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(write)?;
+        write_atomically(&path, |file| file.write_all(&json)).map_err(write)?;
         Ok(path)
     }
 
@@ -258,6 +234,64 @@ impl Store {
                 let _ = fs::remove_file(entry.path());
             }
         }
+    }
+}
+
+/// Replace `path` atomically with what `fill` writes: a temporary file beside it
+/// (`.tmp-<pid>-<name>`, which [`Store::open`] removes if a crash leaves it), fsync, rename over
+/// `path`, fsync of the directory. Readers see the old file or the new one, never a mix.
+pub fn write_atomically(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), path_name(path)));
+    let result = (|| {
+        let mut out = std::io::BufWriter::new(File::create(&tmp)?);
+        fill(&mut out)?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(&dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Move a file that cannot be read aside, to `<name>.corrupt-<UTC time>`, so it is kept for
+/// inspection and never loaded again; `what` names it in the log line.
+pub fn quarantine(path: &Path, what: &str, why: &str) {
+    let stamp = Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let mut aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
+    // Two files quarantined within a millisecond must not overwrite each other.
+    for n in 1.. {
+        if !aside.exists() {
+            break;
+        }
+        aside = PathBuf::from(format!("{}.corrupt-{stamp}-{n}", path.display()));
+    }
+    match fs::rename(path, &aside) {
+        Ok(()) => tracing::error!(
+            path = %path.display(), moved_to = %aside.display(), reason = why,
+            "{what} file is corrupt; moved aside, serving without it"
+        ),
+        Err(e) => tracing::error!(path = %path.display(), reason = why, error = %e,
+            "{what} file is corrupt and could not be moved aside"),
+    }
+}
+
+/// Give memory freed by a large transient job (a save, a metrics file) back to the system, so
+/// that the resident size of a long-running daemon follows what it holds rather than its peaks.
+pub fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own heaps; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -1,4 +1,4 @@
-//! The bus face under hostile input: every `Bounds1` and `Calibration1` method is called with
+//! The bus face under hostile input: every `Bounds1`, `Calibration1` and `Monitor1` method is called with
 //! random argument lists (wrong types, wrong arity, empty and huge strings, extreme integers) on
 //! the real daemon. Every call must come back, as a reply or a D-Bus error, within a deadline,
 //! and the daemon must still answer afterwards.
@@ -21,6 +21,11 @@ const METHODS: &[(&str, &str)] = &[
     (CALIBRATION, "Recalibrate"),
     (CALIBRATION, "GetJob"),
     (CALIBRATION, "CancelJob"),
+    ("org.wcetd.Monitor1", "Report"),
+    ("org.wcetd.Monitor1", "ReportTagged"),
+    ("org.wcetd.Monitor1", "GetObserved"),
+    ("org.wcetd.Monitor1", "GetObservedTagged"),
+    ("org.wcetd.Monitor1", "ListObserved"),
 ];
 
 fn random_string(rng: &mut impl Rng) -> String {
@@ -84,6 +89,20 @@ fn typed_arguments<R: Rng>(method: &str, rng: &mut R) -> Vec<Variant<'static>> {
                 .collect::<Vec<_>>(),
         )],
         "GetJob" | "CancelJob" => vec![t(rng)],
+        "GetObserved" => vec![s(rng), u(rng)],
+        "GetObservedTagged" => vec![s(rng), u(rng), s(rng)],
+        "Report" | "ReportTagged" => {
+            let n = [0, 1, 3, 65_536, 65_537][rng.random_range(0..5)];
+            let times: Vec<u64> = (0..n)
+                .map(|_| [0u64, 1, 2, 1000, u64::MAX][rng.random_range(0..5)])
+                .collect();
+            let mut args = vec![s(rng), u(rng)];
+            if method == "ReportTagged" {
+                args.push(s(rng));
+            }
+            args.push(Variant::from(times));
+            args
+        }
         _ => vec![],
     }
 }

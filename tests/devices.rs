@@ -2,9 +2,11 @@
 //! simulated GPU: both devices' objects serve and the root answers for the default one; a job on
 //! one device does not hold up queries on the other (measured side by side in one run); a bundle
 //! exported by one daemon is accepted by another with the same fingerprint, checked on arrival,
-//! and refused with what differs by one with another fingerprint.
+//! and refused with what differs by one with another fingerprint; production reports judge and
+//! raise only their own device's bounds, and one metrics file covers every device.
 
 mod common;
+mod prom_text;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::{error_name, Daemon, WAIT};
 use futures_util::StreamExt;
 use wcetd::client::{BoundsProxy, CalibrationProxy};
+use wcetd::monitor_bus::Monitor1Proxy;
 
 async fn bounds_at(d: &Daemon, path: &str) -> BoundsProxy<'static> {
     BoundsProxy::builder(&d.conn)
@@ -185,4 +188,109 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
         err.to_string().contains("not a complete wcetd bundle"),
         "{err}"
     );
+}
+
+async fn monitor_at(d: &Daemon, path: &str) -> Monitor1Proxy<'static> {
+    Monitor1Proxy::builder(&d.conn)
+        .path(path.to_string())
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_judge_their_own_device_and_the_metrics_file_covers_every_device() {
+    let out = tempfile::tempdir().unwrap();
+    let prom = out.path().join("wcetd.prom");
+    let mut d = Daemon::start(&[
+        "--sim-devices",
+        "2",
+        "--no-initial-calibration",
+        "--delay-probe-launches",
+        "0",
+        "--metrics-file",
+        prom.to_str().unwrap(),
+    ])
+    .await;
+    const GPU1: &str = "/org/wcetd/Wcetd1/gpu/1";
+    for path in [GPU1, "/org/wcetd/Wcetd1/gpu/0"] {
+        let (state, message) = calibrate_at(&d, path, &["srad"]).await;
+        assert_eq!(state, "done", "{message}");
+    }
+    let (gpu0, gpu1) = (
+        bounds_at(&d, "/org/wcetd/Wcetd1/gpu/0").await,
+        bounds_at(&d, GPU1).await,
+    );
+    let (bound0, bound1) = (
+        gpu0.get_bound("srad", 64).await.unwrap(),
+        gpu1.get_bound("srad", 64).await.unwrap(),
+    );
+    let mon1 = monitor_at(&d, GPU1).await;
+    let root = monitor_at(&d, wcetd::dbus::OBJECT_PATH).await;
+    let mut exceeded = mon1.receive_bound_exceeded().await.unwrap();
+    let mut at_root = root.receive_bound_exceeded().await.unwrap();
+    let late = bound1 * 2;
+    mon1.report("srad", 64, &[late]).await.unwrap();
+    let signal = tokio::time::timeout(WAIT, exceeded.next())
+        .await
+        .expect("BoundExceeded on GPU 1 in time")
+        .unwrap();
+    let args = signal.args().unwrap();
+    assert_eq!((args.observed_ns, args.bound_ns), (late, bound1));
+
+    // GPU 1 raised its bound and lists the kernel; GPU 0 (the root) saw nothing.
+    assert_eq!(gpu1.get_bound("srad", 64).await.unwrap(), late);
+    assert_eq!(gpu0.get_bound("srad", 64).await.unwrap(), bound0);
+    assert_eq!(
+        mon1.overrun_kernels().await.unwrap(),
+        vec!["srad".to_string()]
+    );
+    assert!(root.overrun_kernels().await.unwrap().is_empty());
+    let seen0 = monitor_at(&d, "/org/wcetd/Wcetd1/gpu/0")
+        .await
+        .get_observed("srad", 64)
+        .await
+        .unwrap();
+    assert_eq!(u64::try_from(&*seen0["count"]).unwrap(), 0);
+    // The root's signal stream is GPU 0's: the overrun on GPU 1 never reached it. A report on
+    // GPU 0 does, and is the first thing the stream yields.
+    let root_late = bound0 * 3;
+    root.report("srad", 64, &[root_late]).await.unwrap();
+    let first = tokio::time::timeout(WAIT, at_root.next())
+        .await
+        .expect("BoundExceeded at the root in time")
+        .unwrap();
+    assert_eq!(first.args().unwrap().observed_ns, root_late);
+
+    // A clean stop writes the file once more: both devices, each under its own labels.
+    let pid = d.child.id().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    assert!(d.child.wait().unwrap().success());
+    let text = std::fs::read_to_string(&prom).unwrap();
+    let exp = prom_text::check(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    if let Some(r) = prom_text::promtool(&text) {
+        r.unwrap_or_else(|e| panic!("promtool check metrics: {e}"));
+    }
+    let at = |gpu| [("gpu", gpu), ("kernel", "srad"), ("sms", "64")];
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    assert_eq!(
+        exp.value("wcetd_bound_seconds", &at("1")),
+        Some(seconds(late))
+    );
+    assert_eq!(
+        exp.value("wcetd_bound_seconds", &at("0")),
+        Some(seconds(root_late))
+    );
+    assert_eq!(exp.value("wcetd_overruns_total", &at("1")), Some(1.0));
+    assert_eq!(exp.value("wcetd_overruns_total", &at("0")), Some(1.0));
+    for gpu in ["0", "1"] {
+        assert_eq!(
+            exp.value("wcetd_health", &[("gpu", gpu), ("state", "ok")]),
+            Some(1.0)
+        );
+    }
 }

@@ -404,3 +404,61 @@ fn install_sh_stages_man_pages_completions_and_the_configuration() {
         "launches = 500\n"
     );
 }
+
+/// Whether `caller` may call `member` of `interface`: like [`may_call`], with rules that name a
+/// member too.
+fn may_call_member(
+    rules: &[(Element, Option<Element>)],
+    caller: &Caller,
+    interface: &str,
+    member: &str,
+) -> bool {
+    decide(rules, caller, |r| {
+        r.attr("send_destination") == Some("org.wcetd.Wcetd1")
+            && r.attr("send_interface").is_none_or(|i| i == interface)
+            && r.attr("send_member").is_none_or(|m| m == member)
+            && r.attrs.iter().all(|(k, _)| {
+                ["send_destination", "send_interface", "send_member"].contains(&k.as_str())
+            })
+    })
+}
+
+#[test]
+fn bus_policy_lets_reporters_report_and_everyone_read_observations() {
+    let rules = parse(&read("org.wcetd.Wcetd1.conf")).expect("well-formed");
+    let caller = |user, groups| Caller { user, groups };
+    let anyone = caller("alice", &["users"]);
+    let reporter = caller("sched", &["users", "wcetd-report"]);
+    let operator = caller("bob", &["wcetd"]);
+    let root = caller("root", &["root"]);
+    let daemon = caller("wcetd", &["wcetd"]);
+    let monitor = "org.wcetd.Monitor1";
+    for member in ["GetObserved", "GetObservedTagged", "ListObserved"] {
+        assert!(
+            may_call_member(&rules, &anyone, monitor, member),
+            "anyone may call {member}"
+        );
+    }
+    for member in ["Report", "ReportTagged"] {
+        assert!(
+            !may_call_member(&rules, &anyone, monitor, member),
+            "{member} must be denied by default"
+        );
+        for who in [&reporter, &operator, &root, &daemon] {
+            assert!(
+                may_call_member(&rules, who, monitor, member),
+                "{} may call {member}",
+                who.user
+            );
+        }
+    }
+    assert!(
+        !may_call_member(&rules, &reporter, "org.wcetd.Calibration1", "Recalibrate"),
+        "reporters are not operators"
+    );
+    let users = read("wcetd.sysusers");
+    assert!(
+        users.lines().any(|l| l.starts_with("g wcetd-report ")),
+        "sysusers must create group wcetd-report"
+    );
+}

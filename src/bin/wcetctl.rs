@@ -114,6 +114,28 @@ enum Command {
     },
     /// Device, health, and per kernel which bounds exist and what they guarantee.
     Status,
+    /// Launch times reported from production for KERNEL (Monitor1.GetObserved): count,
+    /// quantiles and maximum beside the bound, at SMS or at every partition size.
+    Observed {
+        /// Kernel name (see `wcetctl list`).
+        kernel: String,
+        /// Partition size in SMs [default: every realisable size].
+        sms: Option<u32>,
+    },
+    /// A live view of production observations, refreshed like top: per kernel and size, count,
+    /// p99, max, bound, headroom and overruns, the least headroom first. When the output is not
+    /// a terminal, snapshots are printed one after another.
+    Watch {
+        /// Seconds between refreshes.
+        #[arg(long, default_value_t = 2.0)]
+        interval: f64,
+        /// Print one snapshot and exit (as --count 1).
+        #[arg(long)]
+        once: bool,
+        /// Stop after this many snapshots.
+        #[arg(long, conflicts_with = "once")]
+        count: Option<u64>,
+    },
     /// Send every kernel of a samples CSV (kernel,sms,time_ns) to the daemon, which makes bounds
     /// from them with the same method as from its own measurements (origin `imported`).
     Import {
@@ -665,6 +687,27 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
                 .map_err(explain)?;
             println!("{bundle}");
             Ok(())
+        }
+        Command::Observed { kernel, sms } => {
+            let rows = wcetd::monitor_view::observed(&conn, object(), &kernel, sms).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                print!("{}", wcetd::monitor_view::render(&rows));
+            }
+            Ok(())
+        }
+        Command::Watch {
+            interval,
+            once,
+            count,
+        } => {
+            if !(interval.is_finite() && interval > 0.0) {
+                bail!("--interval {interval}; accepted: seconds above 0");
+            }
+            let count = if once { Some(1) } else { count };
+            let every = std::time::Duration::from_secs_f64(interval);
+            wcetd::monitor_view::watch(&conn, object(), every, count, json).await
         }
         Command::ImportCalibration { file, force } => {
             import_calibration(json, &conn, &file, force).await
@@ -1360,6 +1403,12 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
     let health = bounds.health().await?;
     let stale = bounds.stale_kernels().await?;
     let smallest = sizes.first().copied().unwrap_or(0);
+    // A daemon without Monitor1 (older than it) has nothing to say here.
+    let path = bounds.inner().path().to_string();
+    let overrun = match wcetd::monitor_view::monitor_at(bounds.inner().connection(), &path).await {
+        Ok(m) => m.overrun_kernels().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     // Per kernel: which bounds exist and what the safer of them guarantees (the same at every size).
     let mut kernels = BTreeMap::new();
     for k in bounds.list_kernels().await? {
@@ -1370,6 +1419,7 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
             serde_json::json!({
                 "calibrated": info.is_some(),
                 "stale": stale.contains(&k),
+                "overrun": overrun.contains(&k),
                 "interference_available": get("interference_available").unwrap_or_else(|| serde_json::json!([])),
                 "exceedance": get("exceedance"),
                 "tail": get("tail"),
@@ -1383,17 +1433,26 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
             .collect();
         return Ok(
             serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
-                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels}),
+                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels,
+                "overrun_kernels": overrun}),
         );
     }
     println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
+    if !overrun.is_empty() {
+        println!(
+            "overruns    {} (a reported launch exceeded a bound since calibration; see wcetctl observed)",
+            overrun.join(", ")
+        );
+    }
     println!(
-        "  {:<10} {:<15} {:<19} {:>10}  tail",
+        "  {:<10} {:<19} {:<19} {:>10}  tail",
         "kernel", "state", "bounds", "exceedance"
     );
     for (k, v) in &kernels {
         let state = if v["stale"] == true {
             "stale"
+        } else if v["overrun"] == true {
+            "calibrated, OVERRUN"
         } else if v["calibrated"] == true {
             "calibrated"
         } else {
@@ -1412,7 +1471,7 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
             tags.join(",")
         };
         let tail = v["tail"].as_str().unwrap_or("-");
-        println!("  {k:<10} {state:<15} {tags:<19} {exceedance:>10}  {tail}");
+        println!("  {k:<10} {state:<19} {tags:<19} {exceedance:>10}  {tail}");
     }
     Ok(serde_json::Value::Null)
 }

@@ -13,8 +13,9 @@ use wcetd::gpu::sim::{DeviceProfile, SimOptions};
 use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
 use wcetd::model::{Method, MethodConfig};
-use wcetd::service::{Service, ServiceConfig};
+use wcetd::service::{MonitorConfig, Service, ServiceConfig};
 use wcetd::{access::OperatorPolicy, config, dbus, store};
+use wcetd::{access::ReporterPolicy, metrics, monitor_bus};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -135,6 +136,27 @@ struct Args {
     /// Report no predicted typical times.
     #[arg(long, conflicts_with = "device_description")]
     no_prediction: bool,
+    /// Group whose members may call Monitor1.Report (besides root, the daemon's user and the
+    /// operator group): reported times can raise bounds.
+    #[arg(long, default_value = "wcetd-report")]
+    report_group: String,
+    /// Write Prometheus metrics (bounds, observations, overruns, calibration age, jobs, health)
+    /// to this file for the node exporter's textfile collector: at start, after every job, at
+    /// most every 10 s while observations change, and at shutdown; replaced atomically.
+    #[arg(long, value_name = "PATH")]
+    metrics_file: Option<PathBuf>,
+    /// Queue a recalibration of a kernel when a reported time exceeds its bound (at most once
+    /// per kernel per --overrun-recalibration-interval).
+    #[arg(long)]
+    recalibrate_on_overrun: bool,
+    /// Seconds between two recalibrations of one kernel queued by overruns.
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+    overrun_recalibration_interval: u64,
+    /// Seconds between saves of production observations while they change: what a crash can
+    /// lose of the times that did not raise a bound (those that did are saved before Report
+    /// returns).
+    #[arg(long, default_value_t = 2, value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=60))]
+    observation_save_interval: u64,
 }
 
 /// The command line, with the configuration file's settings under it (flags win).
@@ -273,13 +295,23 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     let (conn, private) = connect(&args, &state_dir).await?;
     let access = OperatorPolicy::new(&args.operator_group);
-    dbus::serve_devices(&conn, &services, default, access).await?;
+    let reporters = ReporterPolicy::new(access.clone(), &args.report_group);
+    dbus::serve_devices(&conn, &services, default, access, reporters).await?;
     for (n, service) in &services {
-        let forward = |path: String| dbus::forward_events(conn.clone(), service.clone(), path);
+        let forward = |path: String| {
+            let bus = dbus::forward_events(conn.clone(), service.clone(), path.clone());
+            let monitor = monitor_bus::forward_events(conn.clone(), service.clone(), path);
+            async move { tokio::join!(bus, monitor) }
+        };
         tokio::spawn(forward(dbus::device_path(*n)));
         if *n == default {
             tokio::spawn(forward(dbus::OBJECT_PATH.to_string()));
         }
+    }
+    if let Some(path) = &args.metrics_file {
+        // Written before the name is owned, so a client that sees the daemon sees the file.
+        write_metrics(&services, path);
+        tokio::spawn(metrics::run(services.clone(), path.clone()));
     }
     conn.request_name(dbus::BUS_NAME)
         .await
@@ -311,6 +343,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     tracing::info!("shutting down");
     let _ = conn.release_name(dbus::BUS_NAME).await;
+    // After the name is released, so that no report comes in after the last save.
+    for (_, service) in &services {
+        service.save_observations();
+    }
+    if let Some(path) = &args.metrics_file {
+        write_metrics(&services, path);
+    }
     if private.is_some() {
         let _ = std::fs::remove_file(bus::address_file(&state_dir));
     }
@@ -319,6 +358,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         // stored bounds are served again after the restart.
         Some(why) => anyhow::bail!("device lost ({why}); exiting so that wcetd is restarted"),
         None => Ok(()),
+    }
+}
+
+/// A metrics file that cannot be written is logged, never fatal: bounds are served regardless.
+fn write_metrics(services: &[(u32, Service)], path: &std::path::Path) {
+    if let Err(e) = metrics::write(services, path) {
+        tracing::error!(path = %path.display(), error = %e, "writing the metrics file failed");
     }
 }
 
@@ -348,6 +394,12 @@ fn service_config(args: &Args) -> ServiceConfig {
                 ..Sweep::default()
             },
             delay_probe_launches: args.delay_probe_launches,
+        },
+        monitor: MonitorConfig {
+            recalibrate_on_overrun: args
+                .recalibrate_on_overrun
+                .then(|| std::time::Duration::from_secs(args.overrun_recalibration_interval)),
+            save_interval: std::time::Duration::from_secs(args.observation_save_interval),
         },
         ..ServiceConfig::default()
     }

@@ -1,0 +1,170 @@
+/* Report production launch times to wcetd without blocking the launch path (C, sd-bus).
+ *
+ * A scheduler copies the reporter: wcetd_reporter_record() is called on the launch path and only
+ * writes into a lock-free single-producer ring (no bus, no lock, no allocation; when the ring is
+ * full the time is dropped and counted); a thread of the reporter's own drains the ring and sends
+ * the times with org.wcetd.Monitor1.Report, in batches. One reporter per (kernel, partition size)
+ * and launching thread; sd-bus objects are used by the reporter thread only (sd-bus is not
+ * thread-safe).
+ *
+ * Reporting needs root, the daemon's user, or membership of group `wcetd` or `wcetd-report`.
+ *
+ * Build: gcc -std=c11 -pthread reporter.c $(pkg-config --cflags --libs libsystemd) -o reporter
+ * Demo:  WCETD_BUS_ADDRESS=unix:path=... ./reporter [kernel] [sms] [count]
+ *        reports times below the bound and one above it, then prints GetObserved.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <systemd/sd-bus.h>
+#include <time.h>
+
+#define NAME "org.wcetd.Wcetd1"
+#define PATH "/org/wcetd/Wcetd1"
+#define RING 65536 /* a power of two, and the most times one Report may carry */
+
+struct wcetd_reporter {
+    char kernel[65];
+    uint32_t sms;
+    uint64_t ring[RING];
+    uint64_t batch[RING]; /* the reporter thread's copy of what it sends */
+    _Atomic uint64_t head; /* written by the launch path */
+    _Atomic uint64_t tail; /* written by the reporter thread */
+    _Atomic uint64_t dropped;
+    _Atomic int closing;
+    uint64_t sent, failed;
+    sd_bus *bus;
+    pthread_t thread;
+};
+
+/* The launch path. */
+void wcetd_reporter_record(struct wcetd_reporter *r, uint64_t time_ns) {
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
+    if (head - atomic_load_explicit(&r->tail, memory_order_acquire) >= RING) {
+        atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
+        return;
+    }
+    r->ring[head % RING] = time_ns;
+    atomic_store_explicit(&r->head, head + 1, memory_order_release);
+}
+
+/* Send everything in the ring (at most RING times per call). */
+static void flush(struct wcetd_reporter *r) {
+    uint64_t *batch = r->batch;
+    uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
+    size_t n = 0;
+    for (; tail != head; tail++) batch[n++] = r->ring[tail % RING];
+    atomic_store_explicit(&r->tail, tail, memory_order_release);
+    if (n == 0) return;
+    sd_bus_message *m = NULL;
+    sd_bus_error e = SD_BUS_ERROR_NULL;
+    int rc = sd_bus_message_new_method_call(r->bus, &m, NAME, PATH, "org.wcetd.Monitor1", "Report");
+    if (rc >= 0) rc = sd_bus_message_append(m, "su", r->kernel, r->sms);
+    if (rc >= 0) rc = sd_bus_message_append_array(m, 't', batch, n * sizeof(uint64_t));
+    if (rc >= 0) rc = sd_bus_call(r->bus, m, 0, &e, NULL);
+    if (rc < 0) {
+        /* A refused report is not retried: the message says what was wrong. */
+        fprintf(stderr, "reporter.c: Report: %s: %s\n", e.name ? e.name : "error", e.message ? e.message : strerror(-rc));
+        r->failed += n;
+    } else {
+        r->sent += n;
+    }
+    sd_bus_error_free(&e);
+    sd_bus_message_unref(m);
+}
+
+static void *run(void *arg) {
+    struct wcetd_reporter *r = arg;
+    const struct timespec pause = {0, 100 * 1000 * 1000}; /* 100 ms between batches */
+    while (!atomic_load(&r->closing)) {
+        nanosleep(&pause, NULL);
+        flush(r);
+    }
+    flush(r);
+    return NULL;
+}
+
+static int open_bus(const char *address, sd_bus **bus) {
+    int r;
+    if ((r = sd_bus_new(bus)) < 0 || (r = sd_bus_set_address(*bus, address)) < 0 ||
+        (r = sd_bus_set_bus_client(*bus, 1)) < 0 || (r = sd_bus_start(*bus)) < 0)
+        return r;
+    return 0;
+}
+
+struct wcetd_reporter *wcetd_reporter_open(const char *address, const char *kernel, uint32_t sms) {
+    struct wcetd_reporter *r = calloc(1, sizeof *r);
+    if (!r || strlen(kernel) >= sizeof r->kernel) return free(r), NULL;
+    strcpy(r->kernel, kernel);
+    r->sms = sms;
+    if (open_bus(address, &r->bus) < 0 || pthread_create(&r->thread, NULL, run, r) != 0) {
+        sd_bus_unref(r->bus);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* Send what is queued, stop the thread, free. Returns the times dropped or refused. */
+uint64_t wcetd_reporter_close(struct wcetd_reporter *r, uint64_t *sent) {
+    atomic_store(&r->closing, 1);
+    pthread_join(r->thread, NULL);
+    uint64_t lost = atomic_load(&r->dropped) + r->failed;
+    *sent = r->sent;
+    sd_bus_unref(r->bus);
+    free(r);
+    return lost;
+}
+
+int main(int argc, char **argv) {
+    const char *address = getenv("WCETD_BUS_ADDRESS");
+    const char *kernel = argc > 1 ? argv[1] : "hotspot";
+    uint32_t sms = argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 64;
+    uint64_t count = argc > 3 ? strtoull(argv[3], NULL, 10) : 5000;
+    sd_bus *bus = NULL;
+    sd_bus_message *reply = NULL;
+    sd_bus_error e = SD_BUS_ERROR_NULL;
+    uint64_t bound, sent;
+    int r;
+    if (!address) return fprintf(stderr, "reporter.c: set WCETD_BUS_ADDRESS to the daemon's bus address\n"), 1;
+    if ((r = open_bus(address, &bus)) < 0) return fprintf(stderr, "reporter.c: connecting: %s\n", strerror(-r)), 1;
+    r = sd_bus_call_method(bus, NAME, PATH, "org.wcetd.Bounds1", "GetBound", &e, &reply, "su", kernel, sms);
+    if (r < 0 || (r = sd_bus_message_read(reply, "t", &bound)) < 0)
+        return fprintf(stderr, "reporter.c: GetBound: %s\n", e.message ? e.message : strerror(-r)), 1;
+    reply = sd_bus_message_unref(reply);
+    printf("GetBound(%s, %u) = %" PRIu64 " ns\n", kernel, sms, bound);
+
+    struct wcetd_reporter *rep = wcetd_reporter_open(address, kernel, sms);
+    if (!rep) return fprintf(stderr, "reporter.c: cannot start the reporter\n"), 1;
+    for (uint64_t i = 0; i + 1 < count; i++) wcetd_reporter_record(rep, bound / 2 + i % (bound / 4)); /* stand-ins */
+    wcetd_reporter_record(rep, bound + 1000); /* one launch over its bound */
+    uint64_t lost = wcetd_reporter_close(rep, &sent);
+    printf("reported %" PRIu64 " times, lost %" PRIu64 "\n", sent, lost);
+
+    r = sd_bus_call_method(bus, NAME, PATH, "org.wcetd.Monitor1", "GetObserved", &e, &reply, "su", kernel, sms);
+    if (r < 0 || (r = sd_bus_message_enter_container(reply, 'a', "{sv}")) < 0)
+        return fprintf(stderr, "reporter.c: GetObserved: %s\n", e.message ? e.message : strerror(-r)), 1;
+    printf("GetObserved(%s, %u):", kernel, sms);
+    const char *key;
+    while ((r = sd_bus_message_enter_container(reply, 'e', "sv")) > 0) {
+        uint64_t v;
+        if (sd_bus_message_read(reply, "s", &key) < 0) break;
+        const char *type;
+        sd_bus_message_peek_type(reply, NULL, &type);
+        if (strcmp(type, "t") == 0 && sd_bus_message_read(reply, "v", "t", &v) >= 0 &&
+            (!strcmp(key, "count") || !strcmp(key, "overruns") || !strcmp(key, "max_ns") || !strcmp(key, "p99_ns")))
+            printf(" %s=%" PRIu64, key, v);
+        else
+            sd_bus_message_skip(reply, "v");
+        sd_bus_message_exit_container(reply);
+    }
+    printf("\n");
+    sd_bus_message_unref(reply);
+    sd_bus_unref(bus);
+    return lost != 0 || r < 0;
+}

@@ -1,0 +1,269 @@
+//! The bus face of production monitoring: `org.wcetd.Monitor1` on every device's object as the
+//! design notes fix it (`Report`, `GetObserved`, signal `BoundExceeded`) with a few extensions,
+//! its client proxy, and the forwarder that turns monitoring events into signals. Thin: checks
+//! who reports, forwards to the [`Service`], maps errors with [`BusError`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, proxy, Connection, OwnedVariant, Variant};
+
+use crate::access::ReporterPolicy;
+use crate::dbus::BusError;
+use crate::gpu::Interference;
+use crate::service::{Event, MonitorEvent, ObservedInfo, Service, ServiceError};
+
+pub const MONITOR_INTERFACE: &str = "org.wcetd.Monitor1";
+
+/// One (kernel, size) in `ListObserved`: kernel, sms, count, p50_ns, p99_ns, p999_ns, max_ns,
+/// bound_ns, overruns (since calibration), overruns_total. Flat, not `GetObserved`'s dictionary
+/// of 18 named variants per series: `wcetctl watch` asks for every series every 2 s.
+pub type WireObserved = (String, u32, u64, u64, u64, u64, u64, u64, u64, u64);
+
+/// Longest a report that raised a bound waits for it to be on disk before it is answered.
+const SAVE_WAIT: Duration = Duration::from_secs(10);
+
+/// `org.wcetd.Monitor1`: `Report` for root, the daemon's user and the groups `wcetd` and
+/// `wcetd-report`; everything else for anyone.
+pub struct Monitor {
+    pub service: Service,
+    /// Shared by every device's object, so each sender is looked up once.
+    pub access: std::sync::Arc<ReporterPolicy>,
+}
+
+#[interface(name = "org.wcetd.Monitor1")]
+impl Monitor {
+    /// Launch times a scheduler observed for `kernel` on `sms` SMs, judged against the bound
+    /// `GetBound` serves. Answered once recorded; a report that raised a bound is answered once
+    /// that is on disk.
+    async fn report(
+        &self,
+        kernel: &str,
+        sms: u32,
+        times_ns: Vec<u64>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        self.access.check(conn, &header, "Report").await?;
+        self.record(kernel, sms, None, &times_ns).await
+    }
+
+    /// `Report` for one interference tag (`isolated` or `contended`): an extension; the times are
+    /// judged against `GetBoundTagged`'s bound.
+    async fn report_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+        times_ns: Vec<u64>,
+        #[zbus(header)] header: Header<'_>,
+        #[zbus(connection)] conn: &Connection,
+    ) -> Result<(), BusError> {
+        self.access.check(conn, &header, "ReportTagged").await?;
+        let tag = parse_tag(interference)?;
+        self.record(kernel, sms, Some(tag), &times_ns).await
+    }
+
+    fn get_observed(
+        &self,
+        kernel: &str,
+        sms: u32,
+    ) -> Result<HashMap<String, Variant<'static>>, BusError> {
+        Ok(observed_dict(&self.service.observed(kernel, sms, None)?))
+    }
+
+    /// `GetObserved` for one interference tag: an extension.
+    fn get_observed_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+    ) -> Result<HashMap<String, Variant<'static>>, BusError> {
+        let tag = parse_tag(interference)?;
+        Ok(observed_dict(&self.service.observed(
+            kernel,
+            sms,
+            Some(tag),
+        )?))
+    }
+
+    /// Every (kernel, size) with reported times, ascending: an extension, for `wcetctl watch`.
+    fn list_observed(&self) -> Vec<WireObserved> {
+        self.service
+            .list_observed()
+            .into_iter()
+            .map(|o| {
+                let q = o.quantiles;
+                (
+                    o.kernel,
+                    o.partition_sms,
+                    o.count,
+                    q.p50_ns,
+                    q.p99_ns,
+                    q.p999_ns,
+                    o.max_ns,
+                    o.bound_ns,
+                    o.overruns,
+                    o.overruns_total,
+                )
+            })
+            .collect()
+    }
+
+    /// Kernels with a reported time above a bound served since their last calibration.
+    #[zbus(property)]
+    fn overrun_kernels(&self) -> Vec<String> {
+        self.service.overrun_kernels()
+    }
+
+    #[zbus(signal)]
+    async fn bound_exceeded(
+        emitter: &SignalEmitter<'_>,
+        kernel: &str,
+        sms: u32,
+        observed_ns: u64,
+        bound_ns: u64,
+    ) -> zbus::Result<()>;
+}
+
+impl Monitor {
+    async fn record(
+        &self,
+        kernel: &str,
+        sms: u32,
+        tag: Option<Interference>,
+        times: &[u64],
+    ) -> Result<(), BusError> {
+        let outcome = self.service.report(kernel, sms, tag, times)?;
+        if let Some(generation) = outcome.save_generation {
+            self.service.observations_saved(generation, SAVE_WAIT).await;
+        }
+        Ok(())
+    }
+}
+
+fn parse_tag(tag: &str) -> Result<Interference, ServiceError> {
+    match tag {
+        "isolated" => Ok(Interference::Isolated),
+        "contended" => Ok(Interference::Contended),
+        other => Err(ServiceError::InvalidArgs(format!(
+            "interference `{other}` is unknown; accepted: isolated, contended"
+        ))),
+    }
+}
+
+fn observed_dict(o: &ObservedInfo) -> HashMap<String, Variant<'static>> {
+    let mut d = HashMap::new();
+    let mut put = |k: &str, v: Variant<'static>| {
+        d.insert(k.to_string(), v);
+    };
+    let time =
+        |t: Option<chrono::DateTime<chrono::Utc>>| t.map_or(String::new(), |t| t.to_rfc3339());
+    put("count", o.count.into());
+    put("max_ns", o.max_ns.into());
+    put("p50_ns", o.quantiles.p50_ns.into());
+    put("p99_ns", o.quantiles.p99_ns.into());
+    put("p999_ns", o.quantiles.p999_ns.into());
+    put("overruns", o.overruns.into());
+    put("bound_ns", o.bound_ns.into());
+    put("partition_sms", o.partition_sms.into());
+    put("headroom_ns", o.headroom_ns().into());
+    put("calibration", o.calibration.clone().into());
+    put("epoch_started", time(o.epoch_started).into());
+    let tags: Vec<String> = o.interference.iter().map(ToString::to_string).collect();
+    put("interference", tags.join(",").into());
+    put("floor_ns", o.floor_ns.into());
+    put("reported_total", o.reported_total.into());
+    put("overruns_total", o.overruns_total.into());
+    put("past_epochs", o.past_epochs.into());
+    put("last_report", time(o.last_report).into());
+    put("recalibration_job", o.recalibration_job.into());
+    d
+}
+
+/// Turn monitoring events into `BoundExceeded` and `OverrunKernels` changes (a recalibration
+/// takes a kernel off the list, so `BoundsChanged` is watched too) on the object at `path` until
+/// the channels close (one forwarder per object, as [`crate::dbus::forward_events`]).
+pub async fn forward_events(conn: Connection, service: Service, path: String) {
+    let Ok(monitor) = conn
+        .object_server()
+        .interface::<_, Monitor>(path.as_str())
+        .await
+    else {
+        return;
+    };
+    let mut events = service.subscribe_monitor();
+    let mut bounds = service.subscribe();
+    let mut overrun = service.overrun_kernels();
+    loop {
+        let recheck = tokio::select! {
+            e = events.recv() => match e {
+                Ok(MonitorEvent::BoundExceeded { kernel, sms, observed_ns, bound_ns }) => {
+                    let sent = Monitor::bound_exceeded(monitor.signal_emitter(), &kernel, sms, observed_ns, bound_ns).await;
+                    if let Err(e) = sent {
+                        tracing::warn!(error = %e, "could not emit BoundExceeded");
+                    }
+                    false
+                }
+                Ok(MonitorEvent::OverrunKernelsChanged) => true,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "monitor signal forwarder fell behind; some BoundExceeded signals were skipped");
+                    true
+                }
+                Err(_) => return,
+            },
+            e = bounds.recv() => match e {
+                Ok(Event::BoundsChanged { .. }) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
+                Ok(_) => false,
+                Err(_) => return,
+            },
+        };
+        if !recheck {
+            continue;
+        }
+        let now = service.overrun_kernels();
+        if now != overrun {
+            overrun = now;
+            let emitter = monitor.signal_emitter();
+            if let Err(e) = monitor.get().await.overrun_kernels_changed(emitter).await {
+                tracing::warn!(error = %e, "could not emit an OverrunKernels change");
+            }
+        }
+    }
+}
+
+/// Client proxy for `org.wcetd.Monitor1`.
+#[proxy(
+    interface = "org.wcetd.Monitor1",
+    default_service = "org.wcetd.Wcetd1",
+    default_path = "/org/wcetd/Wcetd1"
+)]
+pub trait Monitor1 {
+    fn report(&self, kernel: &str, sms: u32, times_ns: &[u64]) -> zbus::Result<()>;
+    fn report_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+        times_ns: &[u64],
+    ) -> zbus::Result<()>;
+    fn get_observed(&self, kernel: &str, sms: u32) -> zbus::Result<HashMap<String, OwnedVariant>>;
+    fn get_observed_tagged(
+        &self,
+        kernel: &str,
+        sms: u32,
+        interference: &str,
+    ) -> zbus::Result<HashMap<String, OwnedVariant>>;
+    fn list_observed(&self) -> zbus::Result<Vec<WireObserved>>;
+    #[zbus(property)]
+    fn overrun_kernels(&self) -> zbus::Result<Vec<String>>;
+    #[zbus(signal)]
+    fn bound_exceeded(
+        &self,
+        kernel: String,
+        sms: u32,
+        observed_ns: u64,
+        bound_ns: u64,
+    ) -> zbus::Result<()>;
+}

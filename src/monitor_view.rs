@@ -1,0 +1,257 @@
+//! The client side of `wcetctl observed` and `wcetctl watch`: what production reported
+//! (`org.wcetd.Monitor1`), as tables beside the bounds. `watch` refreshes like `top` on a terminal
+//! and prints one snapshot after another (or one, with `--once`) when its output is not one.
+
+use anyhow::Context;
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+use zbus::{Connection, OwnedVariant};
+
+use crate::client::BoundsProxy;
+use crate::monitor_bus::Monitor1Proxy;
+
+/// One row: a (kernel, size) and what `GetObserved` said of it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Row {
+    pub kernel: String,
+    pub sms: u32,
+    pub count: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+    pub max_ns: u64,
+    pub bound_ns: u64,
+    pub headroom_ns: i64,
+    pub overruns: u64,
+    pub overruns_total: u64,
+    pub floor_ns: u64,
+}
+
+impl Row {
+    fn from_dict(kernel: &str, sms: u32, d: &HashMap<String, OwnedVariant>) -> Row {
+        let t = |k: &str| d.get(k).and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+        Row {
+            kernel: kernel.to_string(),
+            sms,
+            count: t("count"),
+            p50_ns: t("p50_ns"),
+            p99_ns: t("p99_ns"),
+            p999_ns: t("p999_ns"),
+            max_ns: t("max_ns"),
+            bound_ns: t("bound_ns"),
+            headroom_ns: d
+                .get("headroom_ns")
+                .and_then(|v| i64::try_from(v).ok())
+                .unwrap_or(0),
+            overruns: t("overruns"),
+            overruns_total: t("overruns_total"),
+            floor_ns: t("floor_ns"),
+        }
+    }
+
+    fn from_wire(w: crate::monitor_bus::WireObserved) -> Row {
+        let (
+            kernel,
+            sms,
+            count,
+            p50_ns,
+            p99_ns,
+            p999_ns,
+            max_ns,
+            bound_ns,
+            overruns,
+            overruns_total,
+        ) = w;
+        let wide = i128::from(bound_ns) - i128::from(max_ns);
+        Row {
+            kernel,
+            sms,
+            count,
+            p50_ns,
+            p99_ns,
+            p999_ns,
+            max_ns,
+            bound_ns,
+            headroom_ns: i64::try_from(wide).unwrap_or(if wide < 0 { i64::MIN } else { i64::MAX }),
+            overruns,
+            overruns_total,
+            floor_ns: 0,
+        }
+    }
+
+    /// Headroom as a share of the bound, in percent.
+    fn headroom_pct(&self) -> f64 {
+        if self.bound_ns == 0 {
+            return 0.0;
+        }
+        100.0 * self.headroom_ns as f64 / self.bound_ns as f64
+    }
+}
+
+/// A bus error as the daemon phrased it.
+fn explain(e: zbus::Error) -> anyhow::Error {
+    let name = crate::client::error_name(&e);
+    match (&e, name) {
+        (zbus::Error::MethodError(_, Some(msg), _), Some(name)) => {
+            anyhow::anyhow!("{msg} ({name})")
+        }
+        (zbus::Error::FDO(f), Some(name)) => {
+            anyhow::anyhow!(
+                "{} ({name})",
+                zbus::DBusError::description(&**f).unwrap_or("")
+            )
+        }
+        _ => anyhow::anyhow!(e),
+    }
+}
+
+/// `GetObserved` of `kernel` at `sms`, or at every realisable size.
+/// The device is the object at `path` (`/org/wcetd/Wcetd1` or one GPU's).
+pub async fn observed(
+    conn: &Connection,
+    path: &str,
+    kernel: &str,
+    sms: Option<u32>,
+) -> anyhow::Result<Vec<Row>> {
+    let monitor = monitor_at(conn, path)
+        .await
+        .context("reaching org.wcetd.Monitor1")?;
+    let sizes = match sms {
+        Some(m) => vec![m],
+        None => {
+            let bounds = BoundsProxy::builder(conn).path(path).build().await?;
+            bounds.partition_sizes().await?
+        }
+    };
+    let mut rows = Vec::new();
+    for m in sizes {
+        let d = monitor.get_observed(kernel, m).await.map_err(explain)?;
+        let partition = d
+            .get("partition_sms")
+            .and_then(|v| u32::try_from(v).ok())
+            .unwrap_or(m);
+        rows.push(Row::from_dict(kernel, partition, &d));
+    }
+    Ok(rows)
+}
+
+/// `Monitor1` of the object at `path`.
+pub async fn monitor_at(conn: &Connection, path: &str) -> zbus::Result<Monitor1Proxy<'static>> {
+    Monitor1Proxy::builder(conn)
+        .path(path.to_string())
+        .build()
+        .await
+}
+
+/// Every (kernel, size) with reported times on the object at `path`, the least headroom first.
+pub async fn snapshot(conn: &Connection, path: &str) -> anyhow::Result<Vec<Row>> {
+    let monitor = monitor_at(conn, path).await?;
+    let mut rows: Vec<Row> = monitor
+        .list_observed()
+        .await
+        .map_err(explain)?
+        .into_iter()
+        .map(Row::from_wire)
+        .collect();
+    rows.sort_by(|a, b| {
+        a.headroom_pct()
+            .total_cmp(&b.headroom_pct())
+            .then_with(|| (&a.kernel, a.sms).cmp(&(&b.kernel, b.sms)))
+    });
+    Ok(rows)
+}
+
+/// The table `observed` and `watch` print.
+pub fn render(rows: &[Row]) -> String {
+    let width = rows
+        .iter()
+        .map(|r| r.kernel.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let mut out = format!(
+        "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>8} {:>8}\n",
+        "kernel",
+        "SMs",
+        "count",
+        "p50_ns",
+        "p99_ns",
+        "p999_ns",
+        "max_ns",
+        "bound_ns",
+        "headroom_ns",
+        "headroom",
+        "overruns"
+    );
+    for r in rows {
+        let mark = if r.overruns > 0 { " !" } else { "" };
+        out += &format!(
+            "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>7.1}% {:>8}{mark}\n",
+            r.kernel,
+            r.sms,
+            r.count,
+            r.p50_ns,
+            r.p99_ns,
+            r.p999_ns,
+            r.max_ns,
+            r.bound_ns,
+            r.headroom_ns,
+            r.headroom_pct(),
+            r.overruns
+        );
+    }
+    out
+}
+
+/// `wcetctl watch`: refresh every `interval` until interrupted, or `count` times; on a terminal
+/// the screen is redrawn in place, otherwise snapshots follow one another.
+pub async fn watch(
+    conn: &Connection,
+    path: &str,
+    interval: Duration,
+    count: Option<u64>,
+    json: bool,
+) -> anyhow::Result<()> {
+    let monitor = monitor_at(conn, path).await?;
+    let tty = std::io::stdout().is_terminal() && !json;
+    let mut shown = 0u64;
+    loop {
+        let rows = snapshot(conn, path).await?;
+        let overrun = monitor.overrun_kernels().await.map_err(explain)?;
+        let mut out = std::io::stdout().lock();
+        if json {
+            let v = serde_json::json!({"time": chrono::Utc::now().to_rfc3339(), "overrun_kernels": overrun, "observed": rows});
+            writeln!(out, "{v}")?;
+        } else {
+            if tty {
+                // Home and clear, as top redraws.
+                write!(out, "\x1b[H\x1b[2J")?;
+            } else if shown > 0 {
+                writeln!(out)?;
+            }
+            writeln!(
+                out,
+                "wcetd observations at {} ({} series); overruns since calibration: {}",
+                chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"),
+                rows.len(),
+                if overrun.is_empty() {
+                    "none".to_string()
+                } else {
+                    overrun.join(", ")
+                }
+            )?;
+            write!(out, "{}", render(&rows))?;
+            if rows.is_empty() {
+                writeln!(out, "(no launch times reported yet: Monitor1.Report)")?;
+            }
+        }
+        out.flush()?;
+        drop(out);
+        shown += 1;
+        if count.is_some_and(|c| shown >= c) {
+            return Ok(());
+        }
+        tokio::time::sleep(interval).await;
+    }
+}

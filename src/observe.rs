@@ -1,0 +1,1065 @@
+//! Observations from production: the launch times schedulers report (`Monitor1.Report`), kept per
+//! (kernel, partition size, interference) as an hdrhistogram histogram of 3 significant digits
+//! with the exact maximum beside it (a histogram rounds), in epochs: one per calibration the times
+//! were judged against, the older ones kept with the calibration they judged. Saved atomically to
+//! the state directory, each histogram in hdrhistogram's own V2 serialisation.
+//!
+//! This module keeps; it does not judge. Which bound a time is compared with and what an overrun
+//! does is the service's business (`service/monitor.rs`).
+//!
+//! Memory: a dense histogram of 3 significant digits holds about 10,000 counters for times of
+//! microseconds to milliseconds (tens of KiB), too much for 1,000 kernels x 17 sizes. So a
+//! histogram rests serialised (V2 run-length encodes the empty counters: about a KiB for a real
+//! distribution), with a bounded buffer of times not merged yet; it is decoded only to merge that
+//! buffer, which also refreshes the cached quantiles that reads use.
+
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::gpu::{Fingerprint, Interference, PartitionSize};
+
+/// Precision of every histogram: values are told apart to 0.1%.
+pub const SIGNIFICANT_DIGITS: u8 = 3;
+/// The longest launch time accepted: one hour. Longer is a unit mistake, not a GPU kernel, and
+/// would make every bound of the kernel useless once it became a floor.
+pub const MAX_TIME_NS: u64 = 3_600_000_000_000;
+/// Most times one report may carry.
+pub const MAX_TIMES_PER_REPORT: usize = 65_536;
+/// Epochs kept per series, the current one included; older histograms are dropped, their maxima
+/// and overruns stay in the series' floor and totals.
+pub const EPOCHS_KEPT: usize = 8;
+/// Times buffered per histogram before they are merged into it: a merge (decode, record, quantiles,
+/// encode) costs tens of microseconds, so it is paid once per 40 reports of 100 times.
+const PENDING_LIMIT: usize = 4096;
+/// Times buffered in all histograms together (8 MiB) before every report merges its own at once;
+/// each save merges them all.
+const PENDING_BUDGET: usize = 1 << 20;
+pub const FORMAT_VERSION: u32 = 1;
+/// The largest range a stored histogram may declare: auto-resizing at most doubles the range
+/// needed for [`MAX_TIME_NS`]. A file that declares more is corrupt (and would cost memory).
+const MAX_DECLARED_HIGH: u64 = 1 << 44;
+/// Largest V2 payload accepted from a file, inflated.
+const MAX_PAYLOAD: usize = 1 << 22;
+const V2_COOKIE: u32 = 0x1c84_9313;
+const V2_DEFLATE_COOKIE: u32 = 0x1c84_9314;
+
+/// Quantiles of one histogram, each the highest value equivalent to the one at that rank (so at
+/// most 0.1% above it) and never above the exact maximum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Quantiles {
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub p999_ns: u64,
+}
+
+impl Quantiles {
+    fn of(h: &Histogram<u64>) -> Quantiles {
+        if h.is_empty() {
+            return Quantiles::default();
+        }
+        let mut q = h.value_at_quantiles([0.5, 0.99, 0.999]);
+        let mut next = || q.next().unwrap_or(0);
+        Quantiles {
+            p50_ns: next(),
+            p99_ns: next(),
+            p999_ns: next(),
+        }
+    }
+
+    fn capped(self, max_ns: u64) -> Quantiles {
+        Quantiles {
+            p50_ns: self.p50_ns.min(max_ns),
+            p99_ns: self.p99_ns.min(max_ns),
+            p999_ns: self.p999_ns.min(max_ns),
+        }
+    }
+}
+
+/// A histogram at rest: V2 bytes and the times not merged into them yet.
+#[derive(Debug, Clone, Default)]
+pub struct CompactHistogram {
+    /// Empty while nothing is merged.
+    v2: Vec<u8>,
+    pending: Vec<u64>,
+    merged: u64,
+    quantiles: Quantiles,
+}
+
+impl CompactHistogram {
+    pub fn count(&self) -> u64 {
+        self.merged + self.pending.len() as u64
+    }
+
+    /// Buffer `times`; [`Observations::record`] decides when to merge.
+    fn push(&mut self, times: &[u64]) {
+        self.pending.extend_from_slice(times);
+    }
+
+    fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Fold the buffered times into the serialised histogram; returns how many there were.
+    fn merge(&mut self) -> usize {
+        let n = self.pending.len();
+        if n > 0 {
+            let mut h = self.decode();
+            record_all(&mut h, &self.pending);
+            self.pending = Vec::new();
+            self.set(&h);
+        }
+        n
+    }
+
+    /// Quantiles of everything recorded: cached when nothing is buffered, else computed from a
+    /// decoded copy (a read never changes what is buffered).
+    pub fn quantiles(&self) -> Quantiles {
+        if self.pending.is_empty() {
+            self.quantiles
+        } else {
+            Quantiles::of(&self.histogram())
+        }
+    }
+
+    /// Everything recorded, as a histogram (to add histograms together).
+    pub fn histogram(&self) -> Histogram<u64> {
+        let mut h = self.decode();
+        record_all(&mut h, &self.pending);
+        h
+    }
+
+    /// The V2 serialisation of everything merged (empty when nothing is).
+    pub fn v2(&self) -> &[u8] {
+        &self.v2
+    }
+
+    /// Bytes held on the heap, for the memory figures.
+    pub fn heap_bytes(&self) -> usize {
+        self.v2.capacity() + self.pending.capacity() * 8
+    }
+
+    /// A histogram read from a file: V2 or V2+deflate, checked before anything is allocated from
+    /// what its header declares.
+    pub fn from_bytes(bytes: &[u8]) -> Result<CompactHistogram, String> {
+        if bytes.is_empty() {
+            return Ok(CompactHistogram::default());
+        }
+        let v2 = plain_v2(bytes)?;
+        check_v2_header(&v2)?;
+        // The decoder is third-party code fed bytes from disk: a panic in it must cost this
+        // histogram, not the daemon.
+        let decoded = std::panic::catch_unwind(|| {
+            Deserializer::new().deserialize::<u64, _>(&mut v2.as_slice())
+        })
+        .map_err(|_| "the histogram decoder panicked".to_string())?
+        .map_err(|e| format!("not an hdrhistogram V2 histogram: {e:?}"))?;
+        let mut h = decoded;
+        h.auto(true);
+        let mut out = CompactHistogram::default();
+        out.set(&h);
+        Ok(out)
+    }
+
+    fn decode(&self) -> Histogram<u64> {
+        let fresh =
+            || Histogram::<u64>::new(SIGNIFICANT_DIGITS).expect("3 significant digits is valid");
+        if self.v2.is_empty() {
+            return fresh();
+        }
+        match Deserializer::new().deserialize::<u64, _>(&mut self.v2.as_slice()) {
+            Ok(mut h) => {
+                h.auto(true);
+                h
+            }
+            Err(e) => {
+                // Bytes this process wrote itself: only a bug gets here. The maxima and floors
+                // live beside the histogram, so a bound never depends on these counts.
+                tracing::error!(error = ?e, "an observation histogram did not decode; its counts are lost");
+                fresh()
+            }
+        }
+    }
+
+    fn set(&mut self, h: &Histogram<u64>) {
+        self.merged = h.len();
+        self.quantiles = Quantiles::of(h);
+        self.v2.clear();
+        if h.is_empty() {
+            self.v2 = Vec::new();
+            return;
+        }
+        if let Err(e) = V2Serializer::new().serialize(h, &mut self.v2) {
+            tracing::error!(error = ?e, "an observation histogram did not serialise; its counts are lost");
+            self.v2 = Vec::new();
+            self.merged = 0;
+            self.quantiles = Quantiles::default();
+        }
+        self.v2.shrink_to_fit();
+    }
+}
+
+/// Record into an auto-resizing histogram (times are at most [`MAX_TIME_NS`], far inside what it
+/// can grow to; `saturating_record` would clamp instead of growing).
+fn record_all(h: &mut Histogram<u64>, times: &[u64]) {
+    for &t in times {
+        if h.record(t).is_err() {
+            h.saturating_record(t);
+        }
+    }
+}
+
+/// V2 bytes from V2 or V2+deflate, inflating at most [`MAX_PAYLOAD`] bytes.
+fn plain_v2(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    let word = |b: &[u8], at: usize| -> Result<u32, String> {
+        b.get(at..at + 4)
+            .map(|w| u32::from_be_bytes([w[0], w[1], w[2], w[3]]))
+            .ok_or_else(|| "truncated histogram".to_string())
+    };
+    match word(bytes, 0)? {
+        V2_COOKIE => Ok(bytes.to_vec()),
+        V2_DEFLATE_COOKIE => {
+            let len = word(bytes, 4)? as usize;
+            let body = bytes
+                .get(8..8 + len)
+                .ok_or("truncated compressed histogram")?;
+            let mut out = Vec::new();
+            flate2::read::ZlibDecoder::new(body)
+                .take(MAX_PAYLOAD as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("compressed histogram does not inflate: {e}"))?;
+            if out.len() > MAX_PAYLOAD {
+                return Err("compressed histogram inflates past the accepted size".into());
+            }
+            Ok(out)
+        }
+        other => Err(format!("cookie {other:#x} is not hdrhistogram V2")),
+    }
+}
+
+/// The header fields the decoder would allocate from, checked against what this daemon writes.
+fn check_v2_header(v2: &[u8]) -> Result<(), String> {
+    const HEADER: usize = 40;
+    if v2.len() < HEADER {
+        return Err("truncated histogram header".into());
+    }
+    let u32_at = |at: usize| u32::from_be_bytes(v2[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_be_bytes(v2[at..at + 8].try_into().expect("8 bytes"));
+    if u32_at(0) != V2_COOKIE {
+        return Err("compressed payload is not V2".into());
+    }
+    let payload = u32_at(4) as usize;
+    if payload > MAX_PAYLOAD || payload > v2.len() - HEADER {
+        return Err(format!(
+            "payload of {payload} bytes, {} present",
+            v2.len() - HEADER
+        ));
+    }
+    let (digits, low, high) = (u32_at(12), u64_at(16), u64_at(24));
+    if digits != u32::from(SIGNIFICANT_DIGITS)
+        || low != 1
+        || !(2..=MAX_DECLARED_HIGH).contains(&high)
+    {
+        return Err(format!(
+            "histogram of {digits} digits over [{low}, {high}]; accepted: {SIGNIFICANT_DIGITS} digits from 1 to at most {MAX_DECLARED_HIGH}"
+        ));
+    }
+    Ok(())
+}
+
+/// The times reported while one calibration was served: what they were judged against.
+#[derive(Debug, Clone)]
+pub struct Epoch {
+    /// The id of the calibration whose bounds these times were compared with ("" when the kernel
+    /// had none yet).
+    pub calibration: String,
+    pub started: DateTime<Utc>,
+    pub histogram: CompactHistogram,
+    /// The exact largest time.
+    pub max_ns: u64,
+    /// Times above the bound served when they were reported.
+    pub overruns: u64,
+}
+
+impl Epoch {
+    fn new(calibration: &str, started: DateTime<Utc>) -> Epoch {
+        Epoch {
+            calibration: calibration.to_string(),
+            started,
+            histogram: CompactHistogram::default(),
+            max_ns: 0,
+            overruns: 0,
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.histogram.count()
+    }
+
+    pub fn quantiles(&self) -> Quantiles {
+        self.histogram.quantiles().capped(self.max_ns)
+    }
+}
+
+/// Everything reported for one (kernel, size, interference).
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// The largest time ever reported here, in any epoch, and when: a floor for every bound
+    /// served at this size (design rule 1).
+    pub floor_ns: u64,
+    pub floor_at: DateTime<Utc>,
+    pub reported_total: u64,
+    pub overruns_total: u64,
+    pub last_report: DateTime<Utc>,
+    /// Oldest first; the last one is current.
+    pub epochs: Vec<Epoch>,
+}
+
+impl Series {
+    fn new(now: DateTime<Utc>) -> Series {
+        Series {
+            floor_ns: 0,
+            floor_at: now,
+            reported_total: 0,
+            overruns_total: 0,
+            last_report: now,
+            epochs: Vec::new(),
+        }
+    }
+
+    /// The current epoch, when it judges `calibration`.
+    pub fn judging(&mut self, calibration: &str) -> Option<&mut Epoch> {
+        self.epochs
+            .last_mut()
+            .filter(|e| e.calibration == calibration)
+    }
+
+    /// The epoch that judges `calibration`, started now when the current one judged another
+    /// (whose buffer is merged then, so that only the current epoch ever buffers); and how many
+    /// buffered times that merged.
+    fn epoch_for(&mut self, calibration: &str, now: DateTime<Utc>) -> (&mut Epoch, usize) {
+        let mut merged = 0;
+        if self
+            .epochs
+            .last()
+            .is_none_or(|e| e.calibration != calibration)
+        {
+            merged = self.epochs.last_mut().map_or(0, |e| e.histogram.merge());
+            self.epochs.push(Epoch::new(calibration, now));
+            let extra = self.epochs.len().saturating_sub(EPOCHS_KEPT);
+            self.epochs.drain(..extra);
+            // A Vec grows to room for 4 epochs at its first push: 400 bytes per series wasted
+            // on series that are rarely recalibrated. Epochs start rarely, so fit exactly.
+            self.epochs.shrink_to_fit();
+        }
+        (self.epochs.last_mut().expect("just ensured"), merged)
+    }
+}
+
+/// What the times of one report were judged against.
+#[derive(Debug, Clone, Copy)]
+pub struct Judged<'a> {
+    pub calibration: &'a str,
+    /// The bound served at that size when they were reported (`None`: none was).
+    pub bound_ns: Option<u64>,
+}
+
+/// What recording one report changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// Times above the bound.
+    pub overruns: u64,
+    /// The largest time of the report.
+    pub max_ns: u64,
+    /// The series' floor after the report, and whether the report raised it.
+    pub floor_ns: u64,
+    pub floor_raised: bool,
+}
+
+/// Every series, by kernel, then (size, interference).
+#[derive(Debug, Clone, Default)]
+pub struct Observations {
+    kernels: HashMap<String, BTreeMap<(PartitionSize, Interference), Series>>,
+    /// Times buffered in every histogram, kept exact: only this type merges.
+    pending: usize,
+}
+
+impl Observations {
+    /// Record `times` (each checked by the caller: 1 to [`MAX_TIME_NS`]) at `(kernel, sms, tag)`.
+    pub fn record(
+        &mut self,
+        (kernel, sms, tag): (&str, PartitionSize, Interference),
+        judged: Judged<'_>,
+        times: &[u64],
+        now: DateTime<Utc>,
+    ) -> Recorded {
+        let series = match self.kernels.get_mut(kernel) {
+            Some(k) => k,
+            None => self.kernels.entry(kernel.to_string()).or_default(),
+        }
+        .entry((sms, tag))
+        .or_insert_with(|| Series::new(now));
+        let max_ns = times.iter().copied().max().unwrap_or(0);
+        let overruns = judged
+            .bound_ns
+            .map_or(0, |b| times.iter().filter(|&&t| t > b).count() as u64);
+        let (epoch, merged) = series.epoch_for(judged.calibration, now);
+        epoch.histogram.push(times);
+        self.pending = self.pending - merged + times.len();
+        if epoch.histogram.pending_len() >= PENDING_LIMIT || self.pending >= PENDING_BUDGET {
+            self.pending -= epoch.histogram.merge();
+        }
+        epoch.max_ns = epoch.max_ns.max(max_ns);
+        epoch.overruns += overruns;
+        series.reported_total += times.len() as u64;
+        series.overruns_total += overruns;
+        series.last_report = now;
+        let floor_raised = max_ns > series.floor_ns;
+        if floor_raised {
+            series.floor_ns = max_ns;
+            series.floor_at = now;
+        }
+        Recorded {
+            overruns,
+            max_ns,
+            floor_ns: series.floor_ns,
+            floor_raised,
+        }
+    }
+
+    /// Merge every buffered time of `kernel` (before saving it).
+    pub fn merge_kernel(&mut self, kernel: &str) {
+        let merged: usize = self
+            .kernels
+            .get_mut(kernel)
+            .into_iter()
+            .flat_map(|sizes| sizes.values_mut())
+            .flat_map(|s| s.epochs.iter_mut())
+            .map(|e| e.histogram.merge())
+            .sum();
+        self.pending -= merged;
+    }
+
+    /// Times buffered, not merged yet.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    /// The series of `kernel`, by (size, interference).
+    pub fn kernel(&self, kernel: &str) -> Option<&BTreeMap<(PartitionSize, Interference), Series>> {
+        self.kernels.get(kernel)
+    }
+
+    pub fn kernel_mut(
+        &mut self,
+        kernel: &str,
+    ) -> Option<&mut BTreeMap<(PartitionSize, Interference), Series>> {
+        self.kernels.get_mut(kernel)
+    }
+
+    /// Every series, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, PartitionSize, Interference, &Series)> {
+        self.kernels
+            .iter()
+            .flat_map(|(k, s)| s.iter().map(move |(&(m, i), v)| (k.as_str(), m, i, v)))
+    }
+
+    /// Kernels with any series.
+    pub fn kernels(&self) -> impl Iterator<Item = &str> {
+        self.kernels.keys().map(String::as_str)
+    }
+
+    pub fn series_count(&self) -> usize {
+        self.kernels.values().map(BTreeMap::len).sum()
+    }
+
+    /// Heap bytes held by histograms (the rest is a few hundred bytes per series).
+    pub fn histogram_bytes(&self) -> usize {
+        self.iter()
+            .flat_map(|(_, _, _, s)| &s.epochs)
+            .map(|e| e.histogram.heap_bytes())
+            .sum()
+    }
+}
+
+/// One series as stored.
+#[derive(Serialize, Deserialize)]
+struct StoredSeries {
+    kernel: String,
+    sms: PartitionSize,
+    interference: Interference,
+    floor_ns: u64,
+    floor_at: DateTime<Utc>,
+    reported_total: u64,
+    overruns_total: u64,
+    last_report: DateTime<Utc>,
+    epochs: Vec<StoredEpoch>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredEpoch {
+    calibration: String,
+    started: DateTime<Utc>,
+    max_ns: u64,
+    overruns: u64,
+    /// Base64 of the hdrhistogram V2 (or V2+deflate) serialisation; "" when empty.
+    histogram: String,
+}
+
+#[derive(Deserialize)]
+struct StoredFile {
+    format: u32,
+    series: Vec<StoredSeries>,
+}
+
+/// How loading went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Loaded {
+    /// No file yet.
+    Fresh,
+    Clean,
+    /// The file was corrupt and moved aside; what could be read of it is kept (see the log).
+    Quarantined,
+}
+
+/// The observations of one device: `observations-<fingerprint digest>.json` in the state
+/// directory, beside its calibrations.
+#[derive(Debug, Clone)]
+pub struct ObservationFile {
+    path: PathBuf,
+}
+
+impl ObservationFile {
+    pub fn new(dir: &Path, fingerprint: &Fingerprint) -> ObservationFile {
+        ObservationFile {
+            path: dir.join(format!("observations-{}.json", fingerprint.digest())),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Write every series atomically (temporary file, fsync, rename, directory fsync), streamed
+    /// one kernel at a time under `obs`'s lock, so that saving copies nothing whole and a report
+    /// waits at most for one kernel's series to be encoded.
+    pub fn save(&self, obs: &std::sync::Mutex<Observations>, device: &str) -> std::io::Result<()> {
+        let lock = || {
+            obs.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let mut kernels: Vec<String> = lock().kernels().map(str::to_string).collect();
+        kernels.sort();
+        crate::store::write_atomically(&self.path, |out| {
+            write!(
+                out,
+                "{{\"format\":{FORMAT_VERSION},\"device\":{},\"saved_at\":\"{}\",\"series\":[",
+                serde_json::to_string(device)?,
+                Utc::now().to_rfc3339()
+            )?;
+            let mut first = true;
+            for kernel in &kernels {
+                let mut guard = lock();
+                guard.merge_kernel(kernel);
+                let Some(sizes) = guard.kernels.get_mut(kernel) else {
+                    continue;
+                };
+                for (&(sms, interference), s) in sizes.iter_mut() {
+                    if !first {
+                        out.write_all(b",\n")?;
+                    }
+                    first = false;
+                    serde_json::to_writer(&mut *out, &stored(kernel, sms, interference, s))?;
+                }
+            }
+            out.write_all(b"]}\n")
+        })
+    }
+
+    /// The stored observations. A file that does not parse, or holds a histogram that does not
+    /// decode, is moved aside with a log line; of a file that parses, every floor, maximum and
+    /// total is kept (they keep bounds safe) and only the undecodable histograms are lost.
+    pub fn load(&self) -> (Observations, Loaded) {
+        let file = match std::fs::File::open(&self.path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return (Observations::default(), Loaded::Fresh)
+            }
+            Err(e) => {
+                tracing::error!(path = %self.path.display(), error = %e, "observations unreadable; starting without them");
+                return (Observations::default(), Loaded::Fresh);
+            }
+        };
+        let stored: StoredFile = match serde_json::from_reader(std::io::BufReader::new(file)) {
+            Ok(s) => s,
+            Err(e) => {
+                crate::store::quarantine(&self.path, "observations", &e.to_string());
+                return (Observations::default(), Loaded::Quarantined);
+            }
+        };
+        if stored.format != FORMAT_VERSION {
+            let why = format!(
+                "format {} is not the supported {FORMAT_VERSION}",
+                stored.format
+            );
+            crate::store::quarantine(&self.path, "observations", &why);
+            return (Observations::default(), Loaded::Quarantined);
+        }
+        let (obs, problems) = from_stored(stored.series);
+        if problems.is_empty() {
+            return (obs, Loaded::Clean);
+        }
+        crate::store::quarantine(&self.path, "observations", &problems.join("; "));
+        (obs, Loaded::Quarantined)
+    }
+}
+
+fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) -> StoredSeries {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    StoredSeries {
+        kernel: kernel.to_string(),
+        sms,
+        interference,
+        floor_ns: s.floor_ns,
+        floor_at: s.floor_at,
+        reported_total: s.reported_total,
+        overruns_total: s.overruns_total,
+        last_report: s.last_report,
+        epochs: s
+            .epochs
+            .iter_mut()
+            .map(|e| StoredEpoch {
+                calibration: e.calibration.clone(),
+                started: e.started,
+                max_ns: e.max_ns,
+                overruns: e.overruns,
+                histogram: b64.encode(e.histogram.v2()),
+            })
+            .collect(),
+    }
+}
+
+fn from_stored(series: Vec<StoredSeries>) -> (Observations, Vec<String>) {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut obs = Observations::default();
+    let mut problems = Vec::new();
+    for s in series {
+        let epochs = s
+            .epochs
+            .into_iter()
+            .map(|e| {
+                let histogram = b64
+                    .decode(&e.histogram)
+                    .map_err(|err| err.to_string())
+                    .and_then(|bytes| CompactHistogram::from_bytes(&bytes))
+                    .unwrap_or_else(|why| {
+                        problems.push(format!(
+                            "{} at {} SMs, epoch of {}: {why} (histogram dropped, maximum kept)",
+                            s.kernel, s.sms, e.calibration
+                        ));
+                        CompactHistogram::default()
+                    });
+                Epoch {
+                    calibration: e.calibration,
+                    started: e.started,
+                    histogram,
+                    max_ns: e.max_ns,
+                    overruns: e.overruns,
+                }
+            })
+            .collect::<Vec<_>>();
+        // A floor below an epoch's maximum would be a corrupt file; the higher number is safe.
+        let floor_ns = epochs.iter().map(|e| e.max_ns).fold(s.floor_ns, u64::max);
+        obs.kernels.entry(s.kernel).or_default().insert(
+            (s.sms, s.interference),
+            Series {
+                floor_ns,
+                floor_at: s.floor_at,
+                reported_total: s.reported_total,
+                overruns_total: s.overruns_total,
+                last_report: s.last_report,
+                epochs,
+            },
+        );
+    }
+    (obs, problems)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    fn fingerprint() -> Fingerprint {
+        Fingerprint {
+            backend: crate::gpu::Backend::Sim,
+            device: "test".into(),
+            uuid: "SIM-0".into(),
+            driver: "0".into(),
+            cuda: "0".into(),
+            clock_policy: "default".into(),
+        }
+    }
+
+    fn jittered(n: usize, seed: u64) -> Vec<u64> {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..n)
+            .map(|_| 100_000 + rng.random_range(0..20_000u64))
+            .collect()
+    }
+
+    #[test]
+    fn quantiles_match_a_dense_histogram_and_never_pass_the_exact_maximum() {
+        let times = jittered(10_000, 1);
+        let mut compact = CompactHistogram::default();
+        for (i, chunk) in times.chunks(100).enumerate() {
+            compact.push(chunk);
+            if i % 7 == 0 {
+                compact.merge();
+            }
+        }
+        let mut dense = Histogram::<u64>::new(3).unwrap();
+        times.iter().for_each(|&t| dense.record(t).unwrap());
+        assert_eq!(compact.count(), 10_000);
+        // Read with times buffered, then merged: the same either way.
+        assert!(compact.pending_len() > 0);
+        assert_eq!(compact.quantiles(), Quantiles::of(&dense));
+        compact.merge();
+        assert_eq!(compact.quantiles(), Quantiles::of(&dense));
+        let mut epoch = Epoch::new("c", Utc::now());
+        epoch.histogram = compact;
+        epoch.max_ns = *times.iter().max().unwrap();
+        let q = epoch.quantiles();
+        assert!(q.p999_ns <= epoch.max_ns && q.p50_ns <= q.p99_ns && q.p99_ns <= q.p999_ns);
+        let exact_p50 = crate::model::tail::quantile_u64(&times, 0.5);
+        assert!((q.p50_ns as f64 - exact_p50).abs() / exact_p50 < 2e-3);
+    }
+
+    #[test]
+    fn a_report_is_judged_counted_and_raises_the_floor() {
+        let mut obs = Observations::default();
+        let now = Utc::now();
+        let key = ("bfs", 64, Interference::Isolated);
+        let judged = Judged {
+            calibration: "c1",
+            bound_ns: Some(1000),
+        };
+        let r = obs.record(key, judged, &[500, 900], now);
+        assert_eq!(
+            r,
+            Recorded {
+                overruns: 0,
+                max_ns: 900,
+                floor_ns: 900,
+                floor_raised: true
+            }
+        );
+        let r = obs.record(key, judged, &[1001, 1500, 10], now);
+        assert_eq!((r.overruns, r.max_ns, r.floor_raised), (2, 1500, true));
+        let r = obs.record(key, judged, &[1200], now);
+        assert_eq!((r.overruns, r.floor_ns, r.floor_raised), (1, 1500, false));
+        // A new calibration starts a new epoch; the floor stays.
+        let next = Judged {
+            calibration: "c2",
+            bound_ns: Some(2000),
+        };
+        obs.record(key, next, &[700], now);
+        let s = &mut obs
+            .kernel_mut("bfs")
+            .unwrap()
+            .get_mut(&(64, Interference::Isolated))
+            .unwrap();
+        assert_eq!(s.epochs.len(), 2);
+        assert_eq!((s.epochs[0].count(), s.epochs[0].overruns), (6, 3));
+        assert_eq!(s.epochs[0].calibration, "c1");
+        assert_eq!((s.epochs[1].count(), s.epochs[1].max_ns), (1, 700));
+        assert_eq!(
+            (s.floor_ns, s.overruns_total, s.reported_total),
+            (1500, 3, 7)
+        );
+        assert!(s.judging("c1").is_none() && s.judging("c2").is_some());
+    }
+
+    #[test]
+    fn only_the_last_epochs_are_kept() {
+        let mut obs = Observations::default();
+        let key = ("k", 8, Interference::Isolated);
+        for i in 0..EPOCHS_KEPT + 3 {
+            let id = format!("c{i}");
+            let judged = Judged {
+                calibration: &id,
+                bound_ns: None,
+            };
+            obs.record(key, judged, &[100 + i as u64], Utc::now());
+        }
+        let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
+        assert_eq!(s.epochs.len(), EPOCHS_KEPT);
+        assert_eq!(s.epochs[0].calibration, "c3");
+        assert_eq!(s.floor_ns, 100 + EPOCHS_KEPT as u64 + 2);
+    }
+
+    #[test]
+    fn saved_observations_load_as_they_were() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let mut obs = Observations::default();
+        let now = Utc::now();
+        for (i, kernel) in ["a", "b.c", "with\"quote"].iter().enumerate() {
+            let judged = Judged {
+                calibration: "cal",
+                bound_ns: Some(110_000),
+            };
+            obs.record(
+                (kernel, 8 * (i as u32 + 1), Interference::Contended),
+                judged,
+                &jittered(1000, i as u64),
+                now,
+            );
+        }
+        file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
+            .unwrap();
+        let (mut back, how) = file.load();
+        assert_eq!(how, Loaded::Clean);
+        assert_eq!(back.series_count(), 3);
+        for (kernel, sms, tag, s) in obs.iter() {
+            let b = &back.kernel(kernel).unwrap()[&(sms, tag)];
+            assert_eq!(
+                (
+                    b.floor_ns,
+                    b.reported_total,
+                    b.overruns_total,
+                    b.epochs.len()
+                ),
+                (
+                    s.floor_ns,
+                    s.reported_total,
+                    s.overruns_total,
+                    s.epochs.len()
+                )
+            );
+        }
+        let orig = obs.kernel_mut("a").unwrap()[&(8, Interference::Contended)].clone();
+        let loaded = back
+            .kernel_mut("a")
+            .unwrap()
+            .get_mut(&(8, Interference::Contended))
+            .unwrap();
+        assert_eq!(loaded.epochs[0].quantiles(), orig.epochs[0].quantiles());
+        assert_eq!(loaded.epochs[0].count(), 1000);
+    }
+
+    #[test]
+    fn deflated_histograms_load_too() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        jittered(500, 3).iter().for_each(|&t| h.record(t).unwrap());
+        let mut bytes = Vec::new();
+        hdrhistogram::serialization::V2DeflateSerializer::new()
+            .serialize(&h, &mut bytes)
+            .unwrap();
+        let compact = CompactHistogram::from_bytes(&bytes).unwrap();
+        assert_eq!(compact.count(), 500);
+        assert_eq!(compact.quantiles(), Quantiles::of(&h));
+    }
+
+    #[test]
+    fn corrupt_files_are_moved_aside_keeping_what_is_safe() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let mut obs = Observations::default();
+        let judged = Judged {
+            calibration: "cal",
+            bound_ns: Some(1),
+        };
+        obs.record(
+            ("k", 8, Interference::Isolated),
+            judged,
+            &jittered(300, 9),
+            Utc::now(),
+        );
+        file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
+            .unwrap();
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        let aside = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .contains(".corrupt-")
+                })
+                .count()
+        };
+        // A histogram that is not one: the floor and totals survive, the file is moved aside.
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let bad = text.replace(
+            v["series"][0]["epochs"][0]["histogram"].as_str().unwrap(),
+            "HISTFAAAAB4AAAAAAAAAAwAAAAAAAAAB",
+        );
+        std::fs::write(file.path(), bad).unwrap();
+        let (back, how) = file.load();
+        assert_eq!(how, Loaded::Quarantined);
+        let s = &back.kernel("k").unwrap()[&(8, Interference::Isolated)];
+        assert_eq!(
+            (s.floor_ns, s.overruns_total),
+            (
+                obs.kernel("k").unwrap()[&(8, Interference::Isolated)].floor_ns,
+                300
+            )
+        );
+        assert_eq!(s.epochs[0].count(), 0);
+        assert_eq!(aside(), 1);
+        assert!(!file.path().exists());
+        // Truncated JSON: nothing to keep, moved aside.
+        std::fs::write(file.path(), &text[..text.len() / 2]).unwrap();
+        let (back, how) = file.load();
+        assert_eq!((how, back.series_count()), (Loaded::Quarantined, 0));
+        assert_eq!(aside(), 2);
+    }
+
+    #[test]
+    fn a_header_that_declares_too_much_is_refused_before_allocating() {
+        let mut h = Histogram::<u64>::new(3).unwrap();
+        h.record(1000).unwrap();
+        let mut bytes = Vec::new();
+        V2Serializer::new().serialize(&h, &mut bytes).unwrap();
+        let mut huge = bytes.clone();
+        huge[24..32].copy_from_slice(&u64::MAX.to_be_bytes());
+        assert!(CompactHistogram::from_bytes(&huge).is_err());
+        let mut long = bytes.clone();
+        long[4..8].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(CompactHistogram::from_bytes(&long).is_err());
+        assert!(CompactHistogram::from_bytes(&bytes[..20]).is_err());
+        assert_eq!(CompactHistogram::from_bytes(&bytes).unwrap().count(), 1);
+    }
+
+    /// Not a timing test: prints what a histogram costs at rest and to record, for the figures.
+    #[test]
+    fn print_the_size_of_a_histogram_at_rest() {
+        let mut obs = Observations::default();
+        let times = jittered(100_000, 5);
+        let judged = Judged {
+            calibration: "c",
+            bound_ns: Some(u64::MAX),
+        };
+        let start = std::time::Instant::now();
+        for chunk in times.chunks(100) {
+            obs.record(("k", 8, Interference::Isolated), judged, chunk, Utc::now());
+        }
+        let elapsed = start.elapsed();
+        obs.merge_kernel("k");
+        assert_eq!(obs.pending(), 0);
+        println!(
+            "100,000 times in 1,000 reports: {} bytes at rest, {elapsed:?} to record",
+            obs.histogram_bytes(),
+        );
+        assert!(obs.histogram_bytes() < 16 * 1024);
+    }
+
+    #[test]
+    fn buffered_times_are_bounded_and_counted_exactly() {
+        let mut obs = Observations::default();
+        let judged = Judged {
+            calibration: "c",
+            bound_ns: None,
+        };
+        for i in 0..200u32 {
+            let key = ("k", 8 * (i % 17 + 1), Interference::Isolated);
+            obs.record(key, judged, &jittered(100, u64::from(i)), Utc::now());
+            assert!(obs.pending() <= PENDING_BUDGET);
+        }
+        let buffered: usize = obs
+            .iter()
+            .flat_map(|(_, _, _, s)| &s.epochs)
+            .map(|e| e.histogram.pending_len())
+            .sum();
+        assert_eq!(obs.pending(), buffered);
+        assert!(obs.iter().all(|(_, _, _, s)| s
+            .epochs
+            .iter()
+            .all(|e| e.histogram.pending_len() < PENDING_LIMIT)));
+        // A new epoch merges the old one's buffer.
+        let next = Judged {
+            calibration: "d",
+            bound_ns: None,
+        };
+        obs.record(("k", 8, Interference::Isolated), next, &[5], Utc::now());
+        let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
+        assert_eq!(s.epochs[0].histogram.pending_len(), 0);
+        obs.merge_kernel("k");
+        assert_eq!(obs.pending(), 0);
+    }
+}
+
+#[cfg(test)]
+mod footprint {
+    use super::*;
+
+    fn rss_kib() -> u64 {
+        std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap()
+    }
+
+    #[test]
+    #[ignore]
+    fn print_footprint_of_17000_series() {
+        let before = rss_kib();
+        let mut obs = Observations::default();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let judged = Judged {
+            calibration: "synthetic-0001@20261122T195011.193Z",
+            bound_ns: None,
+        };
+        for k in 0..1000 {
+            let kernel = format!("synthetic-{k:04}");
+            for m in 0..17u32 {
+                let bound = 40_000 + 10_000 * u64::from(m);
+                let times: Vec<u64> = (0..1000)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                        bound / 2 + (u * u * u * 0.45 * bound as f64) as u64
+                    })
+                    .collect();
+                obs.record(
+                    (&kernel, 8 * (m + 1), Interference::Isolated),
+                    judged,
+                    &times,
+                    Utc::now(),
+                );
+            }
+            obs.merge_kernel(&kernel);
+        }
+        let untrimmed = rss_kib();
+        crate::store::release_freed_memory();
+        let after = rss_kib();
+        println!("before trimming: {} KiB", untrimmed - before);
+        println!(
+            "17,000 series: {} KiB RSS, histograms {} bytes ({} per series)",
+            after - before,
+            obs.histogram_bytes(),
+            obs.histogram_bytes() / obs.series_count()
+        );
+        let dense: usize = obs
+            .iter()
+            .map(|(_, _, _, s)| s.epochs[0].histogram.histogram().distinct_values() * 8)
+            .sum();
+        println!(
+            "as dense hdrhistograms (u64 counters) they would take {} bytes ({} per series)",
+            dense,
+            dense / obs.series_count()
+        );
+    }
+}

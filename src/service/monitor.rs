@@ -1,0 +1,817 @@
+//! The service's side of production monitoring (`org.wcetd.Monitor1`): judging reported launch
+//! times against the bounds served, raising a bound to every time reported at its size (design
+//! rule 1), the overrun events, the recalibration an overrun may queue, and saving observations at
+//! most every few seconds. The histograms and their file are `observe.rs`'s.
+//!
+//! Floors are applied where bounds are served ([`Service::bound_info`]), not written into the
+//! calibration: a recalibration replaces the bounds, never the times reported at their sizes.
+//! For a kernel whose calibration says more SMs are never slower, a time reported at m SMs is a
+//! floor at every size below m too, so the curve stays monotone.
+
+use chrono::{DateTime, Utc};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::{broadcast, watch};
+
+use super::{Event, Result, Service, ServiceError};
+use crate::gpu::{DeviceInfo, Interference, PartitionSize};
+use crate::model::BoundEntry;
+use crate::observe::{
+    Judged, Loaded, ObservationFile, Observations, Quantiles, MAX_TIMES_PER_REPORT, MAX_TIME_NS,
+};
+use crate::store::Store;
+
+/// How production monitoring runs.
+#[derive(Debug, Clone)]
+pub struct MonitorConfig {
+    /// Queue a recalibration of a kernel that overran, at most once per this interval
+    /// (`wcetd --recalibrate-on-overrun`); `None`: never.
+    pub recalibrate_on_overrun: Option<Duration>,
+    /// Observations are saved at most this often while they change, and at shutdown. A report
+    /// that raised a bound is saved before it is answered, whatever this says.
+    pub save_interval: Duration,
+}
+
+/// Default of [`MonitorConfig::save_interval`]: what a crash can lose of the times that did not
+/// raise a bound.
+pub const SAVE_INTERVAL: Duration = Duration::from_secs(2);
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        MonitorConfig {
+            recalibrate_on_overrun: None,
+            save_interval: SAVE_INTERVAL,
+        }
+    }
+}
+
+/// What monitoring announces; the bus face turns these into `Monitor1` signals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MonitorEvent {
+    /// A reported time above the bound served at that size (the largest of the report's).
+    BoundExceeded {
+        kernel: String,
+        sms: PartitionSize,
+        observed_ns: u64,
+        bound_ns: u64,
+    },
+    /// The set of kernels with overruns against their current bounds may have changed.
+    OverrunKernelsChanged,
+}
+
+/// The highest time reported where it bounds the size asked about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObservedFloor {
+    pub floor_ns: u64,
+    /// Where it was reported (a larger size than asked about, for a monotone kernel).
+    pub sms: PartitionSize,
+    pub at: DateTime<Utc>,
+    /// Whether it is above the calibrated bound, so that it is the bound served.
+    pub raised: bool,
+}
+
+/// What one report did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportOutcome {
+    pub overruns: u64,
+    pub max_ns: u64,
+    /// The bound served when the report came (0: none).
+    pub bound_ns: u64,
+    /// When the report raised a bound: the observations generation to wait for
+    /// ([`Service::observations_saved`]) before answering, so the raise survives a crash.
+    pub save_generation: Option<u64>,
+}
+
+/// What `GetObserved` answers: the current epoch (the times judged against the bounds served
+/// now) at one size, every interference together unless one is asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedInfo {
+    pub kernel: String,
+    pub partition_sms: PartitionSize,
+    pub count: u64,
+    pub max_ns: u64,
+    pub quantiles: Quantiles,
+    pub overruns: u64,
+    /// The bound served at this size now (0 when the kernel has none).
+    pub bound_ns: u64,
+    pub calibration: String,
+    pub epoch_started: Option<DateTime<Utc>>,
+    /// Interference tags with times in the current epoch.
+    pub interference: Vec<Interference>,
+    /// The floor applied to the bound at this size (0: none).
+    pub floor_ns: u64,
+    /// Over every epoch kept or dropped.
+    pub reported_total: u64,
+    pub overruns_total: u64,
+    /// Earlier epochs kept, each with the calibration it judged.
+    pub past_epochs: u32,
+    pub last_report: Option<DateTime<Utc>>,
+    /// The recalibration last queued for this kernel by an overrun (0: none).
+    pub recalibration_job: u64,
+}
+
+impl ObservedInfo {
+    /// Bound minus the largest time (negative: an overrun).
+    pub fn headroom_ns(&self) -> i64 {
+        let wide = i128::from(self.bound_ns) - i128::from(self.max_ns);
+        i64::try_from(wide).unwrap_or(if wide < 0 { i64::MIN } else { i64::MAX })
+    }
+}
+
+/// A floor as the hot path reads it.
+#[derive(Debug, Clone, Copy)]
+struct Floor {
+    sms: PartitionSize,
+    tag: Interference,
+    ns: u64,
+    at: DateTime<Utc>,
+}
+
+#[derive(Debug, Default)]
+struct SaveRequest {
+    dirty: bool,
+    urgent: bool,
+}
+
+/// Monitoring's share of the service's state.
+pub(super) struct MonitorState {
+    observations: Mutex<Observations>,
+    /// Per kernel, the floor of every series: read by every bound query, so kept apart from the
+    /// histograms and written only when a floor rises.
+    floors: RwLock<HashMap<String, Vec<Floor>>>,
+    file: ObservationFile,
+    device_uuid: String,
+    config: MonitorConfig,
+    events: broadcast::Sender<MonitorEvent>,
+    /// Generation of the observations, bumped by every report.
+    changed: watch::Sender<u64>,
+    /// The generation last saved (or tried: a failed save is logged, not retried forever).
+    saved: watch::Sender<u64>,
+    wake: (Mutex<SaveRequest>, Condvar),
+    /// Held while saving: the saver thread and the save at shutdown write the same temporary
+    /// file, so they must take turns.
+    saving: Mutex<()>,
+    /// Per kernel: when an overrun last queued a recalibration, and its job.
+    recalibrations: Mutex<HashMap<String, (Instant, u64)>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl MonitorState {
+    /// Load the device's observations from the store's directory.
+    pub(super) fn load(store: &Store, device: &DeviceInfo, config: MonitorConfig) -> Self {
+        let file = ObservationFile::new(store.dir(), &device.fingerprint);
+        let (observations, loaded) = file.load();
+        let mut floors: HashMap<String, Vec<Floor>> = HashMap::new();
+        for (kernel, sms, tag, s) in observations.iter() {
+            floors.entry(kernel.to_string()).or_default().push(Floor {
+                sms,
+                tag,
+                ns: s.floor_ns,
+                at: s.floor_at,
+            });
+        }
+        if loaded != Loaded::Fresh {
+            tracing::info!(
+                series = observations.series_count(),
+                path = %file.path().display(),
+                "loaded production observations"
+            );
+        }
+        let state = MonitorState {
+            observations: Mutex::new(observations),
+            floors: RwLock::new(floors),
+            file,
+            device_uuid: device.fingerprint.uuid.clone(),
+            config,
+            events: broadcast::channel(1024).0,
+            changed: watch::channel(0).0,
+            saved: watch::channel(0).0,
+            wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
+            saving: Mutex::new(()),
+            recalibrations: Mutex::new(HashMap::new()),
+        };
+        // What survived a corrupt file is written to a clean one soon.
+        if loaded == Loaded::Quarantined {
+            state.request_save(false);
+        }
+        state
+    }
+
+    fn request_save(&self, urgent: bool) {
+        let mut req = lock(&self.wake.0);
+        // Wake the saver only when this changes what it waits for: a report per wake-up would
+        // cost a context switch per report.
+        let wake = !req.dirty || (urgent && !req.urgent);
+        req.dirty = true;
+        req.urgent |= urgent;
+        if wake {
+            self.wake.1.notify_one();
+        }
+    }
+
+    /// Save now, one kernel at a time; the generation saved is published either way.
+    fn save(&self) {
+        let _turn = lock(&self.saving);
+        let generation = *self.changed.borrow();
+        if let Err(e) = self.file.save(&self.observations, &self.device_uuid) {
+            tracing::error!(path = %self.file.path().display(), error = %e,
+                "saving production observations failed; they are kept in memory and saved again at the next change");
+        }
+        self.saved.send_replace(generation);
+        crate::store::release_freed_memory();
+    }
+}
+
+/// Save whenever observations changed, at most every `save_interval`, at once when a report raised
+/// a bound. Runs until the process ends.
+pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
+    std::thread::Builder::new()
+        .name("wcetd-observe".into())
+        .spawn(move || {
+            let interval = monitor.config.save_interval;
+            let mut last = Instant::now()
+                .checked_sub(interval)
+                .unwrap_or_else(Instant::now);
+            loop {
+                let mut req = lock(&monitor.wake.0);
+                loop {
+                    let due = last + interval;
+                    let now = Instant::now();
+                    if req.dirty && (req.urgent || now >= due) {
+                        break;
+                    }
+                    req = if req.dirty {
+                        monitor
+                            .wake
+                            .1
+                            .wait_timeout(req, due - now)
+                            .map_or_else(|e| e.into_inner().0, |r| r.0)
+                    } else {
+                        monitor
+                            .wake
+                            .1
+                            .wait(req)
+                            .unwrap_or_else(PoisonError::into_inner)
+                    };
+                }
+                *req = SaveRequest::default();
+                drop(req);
+                monitor.save();
+                last = Instant::now();
+            }
+        })
+        .expect("spawning the observation saver thread");
+}
+
+impl Service {
+    fn monitor(&self) -> &MonitorState {
+        &self.inner.monitor
+    }
+
+    /// Record launch times a scheduler observed for `kernel` on `sms` SMs (a realisable size),
+    /// judge them against the bound served there (for `tag`, or the one `GetBound` serves), and
+    /// raise that bound to the largest. Refused whole, nothing recorded: an unknown kernel, a size
+    /// that is not realisable, no times, more than [`MAX_TIMES_PER_REPORT`], a time of 0 or above
+    /// [`MAX_TIME_NS`].
+    pub fn report(
+        &self,
+        kernel: &str,
+        sms: u32,
+        tag: Option<Interference>,
+        times: &[u64],
+    ) -> Result<ReportOutcome> {
+        self.check_report(kernel, sms, times)?;
+        let served = match self.served_bound(kernel, sms, tag) {
+            Ok(b) => Some(b),
+            Err(ServiceError::NotCalibrated(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let bound_ns = served.as_ref().map(|b| b.0);
+        let judged = Judged {
+            calibration: served.as_ref().map_or("", |b| b.1.as_str()),
+            bound_ns,
+        };
+        // An untagged time is filed under the first tag the daemon calibrates (`isolated` by
+        // default): its floor then raises that tag's bound as well as GetBound's, which is the
+        // conservative reading when the scheduler does not say what ran beside the kernel.
+        let series_tag = tag.unwrap_or_else(|| {
+            self.inner
+                .config
+                .interference
+                .first()
+                .copied()
+                .unwrap_or(Interference::Isolated)
+        });
+        let m = self.monitor();
+        let now = Utc::now();
+        let recorded = lock(&m.observations).record((kernel, sms, series_tag), judged, times, now);
+        if recorded.floor_raised {
+            self.set_floor(kernel, sms, series_tag, recorded.floor_ns, now);
+        }
+        let generation = {
+            let mut g = 0;
+            m.changed.send_modify(|v| {
+                *v += 1;
+                g = *v;
+            });
+            g
+        };
+        let overran = recorded.overruns > 0;
+        m.request_save(overran);
+        if recorded.floor_raised && bound_ns.is_none() && !overran {
+            // Judged against no bound (a tag without a calibration), yet a floor under GetBound's.
+            let _ = self.inner.events.send(Event::BoundsChanged {
+                kernels: vec![kernel.to_string()],
+            });
+        }
+        if overran {
+            let bound_ns = bound_ns.unwrap_or(0);
+            tracing::warn!(
+                kernel,
+                sms,
+                observed_ns = recorded.max_ns,
+                bound_ns,
+                overruns = recorded.overruns,
+                "a reported launch time exceeds the bound served; the bound is raised to it"
+            );
+            let _ = m.events.send(MonitorEvent::BoundExceeded {
+                kernel: kernel.to_string(),
+                sms,
+                observed_ns: recorded.max_ns,
+                bound_ns,
+            });
+            let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
+            let _ = self.inner.events.send(Event::BoundsChanged {
+                kernels: vec![kernel.to_string()],
+            });
+            self.recalibrate_after_overrun(kernel);
+        }
+        Ok(ReportOutcome {
+            overruns: recorded.overruns,
+            max_ns: recorded.max_ns,
+            bound_ns: bound_ns.unwrap_or(0),
+            save_generation: overran.then_some(generation),
+        })
+    }
+
+    /// The bound served at exactly `partition` and the id of the calibration it comes from,
+    /// computed as [`Service::bound_info`] computes it (calibration, clock, floors) without what
+    /// only readers want (medians, predictions, notes), since every report asks for it.
+    /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
+    /// both agree everywhere.
+    fn served_bound(
+        &self,
+        kernel: &str,
+        partition: u32,
+        tag: Option<Interference>,
+    ) -> Result<(u64, String)> {
+        let (snap, interference) = self.calibration_of(kernel, tag, partition)?;
+        let not_calibrated = || {
+            ServiceError::NotCalibrated(format!(
+                "kernel `{kernel}` has no bound at {partition} SMs"
+            ))
+        };
+        let cal = snap
+            .tables(interference)
+            .get(kernel)
+            .ok_or_else(not_calibrated)?;
+        let mut entry = *cal.table.entry(partition).ok_or_else(not_calibrated)?;
+        let mut notes = Vec::new();
+        self.scale_for_clock(cal, &mut entry, &mut notes);
+        self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
+        Ok((entry.bound_ns, cal.id.clone()))
+    }
+
+    fn check_report(&self, kernel: &str, sms: u32, times: &[u64]) -> Result<()> {
+        self.known(kernel)?;
+        let sizes = &self.inner.device.partition_sizes;
+        if !sizes.contains(&sms) {
+            return Err(ServiceError::InvalidPartition(format!(
+                "{sms} SMs is not a partition size this device realises, so no launch ran on it; accepted: {}",
+                super::join(sizes)
+            )));
+        }
+        if times.is_empty() {
+            return Err(ServiceError::InvalidArgs(
+                "no times; accepted: 1 to 65536 launch times in ns".into(),
+            ));
+        }
+        if times.len() > MAX_TIMES_PER_REPORT {
+            return Err(ServiceError::InvalidArgs(format!(
+                "{} times in one call; accepted: at most {MAX_TIMES_PER_REPORT} per call (send more calls)",
+                times.len()
+            )));
+        }
+        if let Some((i, &t)) = times
+            .iter()
+            .enumerate()
+            .find(|(_, &t)| t == 0 || t > MAX_TIME_NS)
+        {
+            return Err(ServiceError::InvalidArgs(format!(
+                "time {i} is {t} ns; accepted: times from 1 ns to {MAX_TIME_NS} ns (one hour)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn set_floor(&self, kernel: &str, sms: u32, tag: Interference, ns: u64, at: DateTime<Utc>) {
+        let mut floors = self
+            .monitor()
+            .floors
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let list = floors.entry(kernel.to_string()).or_default();
+        match list.iter_mut().find(|f| f.sms == sms && f.tag == tag) {
+            // Two reports may race here: keep the higher.
+            Some(f) if f.ns >= ns => {}
+            Some(f) => {
+                f.ns = ns;
+                f.at = at;
+            }
+            None => list.push(Floor { sms, tag, ns, at }),
+        }
+    }
+
+    /// The highest time reported that bounds `partition`: at that size, or at any larger one when
+    /// `monotone`; of `tag`, or of every tag when the bound asked for is `GetBound`'s.
+    fn observed_floor(
+        &self,
+        kernel: &str,
+        tag: Option<Interference>,
+        partition: u32,
+        monotone: bool,
+    ) -> Option<ObservedFloor> {
+        let floors = self
+            .monitor()
+            .floors
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        floors
+            .get(kernel)?
+            .iter()
+            .filter(|f| tag.is_none_or(|t| t == f.tag))
+            .filter(|f| f.sms == partition || (monotone && f.sms > partition))
+            .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
+            .map(|f| ObservedFloor {
+                floor_ns: f.ns,
+                sms: f.sms,
+                at: f.at,
+                raised: false,
+            })
+    }
+
+    /// Rule 1 for production: the bound served at `entry.sms` is at least every time reported
+    /// where it applies. Says so in `notes` when that raises it.
+    pub(super) fn raise_to_observed(
+        &self,
+        kernel: &str,
+        tag: Option<Interference>,
+        monotone: bool,
+        entry: &mut BoundEntry,
+        notes: &mut Vec<String>,
+    ) -> Option<ObservedFloor> {
+        let mut floor = self.observed_floor(kernel, tag, entry.sms, monotone)?;
+        if floor.floor_ns > entry.bound_ns {
+            let where_ = if floor.sms == entry.sms {
+                format!("at {} SMs", floor.sms)
+            } else {
+                format!(
+                    "at {} SMs (this kernel is never faster on fewer SMs)",
+                    floor.sms
+                )
+            };
+            notes.push(format!(
+                "raised from {} ns to {} ns by a launch time reported from production {where_} on {} (Monitor1.Report)",
+                entry.bound_ns,
+                floor.floor_ns,
+                floor.at.to_rfc3339()
+            ));
+            entry.bound_ns = floor.floor_ns;
+            floor.raised = true;
+        }
+        Some(floor)
+    }
+
+    fn recalibrate_after_overrun(&self, kernel: &str) {
+        let Some(interval) = self.inner.config.monitor.recalibrate_on_overrun else {
+            return;
+        };
+        let mut last = lock(&self.monitor().recalibrations);
+        if last
+            .get(kernel)
+            .is_some_and(|(at, _)| at.elapsed() < interval)
+        {
+            return;
+        }
+        let job = match self.job_for(kernel) {
+            Some(job) => job,
+            None => match self.recalibrate(&[kernel.to_string()]) {
+                Ok(job) => {
+                    tracing::info!(job, kernel, "recalibration queued after an overrun");
+                    job
+                }
+                Err(e) => {
+                    tracing::warn!(kernel, "no recalibration after an overrun: {e}");
+                    0
+                }
+            },
+        };
+        // A refusal counts too, so that it is not retried (and logged) at every report.
+        last.insert(kernel.to_string(), (Instant::now(), job));
+    }
+
+    /// The current epoch of `kernel` at `sms` (rounded down to a realisable size, as `GetBound`
+    /// does), for `tag` or for every tag.
+    pub fn observed(
+        &self,
+        kernel: &str,
+        sms: u32,
+        tag: Option<Interference>,
+    ) -> Result<ObservedInfo> {
+        self.known(kernel)?;
+        let partition = self.check_partition(sms)?;
+        let mut out = self
+            .observed_at(kernel, partition, tag)?
+            .unwrap_or_else(|| self.empty_observed(kernel, partition));
+        if let Ok(b) = self.bound_info(kernel, partition, tag) {
+            out.bound_ns = b.entry.bound_ns;
+            out.calibration = b.calibration_id;
+            out.floor_ns = b.observed.map_or(0, |f| f.floor_ns);
+        }
+        Ok(out)
+    }
+
+    /// Every (kernel, size) with reported times, kernels and sizes ascending.
+    pub fn list_observed(&self) -> Vec<ObservedInfo> {
+        let keys: BTreeSet<(String, u32)> = lock(&self.monitor().observations)
+            .iter()
+            .map(|(k, m, _, _)| (k.to_string(), m))
+            .collect();
+        keys.into_iter()
+            .filter_map(|(k, m)| self.observed(&k, m, None).ok())
+            .collect()
+    }
+
+    fn empty_observed(&self, kernel: &str, partition: u32) -> ObservedInfo {
+        ObservedInfo {
+            kernel: kernel.to_string(),
+            partition_sms: partition,
+            count: 0,
+            max_ns: 0,
+            quantiles: Quantiles::default(),
+            overruns: 0,
+            bound_ns: 0,
+            calibration: String::new(),
+            epoch_started: None,
+            interference: Vec::new(),
+            floor_ns: 0,
+            reported_total: 0,
+            overruns_total: 0,
+            past_epochs: 0,
+            last_report: None,
+            recalibration_job: self.recalibration_job(kernel),
+        }
+    }
+
+    fn recalibration_job(&self, kernel: &str) -> u64 {
+        lock(&self.monitor().recalibrations)
+            .get(kernel)
+            .map_or(0, |&(_, job)| job)
+    }
+
+    /// The series at (kernel, partition) summed over `tag` (or every tag); their current epochs
+    /// count only where they judge the calibration served now.
+    fn observed_at(
+        &self,
+        kernel: &str,
+        partition: u32,
+        tag: Option<Interference>,
+    ) -> Result<Option<ObservedInfo>> {
+        let served = self.served_calibrations(kernel);
+        let mut out = self.empty_observed(kernel, partition);
+        let mut obs = lock(&self.monitor().observations);
+        let Some(sizes) = obs.kernel_mut(kernel) else {
+            return Ok(None);
+        };
+        let mut found = false;
+        let mut current = Vec::new();
+        for (&(m, t), s) in sizes.iter_mut() {
+            if m != partition || tag.is_some_and(|want| want != t) {
+                continue;
+            }
+            found = true;
+            out.reported_total += s.reported_total;
+            out.overruns_total += s.overruns_total;
+            out.last_report = out.last_report.max(Some(s.last_report));
+            let judging_now = s
+                .epochs
+                .last()
+                .is_some_and(|e| served.contains(&e.calibration));
+            out.past_epochs = out
+                .past_epochs
+                .max((s.epochs.len() - usize::from(judging_now)) as u32);
+            if let Some(e) = s.epochs.last_mut().filter(|_| judging_now) {
+                out.interference.push(t);
+                out.epoch_started = Some(out.epoch_started.map_or(e.started, |d| d.min(e.started)));
+                current.push(e);
+            }
+        }
+        if !found {
+            return Ok(None);
+        }
+        out.count = current.iter().map(|e| e.count()).sum();
+        out.max_ns = current.iter().map(|e| e.max_ns).max().unwrap_or(0);
+        out.overruns = current.iter().map(|e| e.overruns).sum();
+        out.quantiles = match current.as_mut_slice() {
+            [] => Quantiles::default(),
+            [one] => one.quantiles(),
+            several => {
+                let mut all = several[0].histogram.histogram();
+                for e in &several[1..] {
+                    let _ = all.add(e.histogram.histogram());
+                }
+                let q = |p: f64| all.value_at_quantile(p).min(out.max_ns);
+                Quantiles {
+                    p50_ns: q(0.5),
+                    p99_ns: q(0.99),
+                    p999_ns: q(0.999),
+                }
+            }
+        };
+        Ok(Some(out))
+    }
+
+    /// Ids of the calibrations served for `kernel` now (either tag); "" when it has none, as
+    /// recorded for times that were judged against no bound.
+    fn served_calibrations(&self, kernel: &str) -> Vec<String> {
+        let snap = self.snapshot();
+        let ids: Vec<String> = [Interference::Isolated, Interference::Contended]
+            .into_iter()
+            .filter_map(|tag| snap.tables(tag).get(kernel).map(|k| k.id.clone()))
+            .collect();
+        if ids.is_empty() {
+            vec![String::new()]
+        } else {
+            ids
+        }
+    }
+
+    /// Kernels with an overrun against the bounds served now (since their last calibration).
+    pub fn overrun_kernels(&self) -> Vec<String> {
+        let kernels: BTreeMap<String, Vec<String>> = {
+            let obs = lock(&self.monitor().observations);
+            let mut with_overruns: BTreeMap<String, Vec<String>> = BTreeMap::new();
+            for (k, _, _, s) in obs.iter() {
+                if let Some(e) = s.epochs.last().filter(|e| e.overruns > 0) {
+                    with_overruns
+                        .entry(k.to_string())
+                        .or_default()
+                        .push(e.calibration.clone());
+                }
+            }
+            with_overruns
+        };
+        kernels
+            .into_iter()
+            .filter(|(k, judged)| {
+                let served = self.served_calibrations(k);
+                judged.iter().any(|c| !c.is_empty() && served.contains(c))
+            })
+            .map(|(k, _)| k)
+            .collect()
+    }
+
+    pub fn subscribe_monitor(&self) -> broadcast::Receiver<MonitorEvent> {
+        self.monitor().events.subscribe()
+    }
+
+    /// Changes with every report (for the metrics file).
+    pub fn observations_changed(&self) -> watch::Receiver<u64> {
+        self.monitor().changed.subscribe()
+    }
+
+    /// Wait until observations of `generation` or later are on disk (or a save of them failed,
+    /// which is logged), at most `limit`.
+    pub async fn observations_saved(&self, generation: u64, limit: Duration) {
+        let mut saved = self.monitor().saved.subscribe();
+        if tokio::time::timeout(limit, saved.wait_for(|&g| g >= generation))
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                generation,
+                "observations not saved in time; answering the report anyway"
+            );
+        }
+    }
+
+    /// Save observations now (at shutdown).
+    pub fn save_observations(&self) {
+        self.monitor().save();
+    }
+
+    /// Series held and the heap bytes of their histograms, for the memory figures.
+    pub fn observation_footprint(&self) -> (usize, usize) {
+        let obs = lock(&self.monitor().observations);
+        (obs.series_count(), obs.histogram_bytes())
+    }
+
+    /// Jobs since start, by state.
+    pub fn job_counts(&self) -> BTreeMap<&'static str, u64> {
+        let jobs = lock(&self.inner.jobs);
+        let mut counts = BTreeMap::new();
+        for (status, _) in jobs.values() {
+            *counts.entry(status.state.as_str()).or_insert(0) += 1;
+        }
+        counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
+    use crate::service::ServiceConfig;
+
+    /// A service on the simulated H200 whose first calibration has finished.
+    fn calibrated(dir: &std::path::Path) -> Service {
+        let mut config = ServiceConfig::default();
+        config.recipe.campaign.launches = 40;
+        config.recipe.campaign.screen_launches = 200;
+        config.recipe.campaign.heavy_tail_launches = 400;
+        config.recipe.delay_probe_launches = 0;
+        // Isolated alone, so that `contended` is a tag without a calibration.
+        config.interference = vec![Interference::Isolated];
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let (service, job) = Service::start(Box::new(gpu), Store::open(dir).unwrap(), config);
+        let job = job.expect("the suite is calibrated at start");
+        let mut events = service.subscribe();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        assert_eq!(service.job(job).unwrap().state.as_str(), "done");
+        service
+    }
+
+    fn assert_judged_as_served(service: &Service) {
+        for kernel in service.list_kernels() {
+            for &m in &service.device().partition_sizes {
+                for tag in [None, Some(Interference::Isolated)] {
+                    let info = service.bound_info(&kernel, m, tag).unwrap();
+                    assert_eq!(
+                        service.served_bound(&kernel, m, tag).unwrap(),
+                        (info.entry.bound_ns, info.calibration_id),
+                        "{kernel} at {m} SMs, {tag:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reports_are_judged_against_the_bound_served() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = calibrated(dir.path());
+        assert_judged_as_served(&service);
+        let before = service.curve("hotspot", None).unwrap();
+        let at64 = service
+            .bound_info("hotspot", 64, None)
+            .unwrap()
+            .entry
+            .bound_ns;
+        let outcome = service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
+        assert_eq!((outcome.overruns, outcome.bound_ns), (1, at64));
+        assert!(outcome.save_generation.is_some());
+        assert_judged_as_served(&service);
+        // A time reported for a tag with no calibration is still a floor for GetBound.
+        let at8 = service.bound_info("srad", 8, None).unwrap().entry.bound_ns;
+        let contended = service
+            .report("srad", 8, Some(Interference::Contended), &[at8 * 2])
+            .unwrap();
+        assert_eq!((contended.overruns, contended.bound_ns), (0, 0));
+        assert_eq!(
+            service.bound_info("srad", 8, None).unwrap().entry.bound_ns,
+            at8 * 2
+        );
+        assert_eq!(
+            service
+                .bound_info("srad", 8, Some(Interference::Isolated))
+                .unwrap()
+                .entry
+                .bound_ns,
+            at8,
+            "a floor of one tag does not move the other's bound"
+        );
+        assert_judged_as_served(&service);
+        let after = service.curve("hotspot", None).unwrap();
+        for ((m, b), (_, a)) in before.iter().zip(&after) {
+            let want = if *m <= 64 { (*b).max(at64 + 100) } else { *b };
+            assert_eq!(*a, want, "hotspot at {m} SMs");
+        }
+        assert_eq!(service.overrun_kernels(), vec!["hotspot".to_string()]);
+    }
+}

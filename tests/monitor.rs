@@ -1,0 +1,485 @@
+//! Bounds that watch themselves, over a private bus with the real daemon: a reported launch time
+//! above the bound is signalled (`BoundExceeded`), raises the bound served at its size (and below
+//! it, for a kernel that is never faster on fewer SMs), is counted, survives a crash, and shows in
+//! `OverrunKernels`, `wcetctl` and the metrics file; a recalibration starts a new epoch and keeps
+//! the floor; bad reports and callers outside the groups are refused with nothing recorded.
+
+mod ops_support;
+mod prom_text;
+
+use futures_util::StreamExt;
+use ops_support::*;
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+use zbus::OwnedVariant;
+
+const MONITOR: &str = "org.wcetd.Monitor1";
+/// A kernel the simulated suite calibrates as monotone (more SMs never slower).
+const KERNEL: &str = "hotspot";
+const SMS: u32 = 64;
+
+type Dict = HashMap<String, OwnedVariant>;
+
+fn get<T: TryFrom<OwnedVariant>>(d: &Dict, key: &str) -> T {
+    let v = d.get(key).unwrap_or_else(|| panic!("no `{key}` in {d:?}"));
+    T::try_from(v.try_clone().unwrap()).unwrap_or_else(|_| panic!("`{key}` has the wrong type"))
+}
+
+async fn observed(conn: &zbus::Connection, kernel: &str, sms: u32) -> Dict {
+    call(conn, MONITOR, "GetObserved", &(kernel, sms))
+        .await
+        .expect("GetObserved")
+}
+
+async fn bound(conn: &zbus::Connection, kernel: &str, sms: u32) -> u64 {
+    call(conn, BOUNDS, "GetBound", &(kernel, sms))
+        .await
+        .expect("GetBound")
+}
+
+async fn report(
+    conn: &zbus::Connection,
+    kernel: &str,
+    sms: u32,
+    times: &[u64],
+) -> Result<(), zbus::Error> {
+    call::<_, ()>(conn, MONITOR, "Report", &(kernel, sms, times)).await
+}
+
+async fn overrun_kernels(conn: &zbus::Connection) -> Vec<String> {
+    let props = zbus::fdo::PropertiesProxy::builder(conn)
+        .destination(NAME)
+        .path(PATH)
+        .build()
+        .await
+        .unwrap();
+    let iface = zbus::names::InterfaceName::from_static_str_unchecked(MONITOR);
+    let v = props
+        .get(iface, "OverrunKernels")
+        .await
+        .expect("OverrunKernels");
+    Vec::<String>::try_from(v).unwrap()
+}
+
+/// Whether the stored calibration says `kernel` is never faster on fewer SMs.
+fn stored_monotone(state: &Path, kernel: &str) -> bool {
+    let file = files_containing(state, "calibration-");
+    let cal: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state.join(&file[0])).unwrap()).unwrap();
+    cal["kernels"][kernel]["table"]["monotone"]
+        .as_bool()
+        .expect("table.monotone")
+}
+
+/// A stream of one signal of `MONITOR`, subscribed before anything that could send it.
+async fn signals(conn: &zbus::Connection, member: &'static str) -> zbus::MessageStream {
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface(MONITOR)
+        .member(member)
+        .build()
+        .expect("match rule");
+    zbus::MessageStream::for_match_rule(rule, conn, None)
+        .await
+        .expect("match rule")
+}
+
+fn wcetctl(address: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["--bus-address", address])
+        .args(args)
+        .output()
+        .expect("running wcetctl");
+    assert!(
+        out.status.success(),
+        "wcetctl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The metrics file, checked: well formed, and by promtool where it is installed.
+fn metrics(path: &Path) -> prom_text::Exposition {
+    let text = std::fs::read_to_string(path).expect("the metrics file");
+    let exp = prom_text::check(&text)
+        .unwrap_or_else(|e| panic!("metrics file is not well formed: {e}\n{text}"));
+    match prom_text::promtool(&text) {
+        Some(r) => r.unwrap_or_else(|e| panic!("promtool check metrics: {e}")),
+        None => println!("note: promtool not installed; checked with the built-in parser only"),
+    }
+    exp
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overrun_is_signalled_raises_the_bound_is_counted_and_survives_a_crash() {
+    tokio::time::timeout(Duration::from_secs(110), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        calibrate_state(&fx).await;
+        assert!(
+            stored_monotone(&fx.state(), KERNEL),
+            "{KERNEL} should be calibrated as monotone"
+        );
+        let prom = fx.dir.path().join("wcetd.prom");
+        let flags = ["--metrics-file", prom.to_str().unwrap()];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        // Written before the name was owned.
+        let before = metrics(&prom);
+        let sizes = wcetd::client::BoundsProxy::new(&conn)
+            .await
+            .unwrap()
+            .partition_sizes()
+            .await
+            .unwrap();
+        let old: Vec<(u32, u64)> = call(&conn, BOUNDS, "GetCurve", &(KERNEL,)).await.unwrap();
+        let served = bound(&conn, KERNEL, SMS).await;
+        let seconds = |ns: u64| ns as f64 / 1e9;
+        assert_eq!(
+            before.value("wcetd_bound_seconds", &[("kernel", KERNEL), ("sms", "64")]),
+            Some(seconds(served))
+        );
+        assert_eq!(
+            before.value("wcetd_overruns_total", &[("kernel", KERNEL), ("sms", "64")]),
+            Some(0.0)
+        );
+
+        let mut exceeded = signals(&conn, "BoundExceeded").await;
+        let late = served + served / 5 + 7;
+        report(&conn, KERNEL, SMS, &[served / 2, served - 1, late])
+            .await
+            .expect("Report");
+
+        let msg = tokio::time::timeout(WAIT, exceeded.next())
+            .await
+            .expect("BoundExceeded in time")
+            .unwrap()
+            .unwrap();
+        let (kernel, sms, observed_ns, bound_ns): (String, u32, u64, u64) =
+            msg.body().deserialize().unwrap();
+        assert_eq!(
+            (kernel.as_str(), sms, observed_ns, bound_ns),
+            (KERNEL, SMS, late, served)
+        );
+
+        // Raised at its size, and below it (never faster on fewer SMs); untouched above it.
+        assert_eq!(bound(&conn, KERNEL, SMS).await, late);
+        let new: Vec<(u32, u64)> = call(&conn, BOUNDS, "GetCurve", &(KERNEL,)).await.unwrap();
+        for ((m, before), (_, after)) in old.iter().zip(&new) {
+            match m.cmp(&SMS) {
+                std::cmp::Ordering::Greater => assert_eq!(after, before, "{m} SMs"),
+                _ => assert_eq!(*after, (*before).max(late), "{m} SMs"),
+            }
+        }
+        assert!(
+            new.windows(2).all(|w| w[0].1 >= w[1].1),
+            "the curve stays non-increasing: {new:?}"
+        );
+        assert_eq!(new.len(), sizes.len());
+        let info: Dict = call(&conn, BOUNDS, "GetBoundInfo", &(KERNEL, SMS))
+            .await
+            .unwrap();
+        assert_eq!(get::<String>(&info, "basis"), "observed");
+        assert_eq!(get::<u64>(&info, "observed_floor_ns"), late);
+        assert!(
+            get::<String>(&info, "notes").contains("reported from production"),
+            "{info:?}"
+        );
+        let below: Dict = call(&conn, BOUNDS, "GetBoundInfo", &(KERNEL, 8u32))
+            .await
+            .unwrap();
+        assert_eq!(get::<u64>(&below, "observed_floor_ns"), late);
+
+        let o = observed(&conn, KERNEL, SMS).await;
+        assert_eq!(get::<u64>(&o, "count"), 3);
+        assert_eq!(get::<u64>(&o, "overruns"), 1);
+        assert_eq!(
+            get::<u64>(&o, "max_ns"),
+            late,
+            "the exact maximum, not the histogram's"
+        );
+        assert_eq!(get::<u64>(&o, "bound_ns"), late);
+        assert!(
+            get::<u64>(&o, "p50_ns") >= served - 1
+                && get::<u64>(&o, "p50_ns") <= (served - 1) + (served - 1) / 1000 + 1
+        );
+        assert!(get::<u64>(&o, "p999_ns") <= late);
+        assert_eq!(overrun_kernels(&conn).await, vec![KERNEL.to_string()]);
+
+        let status = wcetctl(fx.address(), &["status"]);
+        assert!(
+            status.contains("overruns") && status.contains(KERNEL),
+            "{status}"
+        );
+        let table = wcetctl(fx.address(), &["observed", KERNEL, "64"]);
+        assert!(
+            table.contains(&late.to_string()) && table.contains(" !"),
+            "{table}"
+        );
+        let watch = wcetctl(fx.address(), &["watch", "--once"]);
+        assert!(
+            watch.contains(KERNEL) && !watch.contains("\x1b["),
+            "not a terminal, so no escapes:\n{watch}"
+        );
+        let json = wcetctl(
+            fx.address(),
+            &["--json", "watch", "--count", "2", "--interval", "0.05"],
+        );
+        assert_eq!(json.lines().count(), 2, "{json}");
+
+        let log = d.log_text();
+        assert!(
+            log.contains("a reported launch time exceeds the bound served"),
+            "{log}"
+        );
+        // A crash right after Report returned: the raise was on disk before it returned.
+        d.kill9();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(bound(&conn, KERNEL, SMS).await, late);
+        assert_eq!(bound(&conn, KERNEL, 8).await, old[0].1.max(late));
+        let o = observed(&conn, KERNEL, SMS).await;
+        assert_eq!(
+            (get::<u64>(&o, "count"), get::<u64>(&o, "overruns")),
+            (3, 1)
+        );
+        assert_eq!(overrun_kernels(&conn).await, vec![KERNEL.to_string()]);
+        // Written at start and again at a clean stop.
+        d.stop();
+        let after = metrics(&prom);
+        let at64 = [("kernel", KERNEL), ("sms", "64")];
+        assert_eq!(after.value("wcetd_overruns_total", &at64), Some(1.0));
+        assert_eq!(
+            after.value("wcetd_reported_launches_total", &at64),
+            Some(3.0)
+        );
+        assert_eq!(
+            after.value("wcetd_bound_seconds", &at64),
+            Some(seconds(late))
+        );
+        assert_eq!(
+            after.value("wcetd_observed_max_seconds", &at64),
+            Some(seconds(late))
+        );
+        assert_eq!(
+            after.value("wcetd_overrun_since_calibration", &[("kernel", KERNEL)]),
+            Some(1.0)
+        );
+        assert_eq!(after.value("wcetd_health", &[("state", "ok")]), Some(1.0));
+        for s in &after.samples {
+            assert_eq!(s.labels.get("gpu").map(String::as_str), Some("0"), "{s:?}");
+            assert!(
+                s.labels.get("UUID").is_some_and(|u| u.starts_with("SIM-")),
+                "{s:?}"
+            );
+        }
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_reports_are_refused_and_record_nothing() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        wait_for_job(&conn, 1).await;
+        let too_many = vec![1000u64; 65_537];
+        let cases: [(&str, u32, Vec<u64>, &str); 7] = [
+            (
+                "nosuchkernel",
+                64,
+                vec![1000],
+                "org.wcetd.Error.UnknownKernel",
+            ),
+            ("", 64, vec![1000], "org.freedesktop.DBus.Error.InvalidArgs"),
+            (KERNEL, 12, vec![1000], "org.wcetd.Error.InvalidPartition"),
+            (KERNEL, 0, vec![1000], "org.wcetd.Error.InvalidPartition"),
+            (
+                KERNEL,
+                64,
+                vec![1000, 0, 2000],
+                "org.freedesktop.DBus.Error.InvalidArgs",
+            ),
+            (KERNEL, 64, vec![], "org.freedesktop.DBus.Error.InvalidArgs"),
+            (
+                KERNEL,
+                64,
+                too_many,
+                "org.freedesktop.DBus.Error.InvalidArgs",
+            ),
+        ];
+        for (kernel, sms, times, want) in &cases {
+            let r = report(&conn, kernel, *sms, times).await;
+            assert_eq!(
+                &error_name(&r),
+                want,
+                "Report({kernel:?}, {sms}, {} times)",
+                times.len()
+            );
+        }
+        let hour_and_more = [3_600_000_000_001u64];
+        assert_eq!(
+            error_name(&report(&conn, KERNEL, 64, &hour_and_more).await),
+            "org.freedesktop.DBus.Error.InvalidArgs"
+        );
+        let tagged: Result<(), _> = call(
+            &conn,
+            MONITOR,
+            "ReportTagged",
+            &(KERNEL, 64u32, "noisy", vec![1000u64]),
+        )
+        .await;
+        assert_eq!(
+            error_name(&tagged),
+            "org.freedesktop.DBus.Error.InvalidArgs"
+        );
+        let message = match report(&conn, KERNEL, 64, &[]).await {
+            Err(zbus::Error::FDO(e)) => zbus::DBusError::description(&*e).unwrap_or("").to_string(),
+            other => panic!("{other:?}"),
+        };
+        assert!(
+            message.contains("accepted"),
+            "the refusal says what is accepted: {message}"
+        );
+
+        let listed: Vec<wcetd::monitor_bus::WireObserved> =
+            call(&conn, MONITOR, "ListObserved", &()).await.unwrap();
+        assert!(
+            listed.is_empty(),
+            "a refused report recorded something: {listed:?}"
+        );
+        let o = observed(&conn, KERNEL, 64).await;
+        assert_eq!(
+            (get::<u64>(&o, "count"), get::<u64>(&o, "reported_total")),
+            (0, 0)
+        );
+        assert!(overrun_kernels(&conn).await.is_empty());
+        // The limit itself is accepted.
+        report(&conn, KERNEL, 64, &vec![1000u64; 65_536])
+            .await
+            .expect("65,536 times");
+        assert_eq!(
+            get::<u64>(&observed(&conn, KERNEL, 64).await, "count"),
+            65_536
+        );
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recalibration_after_an_overrun_starts_a_new_epoch_and_keeps_the_floor() {
+    tokio::time::timeout(Duration::from_secs(110), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        calibrate_state(&fx).await;
+        let flags = [
+            "--recalibrate-on-overrun",
+            "--overrun-recalibration-interval",
+            "3600",
+            "--seed",
+            "2",
+        ];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        let kernel = "bfs";
+        let served = bound(&conn, kernel, SMS).await;
+        let late = served * 2;
+        report(&conn, kernel, SMS, &[late]).await.expect("Report");
+        let o = observed(&conn, kernel, SMS).await;
+        let job: u64 = get(&o, "recalibration_job");
+        assert!(job > 0, "an overrun queues a recalibration: {o:?}");
+        let (state, message) = wait_for_job(&conn, job).await;
+        assert_eq!(state, "done", "{message}");
+
+        // The new calibration judges new times; the old epoch is kept; the floor stays.
+        let o = observed(&conn, kernel, SMS).await;
+        assert_eq!(
+            (get::<u64>(&o, "count"), get::<u64>(&o, "overruns")),
+            (0, 0)
+        );
+        assert_eq!(get::<u32>(&o, "past_epochs"), 1);
+        assert_eq!(
+            (
+                get::<u64>(&o, "reported_total"),
+                get::<u64>(&o, "overruns_total")
+            ),
+            (1, 1)
+        );
+        assert!(bound(&conn, kernel, SMS).await >= late);
+        assert!(
+            overrun_kernels(&conn).await.is_empty(),
+            "a recalibrated kernel has no overrun against its new bounds"
+        );
+
+        // A second overrun within the interval queues nothing more.
+        let served = bound(&conn, kernel, SMS).await;
+        report(&conn, kernel, SMS, &[served + 1])
+            .await
+            .expect("Report");
+        let o = observed(&conn, kernel, SMS).await;
+        assert_eq!(get::<u64>(&o, "recalibration_job"), job);
+        assert_eq!(
+            (get::<u64>(&o, "count"), get::<u64>(&o, "overruns")),
+            (1, 1)
+        );
+        assert_eq!(overrun_kernels(&conn).await, vec![kernel.to_string()]);
+        let log = d.log_text();
+        assert_eq!(
+            log.matches("recalibration queued after an overrun").count(),
+            1,
+            "{log}"
+        );
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_observations_file_is_moved_aside_and_the_daemon_serves_on() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        let served = bound(&conn, KERNEL, SMS).await;
+        report(&conn, KERNEL, SMS, &[served / 2])
+            .await
+            .expect("Report");
+        d.stop();
+        let file = files_containing(&fx.state(), "observations-");
+        assert_eq!(file.len(), 1, "saved at shutdown: {file:?}");
+        let path = fx.state().join(&file[0]);
+        let text = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &text[..text.len() / 2]).unwrap();
+
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(
+            bound(&conn, KERNEL, SMS).await,
+            served,
+            "bounds are served as before"
+        );
+        assert_eq!(files_containing(&fx.state(), ".corrupt-").len(), 1);
+        assert!(
+            d.log_text()
+                .contains("observations file is corrupt; moved aside"),
+            "{}",
+            d.log_text()
+        );
+        report(&conn, KERNEL, SMS, &[served / 3])
+            .await
+            .expect("reports are taken again");
+        assert_eq!(get::<u64>(&observed(&conn, KERNEL, SMS).await, "count"), 1);
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
