@@ -1444,8 +1444,10 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
             overrun.join(", ")
         );
     }
+    // As wide as the longest name: manifests' kernels are often longer than the suite's.
+    let w = kernels.keys().map(String::len).max().unwrap_or(0).max(10);
     println!(
-        "  {:<10} {:<19} {:<19} {:>10}  tail",
+        "  {:<w$} {:<19} {:<19} {:>10}  tail",
         "kernel", "state", "bounds", "exceedance"
     );
     for (k, v) in &kernels {
@@ -1471,7 +1473,7 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
             tags.join(",")
         };
         let tail = v["tail"].as_str().unwrap_or("-");
-        println!("  {k:<10} {state:<19} {tags:<19} {exceedance:>10}  {tail}");
+        println!("  {k:<w$} {state:<19} {tags:<19} {exceedance:>10}  {tail}");
     }
     Ok(serde_json::Value::Null)
 }

@@ -478,7 +478,7 @@ fn announce(
     println!("wcetd: state in {}", state_dir.display());
     for (n, job) in jobs {
         if let Some(job) = job {
-            println!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each job finishes");
+            println!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each interference is measured (`wcetctl jobs`)");
         }
     }
     let unique = conn
