@@ -64,7 +64,7 @@ fn simulated() {
             sizes += c.sizes.len();
             for r in c.sizes.values().chain(c.verified.values()) {
                 launches += r.times_ns.len();
-                gpu_ns += r.times_ns.iter().map(|&t| u128::from(t)).sum::<u128>();
+                gpu_ns += r.times_ns.iter().map(u128::from).sum::<u128>();
             }
         }
         println!(

@@ -52,7 +52,7 @@ impl Entry {
             .iter()
             .filter(|(_, r)| !r.times_ns.is_empty())
             .map(|(&m, r)| {
-                let mut t = r.times_ns.clone();
+                let mut t = r.times_ns.to_vec();
                 t.sort_unstable();
                 let s = SizeSummary {
                     launches: t.len() as u64,

@@ -198,7 +198,7 @@ pub fn from_samples(
         .iter()
         .map(|(&m, times)| {
             let mut record = measure::SizeRecord::empty(m);
-            record.times_ns = times.clone();
+            record.times_ns = times.as_slice().into();
             (m, record)
         })
         .collect();
@@ -425,7 +425,7 @@ pub fn observations(c: &KernelCampaign) -> Observations {
         verified: c
             .verified
             .iter()
-            .map(|(&m, r)| (m, r.times_ns.clone()))
+            .map(|(&m, r)| (m, r.times_ns.to_vec()))
             .collect(),
     }
 }

@@ -91,7 +91,7 @@ impl Bounds {
     }
 
     fn get_bound(&self, kernel: &str, sms: u32) -> Result<u64, BusError> {
-        Ok(self.service.bound_info(kernel, sms, None)?.entry.bound_ns)
+        Ok(self.service.bound(kernel, sms, None)?)
     }
 
     fn get_bound_info(
@@ -118,11 +118,7 @@ impl Bounds {
         interference: &str,
     ) -> Result<u64, BusError> {
         let tag = parse_tag(interference)?;
-        Ok(self
-            .service
-            .bound_info(kernel, sms, Some(tag))?
-            .entry
-            .bound_ns)
+        Ok(self.service.bound(kernel, sms, Some(tag))?)
     }
 
     /// `GetBoundInfo` for one interference tag (`isolated` or `contended`): an extension.

@@ -56,6 +56,7 @@ pub mod fnv;
 pub mod generate;
 pub mod gpu;
 pub mod kernels;
+pub mod launch_times;
 pub mod manifest;
 pub mod measure;
 pub mod metrics;

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::gpu::{Fingerprint, Gpu, GpuError, Interference, PartitionSize, RunRequest, Telemetry};
 use crate::kernels::{Geometry, KernelSpec};
+use crate::launch_times::LaunchTimes;
 
 /// How much to measure at each size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -57,8 +58,8 @@ impl Default for CampaignSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SizeRecord {
     pub granted_sms: u32,
-    /// Every launch time in nanoseconds, in launch order.
-    pub times_ns: Vec<u64>,
+    /// Every launch time in nanoseconds, in launch order (held compactly; stored as an array).
+    pub times_ns: LaunchTimes,
     pub batches: u32,
     /// Batches that ran with a throttle reason active: kept, and counted here.
     pub throttled_batches: u32,
@@ -76,7 +77,7 @@ impl SizeRecord {
     pub fn empty(sms: PartitionSize) -> Self {
         SizeRecord {
             granted_sms: sms,
-            times_ns: Vec::new(),
+            times_ns: LaunchTimes::new(),
             batches: 0,
             throttled_batches: 0,
             contended_batches: 0,
@@ -116,7 +117,7 @@ impl KernelCampaign {
     pub fn samples(&self) -> BTreeMap<u32, Vec<u64>> {
         self.sizes
             .iter()
-            .map(|(&m, r)| (m, r.times_ns.clone()))
+            .map(|(&m, r)| (m, r.times_ns.to_vec()))
             .collect()
     }
 }
@@ -307,6 +308,7 @@ fn measure_size(
         telemetry.push(batch.telemetry);
         progress(record.times_ns.len() as u64);
     }
+    record.times_ns.shrink_to_fit();
     Ok(geometry)
 }
 

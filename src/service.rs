@@ -601,7 +601,7 @@ impl Service {
             .campaign
             .sizes
             .get(&partition)
-            .map_or((0, 0), |r| typical_and_mean(&r.times_ns));
+            .map_or((0, 0), |r| typical_and_mean(&r.times_ns.to_vec()));
         let (exceedance, basis) = cal.table.stated_exceedance();
         let guarantee = Guarantee {
             available: [Interference::Isolated, Interference::Contended]
@@ -686,16 +686,22 @@ impl Service {
         }
     }
 
+    /// The bound served for `kernel` on `sms` SMs: [`Service::bound_info`]'s `bound_ns`, without
+    /// what only readers of the whole answer want (medians of thousands of samples, notes,
+    /// predictions). `GetBound`'s path; the two agree everywhere
+    /// (`reports_are_judged_against_the_bound_served`).
+    pub fn bound(&self, kernel: &str, sms: u32, tag: Option<Interference>) -> Result<u64> {
+        let partition = self.check_partition(sms)?;
+        Ok(self.served_bound(kernel, partition, tag)?.0)
+    }
+
     /// (size, bound) for every realisable size, ascending.
     pub fn curve(&self, kernel: &str, tag: Option<Interference>) -> Result<Vec<(u32, u64)>> {
         self.inner
             .device
             .partition_sizes
             .iter()
-            .map(|&m| {
-                self.bound_info(kernel, m, tag)
-                    .map(|b| (m, b.entry.bound_ns))
-            })
+            .map(|&m| self.bound(kernel, m, tag).map(|b| (m, b)))
             .collect()
     }
 

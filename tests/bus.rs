@@ -60,7 +60,7 @@ async fn no_served_bound_is_below_a_recorded_sample() {
     for (tag, table) in [("isolated", &cal.kernels), ("contended", &cal.contended)] {
         for (kernel, k) in table {
             for (&sms, record) in &k.campaign.sizes {
-                let max = *record.times_ns.iter().max().unwrap();
+                let max = record.times_ns.max().unwrap();
                 let served = bounds.get_bound(kernel, sms).await.unwrap();
                 assert!(
                     served >= max,

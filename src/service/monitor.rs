@@ -363,7 +363,7 @@ impl Service {
     /// only readers want (medians, predictions, notes), since every report asks for it.
     /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
     /// both agree everywhere.
-    fn served_bound(
+    pub(super) fn served_bound(
         &self,
         kernel: &str,
         partition: u32,
