@@ -15,7 +15,8 @@
 //! - [`kernels`]: the catalogue of kernels (the built-in suite and users' [`manifest`]s) and their
 //!   launch geometry.
 //! - [`measure`]: a calibration campaign: warm-up, timed launches in batches, telemetry around
-//!   each batch, every sample kept, the conditions stamped. Which sizes to measure is passed in.
+//!   each batch, every sample kept (compactly, [`launch_times`]), the conditions stamped. Which
+//!   sizes to measure is passed in.
 //! - [`model`]: from samples to bounds: scaling laws fitted with argmin, law choice and margin by
 //!   leave-one-out validation, a peaks-over-threshold tail bound, the calibration planner, the
 //!   published comparison methods, and the evaluation against held-out samples. Knows nothing of
@@ -23,14 +24,16 @@
 //! - [`sweep`]: every kernel at every size, for datasets and validation (`wcetctl campaign`).
 //! - [`calibrate`]: the one place where measurement and model meet, for one kernel.
 //! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically.
-//! - [`service`]: the daemon's state and job queue; queries read an immutable snapshot, GPU work
-//!   runs on one worker thread. No D-Bus types.
-//! - [`dbus`]: the bus face, thin: forwards to the service, maps errors to the design's names,
-//!   turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
+//! - [`service`]: one GPU's state and job queue; queries read an immutable snapshot, GPU work
+//!   runs on its own worker thread, so one device's job never delays another's queries. No D-Bus
+//!   types. [`bundle`] carries calibrations between hosts.
+//! - [`dbus`]: the bus face, thin: an object per GPU forwarding to its service, maps errors to
+//!   the design's names, turns service events into signals. [`access`] checks operators; [`bus`] finds or starts a bus.
 //! - [`observe`] (production launch times: histograms, epochs, their file), the service's
 //!   monitoring (`service/monitor.rs`: judging reports, floors under bounds), [`monitor_bus`]
-//!   (`org.wcetd.Monitor1`), [`monitor_view`] (`wcetctl observed` and `watch`) and [`metrics`] (the Prometheus textfile, a face of the service
-//!   beside the bus): bounds that watch themselves.
+//!   (`org.wcetd.Monitor1`), [`monitor_view`] (`wcetctl observed` and `watch`) and [`metrics`]
+//!   (the Prometheus textfile for every GPU, a face of the services beside the bus): bounds that
+//!   watch themselves.
 //! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`) and [`taskset`]
 //!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
