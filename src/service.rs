@@ -1577,4 +1577,53 @@ mod tests {
         // how fast the worker is; that the isolated one does, does not.
         assert!(seen[0].starts_with("bounds [true,"), "{seen:?}");
     }
+
+    /// `GetBound`'s lean path serves exactly `GetBoundInfo`'s bound at every size, for each tag
+    /// and for the safer of the two, with both tags calibrated and a production floor under one.
+    #[test]
+    fn get_bound_serves_what_get_bound_info_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServiceConfig::default();
+        config.recipe.campaign.launches = 40;
+        config.recipe.campaign.screen_launches = 200;
+        config.recipe.campaign.heavy_tail_launches = 400;
+        config.recipe.delay_probe_launches = 0;
+        config.initial_calibration = false;
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let (service, _) = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config);
+        let mut events = service.subscribe();
+        let job = service.recalibrate(&["srad".to_string()]).unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        let at32 = service
+            .bound("srad", 32, Some(Interference::Contended))
+            .unwrap();
+        service
+            .report("srad", 32, Some(Interference::Contended), &[at32 * 3])
+            .unwrap();
+        let tags = [
+            None,
+            Some(Interference::Isolated),
+            Some(Interference::Contended),
+        ];
+        for m in 1..=133 {
+            for tag in tags {
+                let lean = service.bound("srad", m, tag).map_err(|e| e.to_string());
+                let full = service
+                    .bound_info("srad", m, tag)
+                    .map(|i| i.entry.bound_ns)
+                    .map_err(|e| e.to_string());
+                assert_eq!(
+                    lean.is_ok(),
+                    full.is_ok(),
+                    "{m} SMs, {tag:?}: {lean:?} {full:?}"
+                );
+                if let (Ok(a), Ok(b)) = (lean, full) {
+                    assert_eq!(a, b, "{m} SMs, {tag:?}");
+                }
+            }
+        }
+        assert_eq!(service.bound("srad", 32, None).unwrap(), at32 * 3);
+    }
 }
