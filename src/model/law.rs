@@ -281,6 +281,11 @@ fn wave_capacity(pts: &[Point], lo: f64, hi: f64) -> f64 {
 }
 
 /// Grid scan over a continuous parameter, then argmin's Brent refinement inside the best cell.
+/// The cost has a kink wherever the parameter crosses a measured size (a `min(m, q)` column
+/// switches there), and Brent's method assumes a smooth, unimodal function: across a kink it
+/// can settle on either side depending on rounding, so that fitting T and c*T gave different
+/// knees. The cell is therefore cut at the measured sizes inside it and each smooth piece is
+/// refined on its own; the kinks themselves are candidates too.
 fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f64) -> f64 {
     const CELLS: usize = 48;
     let cost = |q: f64| nnls_relative(law, pts, q, g).1;
@@ -292,23 +297,43 @@ fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f6
     let grid_best = lo + step * best_i as f64;
     let a = (grid_best - step).max(lo);
     let b = (grid_best + step).min(hi);
-    if b - a <= f64::EPSILON {
-        return grid_best;
+    let mut edges: Vec<f64> = pts
+        .iter()
+        .map(|p| f64::from(p.sms))
+        .filter(|&m| m > a && m < b)
+        .collect();
+    edges.extend([a, b]);
+    edges.sort_by(f64::total_cmp);
+    edges.dedup();
+    let refined = edges
+        .windows(2)
+        .filter_map(|w| brent(law, pts, g, w[0], w[1]))
+        .chain(edges.iter().copied());
+    refined.fold(grid_best, |best, q| {
+        if cost(q) < cost(best) - COST_TIE {
+            q
+        } else {
+            best
+        }
+    })
+}
+
+/// Brent's method on one smooth piece `a..b` of the cost; `None` when the piece is empty or the
+/// solver fails.
+fn brent(law: Law, pts: &[Point], g: Option<Geometry>, a: f64, b: f64) -> Option<f64> {
+    if b - a <= f64::EPSILON * b.abs().max(1.0) {
+        return None;
     }
     let problem = NonlinearCost {
         law,
         points: pts,
         geometry: g,
     };
-    let refined = Executor::new(problem, BrentOpt::new(a, b))
+    Executor::new(problem, BrentOpt::new(a, b))
         .configure(|state| state.max_iters(40))
         .run()
         .ok()
-        .and_then(|r| r.state().best_param);
-    match refined {
-        Some(q) if cost(q) < cost(grid_best) - COST_TIE => q,
-        _ => grid_best,
-    }
+        .and_then(|r| r.state().best_param)
 }
 
 /// Costs (sums of squared relative errors, so free of units) closer than this are ties: where
