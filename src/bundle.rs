@@ -50,16 +50,17 @@ impl Entry {
             .campaign
             .sizes
             .iter()
-            .filter(|(_, r)| !r.times_ns.is_empty())
-            .map(|(&m, r)| {
+            .filter_map(|(&m, r)| {
+                // Empty also where spilled times could not be read back (logged); writing the
+                // bundle then fails on the same times, so nothing half-read is exported.
                 let mut t = r.times_ns.to_vec();
                 t.sort_unstable();
                 let s = SizeSummary {
                     launches: t.len() as u64,
-                    median_ns: t[t.len() / 2],
-                    max_ns: t[t.len() - 1],
+                    median_ns: *t.get(t.len() / 2)?,
+                    max_ns: *t.last()?,
                 };
-                (m, s)
+                Some((m, s))
             })
             .collect();
         Entry {

@@ -23,7 +23,9 @@
 //!   the GPU or the bus.
 //! - [`sweep`]: every kernel at every size, for datasets and validation (`wcetctl campaign`).
 //! - [`calibrate`]: the one place where measurement and model meet, for one kernel.
-//! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically.
+//! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically. The
+//!   launch times of what it loaded (and of what it saved) rest in an unlinked spill file, not
+//!   in memory: nothing that serves a bound reads them.
 //! - [`service`]: one GPU's state and job queue; queries read an immutable snapshot, GPU work
 //!   runs on its own worker thread, so one device's job never delays another's queries. No D-Bus
 //!   types. [`bundle`] carries calibrations between hosts.

@@ -1454,8 +1454,10 @@ fn commit(
     .clone();
     next.device = inner.device.clone();
     let mut tags = Vec::new();
+    let mut inserted = Vec::new();
     for (tag, name, cal) in results {
-        next.tables_mut(tag).insert(name, cal);
+        next.tables_mut(tag).insert(name.clone(), cal);
+        inserted.push((tag, name));
         if !tags.contains(&tag) {
             tags.push(tag);
         }
@@ -1465,6 +1467,12 @@ fn commit(
             inner,
             format!("{e}; new bounds not published, old bounds kept"),
         );
+    }
+    // On disk now: their launch times can rest in the spill file, as loaded ones do.
+    for (tag, name) in inserted {
+        if let Some(cal) = next.tables_mut(tag).get_mut(&name) {
+            store.spill_times(cal);
+        }
     }
     *inner
         .snapshot

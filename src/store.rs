@@ -13,8 +13,10 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::gpu::{DeviceInfo, Fingerprint, Interference};
+use crate::launch_times::SpillFile;
 use crate::measure::{EnvironmentStamp, KernelCampaign};
 use crate::model::BoundTable;
 
@@ -130,6 +132,9 @@ pub enum StoreError {
 #[derive(Debug, Clone)]
 pub struct Store {
     dir: PathBuf,
+    /// Where the launch times of loaded calibrations rest (see `launch_times`); `None` keeps
+    /// them in memory (the directory refused a temporary file).
+    spill: Option<Arc<SpillFile>>,
 }
 
 impl Store {
@@ -140,7 +145,12 @@ impl Store {
             dir: dir.clone(),
             source,
         })?;
-        let store = Store { dir };
+        let spill = SpillFile::create_in(&dir)
+            .map_err(|e| {
+                tracing::warn!(dir = %dir.display(), error = %e, "no spill file; launch times of loaded calibrations stay in memory");
+            })
+            .ok();
+        let store = Store { dir, spill };
         store.remove_stale_temporaries();
         Ok(store)
     }
@@ -178,6 +188,16 @@ impl Store {
             .find_map(|(_, p)| self.load_file(&p))
     }
 
+    /// Move `cal`'s launch times out of memory into the spill file (after it was saved, so the
+    /// file stays the record); a no-op without a spill file.
+    pub fn spill_times(&self, cal: &mut KernelCalibration) {
+        let Some(spill) = &self.spill else { return };
+        let records = cal.campaign.sizes.values_mut();
+        for record in records.chain(cal.campaign.verified.values_mut()) {
+            record.times_ns.spill_to(spill);
+        }
+    }
+
     fn load_file(&self, path: &Path) -> Option<Calibration> {
         let bytes = match fs::read(path) {
             Ok(bytes) => bytes,
@@ -187,7 +207,12 @@ impl Store {
                 return None;
             }
         };
-        match serde_json::from_slice::<Calibration>(&bytes) {
+        let parse = || serde_json::from_slice::<Calibration>(&bytes);
+        let parsed = match &self.spill {
+            Some(spill) => spill.spilling(parse),
+            None => parse(),
+        };
+        match parsed {
             Ok(cal) if cal.format == FORMAT_VERSION => Some(cal),
             Ok(cal) => {
                 self.quarantine(
@@ -379,5 +404,57 @@ mod tests {
         let table = &loaded.kernels["hotspot"].table;
         assert_eq!(table.entries.len(), 17);
         assert!(table.entries.iter().all(|e| e.verified_samples == 0));
+    }
+
+    /// A loaded calibration keeps its launch times in the spill file, not in memory, reads them
+    /// back as measured, and writing it back gives the very file it came from; spilling a
+    /// freshly measured one after saving changes nothing either.
+    #[test]
+    fn loaded_times_rest_in_the_spill_file_and_write_back_unchanged() {
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let kernel = crate::kernels::find("needle").unwrap();
+        let stop = AtomicBool::new(false);
+        let cal = calibrate_kernel(&mut gpu, &kernel, &Recipe::default(), &stop, &mut |_| {});
+        let mut all = Calibration::new(gpu.info().clone());
+        all.kernels.insert("needle".into(), cal.unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let path = store.save(&all).unwrap();
+        let written = std::fs::read(&path).unwrap();
+        let times = |c: &Calibration| -> Vec<(bool, Vec<u64>)> {
+            let k = &c.kernels["needle"].campaign;
+            let records = k.sizes.values().chain(k.verified.values());
+            records
+                .map(|r| (r.times_ns.is_spilled(), r.times_ns.to_vec()))
+                .collect()
+        };
+        let measured = times(&all);
+        assert!(measured.iter().all(|(spilled, _)| !spilled));
+
+        let mut loaded = Store::open(dir.path()).unwrap().load(all.fingerprint());
+        let loaded = loaded.as_mut().expect("it loads");
+        let spilled = times(loaded);
+        assert!(spilled.iter().all(|(s, t)| *s != t.is_empty()));
+        assert!(spilled.iter().any(|(s, _)| *s));
+        let values = |v: &[(bool, Vec<u64>)]| v.iter().map(|x| x.1.clone()).collect::<Vec<_>>();
+        assert!(
+            values(&spilled) == values(&measured),
+            "read back as measured"
+        );
+        store.save(loaded).unwrap();
+        assert!(
+            std::fs::read(&path).unwrap() == written,
+            "written back unchanged"
+        );
+
+        store.spill_times(all.kernels.get_mut("needle").unwrap());
+        let after = times(&all);
+        assert!(after.iter().all(|(s, t)| *s != t.is_empty()));
+        assert!(values(&after) == values(&measured));
+        store.save(&all).unwrap();
+        assert!(
+            std::fs::read(&path).unwrap() == written,
+            "spilling changed nothing on disk"
+        );
     }
 }

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Reproduces the evaluation tables in docs/method.md on the datasets pre-registered in
 # docs/evaluation/preregistration.md (used for nothing else):
-#   bash docs/evaluation/run.sh [WORKDIR]     (needs `cargo build --release` first; ~15 min, 2 cores)
+#   bash docs/evaluation/run.sh [WORKDIR]     (needs `cargo build --release` first; under a minute on 2 cores, 2026-11-22)
 # OLD_WCETCTL=path/to/wcetctl also scores the method as it was before issue 13 on the same data.
 set -euo pipefail
 work=${1:-$(mktemp -d)}
