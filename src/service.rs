@@ -1167,114 +1167,101 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
         s.state = JobState::Running;
         s.message = "measuring".into();
     });
-    let (kernels, tags) = match &job.work {
+    match &job.work {
         Work::Calibrate {
             kernels,
             interference,
-        } => (kernels, interference),
-        Work::Import(imported) => return import(store, inner, imported),
+        } => calibrate_job(gpu, store, inner, job, kernels, interference),
+        Work::Import(imported) => import(store, inner, imported),
         Work::Bundle {
             calibrations,
             verify,
-        } => return import_bundle(gpu, store, inner, job, calibrations, *verify),
-    };
-    let recipe = match calibrate::with_device_delay(gpu, &inner.config.recipe) {
-        Ok((recipe, note)) => {
-            if let Some(note) = note {
-                tracing::info!(job = job.id, "{note}");
-            }
-            recipe
+        } => import_bundle(gpu, store, inner, job, calibrations, *verify),
+    }
+}
+
+/// What a calibration job has published so far, and what failed: its final message.
+#[derive(Default)]
+struct JobReport {
+    /// What earlier tags of this job published, one message each.
+    published: Vec<String>,
+    /// Kernels that failed alone, each with its tag and error.
+    failures: Vec<String>,
+}
+
+impl JobReport {
+    /// The tail of a message for a job that stops now.
+    fn unchanged(&self) -> String {
+        match self.published.as_slice() {
+            [] => "bounds unchanged".to_string(),
+            done => format!("{} before that; other bounds unchanged", done.join("; ")),
         }
-        Err(e) => {
-            let failed = fail(
+    }
+
+    fn finish(self, inner: &Inner) -> (JobState, String) {
+        let published = self.published.join("; ");
+        match (self.published.is_empty(), self.failures.is_empty()) {
+            (_, true) => (JobState::Done, published),
+            (true, false) => fail(
                 inner,
-                format!("probing the device's delays: {e}; bounds unchanged"),
-            );
-            note_lost(inner, &e);
-            return failed;
+                format!("calibrating {}; bounds unchanged", self.failures.join("; ")),
+            ),
+            (false, false) => fail(
+                inner,
+                format!(
+                    "{published}; failed: {} (their bounds unchanged)",
+                    self.failures.join("; ")
+                ),
+            ),
         }
+    }
+}
+
+/// Calibrate `kernels` under each of `tags`, in that order. A kernel that fails (a wrong result,
+/// a fault) fails alone: the others are still calibrated and published. A lost device or a
+/// cancel ends the job, keeping what was already published.
+fn calibrate_job(
+    gpu: &mut dyn Gpu,
+    store: &Store,
+    inner: &Inner,
+    job: &Job,
+    kernels: &[KernelSpec],
+    tags: &[Interference],
+) -> (JobState, String) {
+    let recipe = match probed_recipe(gpu, inner, job) {
+        Ok(recipe) => recipe,
+        Err(failed) => return failed,
     };
     let steps: Vec<(Interference, &KernelSpec)> = tags
         .iter()
         .flat_map(|&tag| kernels.iter().map(move |k| (tag, k)))
         .collect();
-    let n = steps.len().max(1) as f64;
     let mut results = Vec::new();
-    let mut failures = Vec::new();
-    // What earlier tags of this job published (see below).
-    let mut published: Vec<String> = Vec::new();
-    let unchanged = |published: &[String]| match published {
-        [] => "bounds unchanged".to_string(),
-        done => format!("{} before that; other bounds unchanged", done.join("; ")),
-    };
+    let mut report = JobReport::default();
     for (i, &(tag, kernel)) in steps.iter().enumerate() {
-        let mut recipe = recipe;
-        recipe.campaign.interference = tag;
-        let mut last_sent = -1.0;
-        let mut progress = |f: f64| {
-            let p = (i as f64 + f) / n;
-            if p - last_sent >= 0.01 || f >= 1.0 {
-                last_sent = p;
-                set_job(inner, job.id, |s| s.progress = p);
-                let _ = inner.events.send(Event::JobProgress {
-                    job: job.id,
-                    progress: p,
-                });
-            }
-        };
-        // Says what is being measured now, for `GetJob` and the progress bar.
-        let mut narrate = |request: &RunRequest| {
-            set_job(inner, job.id, |s| {
-                s.message = format!(
-                    "measuring {} at {} SMs ({tag}), step {} of {}",
-                    kernel.name,
-                    request.sms,
-                    i + 1,
-                    steps.len()
-                );
-            });
-        };
-        let mut narrated = Narrated {
-            gpu: &mut *gpu,
-            on_run: &mut narrate,
-        };
-        match calibrate::calibrate_kernel(
-            &mut narrated,
-            kernel,
-            &recipe,
-            &job.cancel,
-            &mut progress,
-        ) {
+        match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
             Ok(cal) => results.push((tag, kernel.name.clone(), cal)),
             Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
                 return (
                     JobState::Cancelled,
-                    format!("cancelled; {}", unchanged(&published)),
+                    format!("cancelled; {}", report.unchanged()),
                 );
             }
-            // A kernel that fails (a wrong result, a fault) fails alone: the others are still
-            // calibrated and published. A lost device ends the job: nothing more can run.
-            Err(e) => {
-                let lost = matches!(
-                    &e,
-                    calibrate::CalibrateError::Measure(crate::measure::MeasureError::Gpu(
-                        GpuError::Lost(_)
-                    ))
+            Err(e) if is_lost(&e) => {
+                let failed = fail(
+                    inner,
+                    format!(
+                        "calibrating {} ({tag}): {e}; {}",
+                        kernel.name,
+                        report.unchanged()
+                    ),
                 );
-                failures.push(format!("{} ({tag}): {e}", kernel.name));
-                if lost {
-                    let failed = fail(
-                        inner,
-                        format!(
-                            "calibrating {} ({tag}): {e}; {}",
-                            kernel.name,
-                            unchanged(&published)
-                        ),
-                    );
-                    note_lost(inner, &e);
-                    return failed;
-                }
+                note_lost(inner, &e);
+                return failed;
             }
+            Err(e) => report
+                .failures
+                .push(format!("{} ({tag}): {e}", kernel.name)),
         }
         // Each tag's bounds are published, all at once, as soon as its last kernel is done: on an
         // H100 the isolated suite takes under a minute and the contended one a quarter of an hour
@@ -1287,31 +1274,92 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobSt
                 return (state, done);
             }
             tracing::info!(job = job.id, "{done}: published; the job goes on");
-            published.push(done);
+            report.published.push(done);
         }
     }
-    if !results.is_empty() || published.is_empty() && failures.is_empty() {
+    if !results.is_empty() || report.published.is_empty() && report.failures.is_empty() {
         let (state, done) = commit(store, inner, results, "calibrated");
         if state != JobState::Done {
             return (state, done);
         }
-        published.push(done);
+        report.published.push(done);
     }
-    match (published.is_empty(), failures.is_empty()) {
-        (_, true) => (JobState::Done, published.join("; ")),
-        (true, false) => fail(
-            inner,
-            format!("calibrating {}; bounds unchanged", failures.join("; ")),
-        ),
-        (false, false) => fail(
-            inner,
-            format!(
-                "{}; failed: {} (their bounds unchanged)",
-                published.join("; "),
-                failures.join("; ")
-            ),
-        ),
+    report.finish(inner)
+}
+
+/// The job's recipe with the device's fixed delays probed (a failure ends the job).
+fn probed_recipe(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+) -> std::result::Result<Recipe, (JobState, String)> {
+    match calibrate::with_device_delay(gpu, &inner.config.recipe) {
+        Ok((recipe, note)) => {
+            if let Some(note) = note {
+                tracing::info!(job = job.id, "{note}");
+            }
+            Ok(recipe)
+        }
+        Err(e) => {
+            let failed = fail(
+                inner,
+                format!("probing the device's delays: {e}; bounds unchanged"),
+            );
+            note_lost(inner, &e);
+            Err(failed)
+        }
     }
+}
+
+/// Calibrate step `i` of `steps`, reporting progress and what is measured to the job's status.
+fn calibrate_step(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+    recipe: &Recipe,
+    steps: &[(Interference, &KernelSpec)],
+    i: usize,
+) -> std::result::Result<KernelCalibration, calibrate::CalibrateError> {
+    let (tag, kernel) = steps[i];
+    let mut recipe = *recipe;
+    recipe.campaign.interference = tag;
+    let n = steps.len().max(1) as f64;
+    let mut last_sent = -1.0;
+    let mut progress = |f: f64| {
+        let p = (i as f64 + f) / n;
+        if p - last_sent >= 0.01 || f >= 1.0 {
+            last_sent = p;
+            set_job(inner, job.id, |s| s.progress = p);
+            let _ = inner.events.send(Event::JobProgress {
+                job: job.id,
+                progress: p,
+            });
+        }
+    };
+    // Says what is being measured now, for `GetJob` and the progress bar.
+    let mut narrate = |request: &RunRequest| {
+        set_job(inner, job.id, |s| {
+            s.message = format!(
+                "measuring {} at {} SMs ({tag}), step {} of {}",
+                kernel.name,
+                request.sms,
+                i + 1,
+                steps.len()
+            );
+        });
+    };
+    let mut narrated = Narrated {
+        gpu,
+        on_run: &mut narrate,
+    };
+    calibrate::calibrate_kernel(&mut narrated, kernel, &recipe, &job.cancel, &mut progress)
+}
+
+fn is_lost(e: &calibrate::CalibrateError) -> bool {
+    matches!(
+        e,
+        calibrate::CalibrateError::Measure(crate::measure::MeasureError::Gpu(GpuError::Lost(_)))
+    )
 }
 
 /// Bounds from imported samples, published as a calibration's are.
