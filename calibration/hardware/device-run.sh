@@ -72,14 +72,30 @@ daemon)
     done
     ctl status
     for k in $(ctl list); do ctl curve "$k"; done
-    ctl --json bound hotspot 64
+    ctl --json bound hotspot 64 | tee "$OUT/bound-before-restart.json"
     ctl --json bound example.saxpy 64
     ctl --gpu 0 status
     ctl observed hotspot 64
     grep -E "job finished|output check|rejected" "$OUT/wcetd.log"
+    grep VmRSS "/proc/$pid/status"
     kill "$pid"
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     tail -5 "$OUT/wcetd.log"
+    # A restart on what was saved: the store loads every launch time into the spill file; the
+    # bounds must come back the same, GetBoundInfo's medians and an export read the times back.
+    step "restart on the saved state"
+    rm -f "$state/bus-address"
+    "$BIN/wcetd" --backend cuda --state-dir "$state" --interference "${INTERFERENCE:-isolated}" \
+        --kernel-dir calibration/kernels/example > "$OUT/wcetd-restart.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [ -s "$state/bus-address" ] && break; sleep 0.1; done
+    ctl status
+    ctl --json bound hotspot 64 | tee "$OUT/bound-after-restart.json"
+    ctl export > "$OUT/export-after-restart.json"; echo "export rc=$? $(wc -c < "$OUT/export-after-restart.json") bytes"
+    grep VmRSS "/proc/$pid/status"
+    kill "$pid"
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    tail -3 "$OUT/wcetd-restart.log"
     ;;
 *)
     echo "usage: $0 check|campaign NAME|probes|daemon" >&2
