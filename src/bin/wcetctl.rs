@@ -629,41 +629,14 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         Command::MinPartition {
             kernel,
             deadline_ns,
-        } => {
-            let sms = bounds
-                .min_partition(&kernel, deadline_ns)
-                .await
-                .map_err(explain)?;
-            let bound = bounds.get_bound(&kernel, sms).await.map_err(explain)?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"kernel": kernel, "deadline_ns": deadline_ns, "sms": sms, "bound_ns": bound})
-                );
-            } else {
-                println!("{kernel}: {sms} SMs (bound {bound} ns <= deadline {deadline_ns} ns)");
-            }
-            Ok(())
-        }
+        } => min_partition(json, &bounds, &kernel, deadline_ns).await,
         Command::Recalibrate {
             kernels,
             interference,
             no_wait,
         } => recalibrate(json, &conn, &kernels, &interference, no_wait).await,
         Command::Jobs => jobs(json, &conn).await,
-        Command::Cancel { job } => {
-            calibration_proxy(&conn)
-                .await?
-                .cancel_job(job)
-                .await
-                .map_err(explain)?;
-            if json {
-                println!("{}", serde_json::json!({"job": job, "cancel": "requested"}));
-            } else {
-                println!("job {job}: cancellation requested; its kernels keep their old bounds");
-            }
-            Ok(())
-        }
+        Command::Cancel { job } => cancel(json, &conn, job).await,
         Command::Import {
             samples,
             geometry,
@@ -678,37 +651,13 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         Command::Kernels {
             action: KernelsAction::Reload,
         } => reload_kernels(json, &conn).await,
-        Command::Export { kernels } => {
-            let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
-            let bundle = calibration_proxy(&conn)
-                .await?
-                .export_calibration(&names)
-                .await
-                .map_err(explain)?;
-            println!("{bundle}");
-            Ok(())
-        }
-        Command::Observed { kernel, sms } => {
-            let rows = wcetd::monitor_view::observed(&conn, object(), &kernel, sms).await?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
-            } else {
-                print!("{}", wcetd::monitor_view::render(&rows));
-            }
-            Ok(())
-        }
+        Command::Export { kernels } => export(&conn, &kernels).await,
+        Command::Observed { kernel, sms } => observed(json, &conn, &kernel, sms).await,
         Command::Watch {
             interval,
             once,
             count,
-        } => {
-            if !(interval.is_finite() && interval > 0.0) {
-                bail!("--interval {interval}; accepted: seconds above 0");
-            }
-            let count = if once { Some(1) } else { count };
-            let every = std::time::Duration::from_secs_f64(interval);
-            wcetd::monitor_view::watch(&conn, object(), every, count, json).await
-        }
+        } => watch(json, &conn, interval, if once { Some(1) } else { count }).await,
         Command::ImportCalibration { file, force } => {
             import_calibration(json, &conn, &file, force).await
         }
@@ -721,6 +670,83 @@ async fn online(cli: Cli) -> anyhow::Result<()> {
         Command::Suggest { file, accept } => suggest(json, &conn, &file, accept).await,
         _ => unreachable!("offline commands are handled before connecting"),
     }
+}
+
+/// The fewest SMs whose bound meets `deadline_ns`, with that bound.
+async fn min_partition(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    deadline_ns: u64,
+) -> anyhow::Result<()> {
+    let sms = bounds
+        .min_partition(kernel, deadline_ns)
+        .await
+        .map_err(explain)?;
+    let bound = bounds.get_bound(kernel, sms).await.map_err(explain)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kernel": kernel, "deadline_ns": deadline_ns, "sms": sms, "bound_ns": bound})
+        );
+    } else {
+        println!("{kernel}: {sms} SMs (bound {bound} ns <= deadline {deadline_ns} ns)");
+    }
+    Ok(())
+}
+
+async fn cancel(json: bool, conn: &zbus::Connection, job: u64) -> anyhow::Result<()> {
+    calibration_proxy(conn)
+        .await?
+        .cancel_job(job)
+        .await
+        .map_err(explain)?;
+    if json {
+        println!("{}", serde_json::json!({"job": job, "cancel": "requested"}));
+    } else {
+        println!("job {job}: cancellation requested; its kernels keep their old bounds");
+    }
+    Ok(())
+}
+
+/// The bundle of `kernels` (every calibrated one when empty) on standard output.
+async fn export(conn: &zbus::Connection, kernels: &[String]) -> anyhow::Result<()> {
+    let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
+    let bundle = calibration_proxy(conn)
+        .await?
+        .export_calibration(&names)
+        .await
+        .map_err(explain)?;
+    println!("{bundle}");
+    Ok(())
+}
+
+async fn observed(
+    json: bool,
+    conn: &zbus::Connection,
+    kernel: &str,
+    sms: Option<u32>,
+) -> anyhow::Result<()> {
+    let rows = wcetd::monitor_view::observed(conn, object(), kernel, sms).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", wcetd::monitor_view::render(&rows));
+    }
+    Ok(())
+}
+
+async fn watch(
+    json: bool,
+    conn: &zbus::Connection,
+    interval: f64,
+    count: Option<u64>,
+) -> anyhow::Result<()> {
+    if !(interval.is_finite() && interval > 0.0) {
+        bail!("--interval {interval}; accepted: seconds above 0");
+    }
+    let every = std::time::Duration::from_secs_f64(interval);
+    wcetd::monitor_view::watch(conn, object(), every, count, json).await
 }
 
 /// Connect where the daemon should be and check that it is there (or can be started by the bus);

@@ -242,6 +242,51 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
+    check_ranges(&args)?;
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(store::default_state_dir);
+    let (services, default, first_jobs) = start_services(&args, &state_dir)?;
+    let (conn, private) = connect(&args, &state_dir).await?;
+    serve(&args, &conn, &services, default).await?;
+    conn.request_name(dbus::BUS_NAME)
+        .await
+        .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
+    announce(
+        &services,
+        default,
+        &conn,
+        private.as_ref(),
+        &state_dir,
+        &first_jobs,
+    );
+    let lost_why = tokio::select! {
+        _ = wait_for_shutdown() => None,
+        why = any_device_lost(&services) => why,
+    };
+    tracing::info!("shutting down");
+    let _ = conn.release_name(dbus::BUS_NAME).await;
+    // After the name is released, so that no report comes in after the last save.
+    for (_, service) in &services {
+        service.save_observations();
+    }
+    if let Some(path) = &args.metrics_file {
+        write_metrics(&services, path);
+    }
+    if private.is_some() {
+        let _ = std::fs::remove_file(bus::address_file(&state_dir));
+    }
+    match lost_why {
+        // Exit with failure so that the service manager restarts wcetd on a clean process; the
+        // stored bounds are served again after the restart.
+        Some(why) => anyhow::bail!("device lost ({why}); exiting so that wcetd is restarted"),
+        None => Ok(()),
+    }
+}
+
+/// Options whose range clap cannot check.
+fn check_ranges(args: &Args) -> anyhow::Result<()> {
     anyhow::ensure!(
         args.calibration_budget >= 0.0 && args.calibration_budget.is_finite(),
         "--calibration-budget {} is out of range; accepted: seconds, 0 or more",
@@ -252,6 +297,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "--exceedance {} is out of range; accepted: a probability strictly between 0 and 1",
         args.exceedance
     );
+    Ok(())
+}
+
+/// The services by device index, the default device, and each device's first job.
+type Started = (Vec<(u32, Service)>, u32, Vec<(u32, Option<u64>)>);
+
+/// Open the chosen devices and start a service for each, with its own store handle, worker and
+/// queue; each queues its initial calibration unless told not to.
+fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Started> {
     let profile = DeviceProfile::load(&args.sim_profile)?;
     let sim = SimOptions {
         seed: args.seed,
@@ -274,30 +328,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
         "--default-device {default} is not served; accepted: one of {:?}",
         gpus.iter().map(|(n, _)| *n).collect::<Vec<_>>()
     );
-    let state_dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(store::default_state_dir);
     let mut services = Vec::new();
     let mut first_jobs = Vec::new();
     for (n, gpu) in gpus {
         // Each device its own store handle (its own file, by fingerprint), worker and queue.
-        let store = store::Store::open(&state_dir)?;
+        let store = store::Store::open(state_dir)?;
         let config = ServiceConfig {
             initial_calibration: !args.no_initial_calibration,
-            prediction: device_description(&args, &gpu.info().name)?,
+            prediction: device_description(args, &gpu.info().name)?,
             kernel_dirs: args.kernel_dirs.clone(),
-            ..service_config(&args)
+            ..service_config(args)
         };
         let (service, first_job) = Service::start(gpu, store, config);
         first_jobs.push((n, first_job));
         services.push((n, service));
     }
-    let (conn, private) = connect(&args, &state_dir).await?;
+    Ok((services, default, first_jobs))
+}
+
+/// Put every device's objects on the bus, forward their signals, and start the metrics file.
+async fn serve(
+    args: &Args,
+    conn: &zbus::Connection,
+    services: &[(u32, Service)],
+    default: u32,
+) -> anyhow::Result<()> {
     let access = OperatorPolicy::new(&args.operator_group);
     let reporters = ReporterPolicy::new(access.clone(), &args.report_group);
-    dbus::serve_devices(&conn, &services, default, access, reporters).await?;
-    for (n, service) in &services {
+    dbus::serve_devices(conn, services, default, access, reporters).await?;
+    for (n, service) in services {
         let forward = |path: String| {
             let bus = dbus::forward_events(conn.clone(), service.clone(), path.clone());
             let monitor = monitor_bus::forward_events(conn.clone(), service.clone(), path);
@@ -310,22 +369,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
     if let Some(path) = &args.metrics_file {
         // Written before the name is owned, so a client that sees the daemon sees the file.
-        write_metrics(&services, path);
-        tokio::spawn(metrics::run(services.clone(), path.clone()));
+        write_metrics(services, path);
+        tokio::spawn(metrics::run(services.to_vec(), path.clone()));
     }
-    conn.request_name(dbus::BUS_NAME)
-        .await
-        .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
-    announce(
-        &services,
-        default,
-        &conn,
-        private.as_ref(),
-        &state_dir,
-        &first_jobs,
-    );
-    // A device lost to this process (a sticky CUDA fault) ends the daemon, whichever it is.
-    let lost_any = futures_util::future::select_all(services.iter().map(|(n, service)| {
+    Ok(())
+}
+
+/// Which device was lost to this process (a sticky CUDA fault), and why: that ends the daemon,
+/// whichever device it is. `None` if a device's watch closed without saying.
+async fn any_device_lost(services: &[(u32, Service)]) -> Option<String> {
+    let lost = services.iter().map(|(n, service)| {
         let mut lost = service.device_lost();
         let n = *n;
         Box::pin(async move {
@@ -334,31 +387,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 .await
                 .ok()
                 .and_then(|w| w.clone());
-            (n, why)
+            why.map(|w| format!("GPU {n}: {w}"))
         })
-    }));
-    let lost_why = tokio::select! {
-        _ = wait_for_shutdown() => None,
-        ((n, why), _, _) = lost_any => why.map(|w| format!("GPU {n}: {w}")),
-    };
-    tracing::info!("shutting down");
-    let _ = conn.release_name(dbus::BUS_NAME).await;
-    // After the name is released, so that no report comes in after the last save.
-    for (_, service) in &services {
-        service.save_observations();
-    }
-    if let Some(path) = &args.metrics_file {
-        write_metrics(&services, path);
-    }
-    if private.is_some() {
-        let _ = std::fs::remove_file(bus::address_file(&state_dir));
-    }
-    match lost_why {
-        // Exit with failure so that the service manager restarts wcetd on a clean process; the
-        // stored bounds are served again after the restart.
-        Some(why) => anyhow::bail!("device lost ({why}); exiting so that wcetd is restarted"),
-        None => Ok(()),
-    }
+    });
+    futures_util::future::select_all(lost).await.0
 }
 
 /// A metrics file that cannot be written is logged, never fatal: bounds are served regardless.
