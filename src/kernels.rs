@@ -142,10 +142,6 @@ pub const BUILTIN_NAMES: [&str; 8] = [
     "needle", "backprop", "gaussian", "bfs", "hotspot", "lud", "srad", "tmatch",
 ];
 
-pub fn is_builtin(name: &str) -> bool {
-    BUILTIN_NAMES.contains(&name)
-}
-
 /// Look a kernel up by name in the built-in suite.
 pub fn find(name: &str) -> Option<KernelSpec> {
     builtin_suite().into_iter().find(|k| k.name == name)

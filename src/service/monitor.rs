@@ -714,12 +714,6 @@ impl Service {
         self.monitor().save();
     }
 
-    /// Series held and the heap bytes of their histograms, for the memory figures.
-    pub fn observation_footprint(&self) -> (usize, usize) {
-        let obs = lock(&self.monitor().observations);
-        (obs.series_count(), obs.histogram_bytes())
-    }
-
     /// Jobs since start, by state.
     pub fn job_counts(&self) -> BTreeMap<&'static str, u64> {
         let jobs = lock(&self.inner.jobs);
