@@ -1605,26 +1605,7 @@ fn campaign(
     (delay_probe, probe_sizes): (u32, &[u32]),
     out: &Path,
 ) -> anyhow::Result<()> {
-    let suite = wcetd::kernels::builtin_suite();
-    let kernels: Vec<_> = if names.is_empty() {
-        suite
-    } else {
-        names
-            .iter()
-            .map(|n| {
-                suite
-                    .iter()
-                    .find(|k| k.name == *n)
-                    .cloned()
-                    .with_context(|| {
-                        format!(
-                            "unknown kernel `{n}`; accepted: {}",
-                            wcetd::kernels::BUILTIN_NAMES.join(", ")
-                        )
-                    })
-            })
-            .collect::<anyhow::Result<_>>()?
-    };
+    let kernels = chosen_kernels(names)?;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let mut gpu = device.open()?;
     let bar = indicatif::ProgressBar::new(1);
@@ -1646,41 +1627,9 @@ fn campaign(
     )?;
     bar.finish_and_clear();
     if delay_probe > 0 {
-        let whole = gpu.info().total_sms;
-        let sizes = if probe_sizes.is_empty() {
-            vec![whole]
-        } else {
-            probe_sizes.to_vec()
-        };
-        for sms in sizes {
-            let times = gpu.delay_probe(sms, delay_probe)?;
-            let mut text = String::from("time_ns\n");
-            for t in times {
-                text.push_str(&format!("{t}\n"));
-            }
-            let name = if sms == whole {
-                "delays.csv".into()
-            } else {
-                format!("delays-{sms}.csv")
-            };
-            std::fs::write(out.join(name), text)?;
-        }
+        write_delay_probes(gpu.as_mut(), delay_probe, probe_sizes, out)?;
     }
-    for &tag in &settings.interference {
-        let path = out.join(format!("samples-{tag}.csv"));
-        let file =
-            std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
-        wcetd::sweep::write_rows(std::io::BufWriter::new(file), &sweep.rows, tag)?;
-    }
-    let mut geometry = String::from("kernel,blocks,blocks_per_sm\n");
-    for (k, g) in &sweep.geometry {
-        geometry.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
-    }
-    std::fs::write(out.join("geometry.csv"), geometry)?;
-    std::fs::write(
-        out.join("stamp.json"),
-        serde_json::to_string_pretty(&sweep.stamp)? + "\n",
-    )?;
+    write_sweep(&sweep, settings, out)?;
     eprintln!(
         "wcetctl: {} launches of {} kernels on {} ({}), written to {}",
         sweep.rows.len(),
@@ -1696,6 +1645,83 @@ fn campaign(
                 "out": out.display().to_string(), "stamp": sweep.stamp})
         );
     }
+    Ok(())
+}
+
+/// The built-in kernels named (all of them when none is), or which name is unknown.
+fn chosen_kernels(names: &[String]) -> anyhow::Result<Vec<wcetd::kernels::KernelSpec>> {
+    let suite = wcetd::kernels::builtin_suite();
+    if names.is_empty() {
+        return Ok(suite);
+    }
+    names
+        .iter()
+        .map(|n| {
+            suite
+                .iter()
+                .find(|k| k.name == *n)
+                .cloned()
+                .with_context(|| {
+                    format!(
+                        "unknown kernel `{n}`; accepted: {}",
+                        wcetd::kernels::BUILTIN_NAMES.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+/// `launches` launches of the delay probe at each of `sizes` (the whole device when none),
+/// one CSV each: `delays.csv` for the whole device, `delays-<sms>.csv` for a partition.
+fn write_delay_probes(
+    gpu: &mut dyn wcetd::gpu::Gpu,
+    launches: u32,
+    sizes: &[u32],
+    out: &Path,
+) -> anyhow::Result<()> {
+    let whole = gpu.info().total_sms;
+    let sizes = if sizes.is_empty() {
+        vec![whole]
+    } else {
+        sizes.to_vec()
+    };
+    for sms in sizes {
+        let times = gpu.delay_probe(sms, launches)?;
+        let mut text = String::from("time_ns\n");
+        for t in times {
+            text.push_str(&format!("{t}\n"));
+        }
+        let name = if sms == whole {
+            "delays.csv".into()
+        } else {
+            format!("delays-{sms}.csv")
+        };
+        std::fs::write(out.join(name), text)?;
+    }
+    Ok(())
+}
+
+/// A sweep's samples (one CSV per interference), geometry and stamp, under `out`.
+fn write_sweep(
+    sweep: &wcetd::sweep::Sweep,
+    settings: &wcetd::sweep::SweepSettings,
+    out: &Path,
+) -> anyhow::Result<()> {
+    for &tag in &settings.interference {
+        let path = out.join(format!("samples-{tag}.csv"));
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+        wcetd::sweep::write_rows(std::io::BufWriter::new(file), &sweep.rows, tag)?;
+    }
+    let mut geometry = String::from("kernel,blocks,blocks_per_sm\n");
+    for (k, g) in &sweep.geometry {
+        geometry.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+    }
+    std::fs::write(out.join("geometry.csv"), geometry)?;
+    std::fs::write(
+        out.join("stamp.json"),
+        serde_json::to_string_pretty(&sweep.stamp)? + "\n",
+    )?;
     Ok(())
 }
 
