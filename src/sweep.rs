@@ -14,7 +14,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::fnv::fnv1a_hex;
-use crate::gpu::{Gpu, GpuError, Interference, PartitionSize, PlacementReport, RunRequest};
+use crate::gpu::{
+    DeviceInfo, Gpu, GpuError, Interference, PartitionSize, PlacementReport, RunRequest,
+};
 use crate::kernels::{Geometry, KernelSpec};
 
 /// What to run.
@@ -158,8 +160,32 @@ pub fn run(
             }
         }
     }
+    let stamp = stamp(
+        &info,
+        settings,
+        kernels,
+        conditions,
+        started_at,
+        gpu.placement(),
+    );
+    Ok(Sweep {
+        rows,
+        geometry,
+        stamp,
+    })
+}
+
+/// What a sweep ran on and under, for its `stamp.json`.
+fn stamp(
+    info: &DeviceInfo,
+    settings: &SweepSettings,
+    kernels: &[KernelSpec],
+    conditions: Conditions,
+    started_at: DateTime<Utc>,
+    placement: &[PlacementReport],
+) -> Stamp {
     let fp = &info.fingerprint;
-    let stamp = Stamp {
+    Stamp {
         gpu: info.name.clone(),
         backend: info.backend.to_string(),
         uuid_fnv1a: fnv1a_hex(fp.uuid.as_bytes()),
@@ -190,13 +216,8 @@ pub fn run(
         throttled_batches: conditions.throttled,
         throttle_ns: conditions.throttle_ns,
         throttle_reasons: conditions.reasons.into_iter().collect(),
-        placement: gpu.placement().to_vec(),
-    };
-    Ok(Sweep {
-        rows,
-        geometry,
-        stamp,
-    })
+        placement: placement.to_vec(),
+    }
 }
 
 #[derive(Default)]
