@@ -150,8 +150,9 @@ pub(super) struct MonitorState {
     saved: watch::Sender<u64>,
     wake: (Mutex<SaveRequest>, Condvar),
     /// Held while saving: the saver thread and the save at shutdown write the same temporary
-    /// file, so they must take turns.
-    saving: Mutex<()>,
+    /// file, so they must take turns. `true` once the save at shutdown is done: no save starts
+    /// after it, so none is cut short (leaving its temporary file) when the process exits.
+    saving: Mutex<bool>,
     /// Per kernel: when an overrun last queued a recalibration, and its job.
     recalibrations: Mutex<HashMap<String, (Instant, u64)>>,
 }
@@ -191,7 +192,7 @@ impl MonitorState {
             changed: watch::channel(0).0,
             saved: watch::channel(0).0,
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
-            saving: Mutex::new(()),
+            saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
         };
         // What survived a corrupt file is written to a clean one soon.
@@ -215,7 +216,23 @@ impl MonitorState {
 
     /// Save now, one kernel at a time; the generation saved is published either way.
     fn save(&self) {
-        let _turn = lock(&self.saving);
+        let closed = lock(&self.saving);
+        if !*closed {
+            self.save_now();
+        }
+    }
+
+    /// The last save, at shutdown: what was reported is on disk, and no save starts after it.
+    fn save_final(&self) {
+        let mut closed = lock(&self.saving);
+        if !*closed {
+            self.save_now();
+            *closed = true;
+        }
+    }
+
+    /// Only with `saving` held.
+    fn save_now(&self) {
         let generation = *self.changed.borrow();
         if let Err(e) = self.file.save(&self.observations, &self.device_uuid) {
             tracing::error!(path = %self.file.path().display(), error = %e,
@@ -709,9 +726,9 @@ impl Service {
         }
     }
 
-    /// Save observations now (at shutdown).
+    /// Save observations for the last time (at shutdown): later reports are not saved.
     pub fn save_observations(&self) {
-        self.monitor().save();
+        self.monitor().save_final();
     }
 
     /// Jobs since start, by state.
