@@ -1588,12 +1588,8 @@ mod tests {
         assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
     }
 
-    /// Isolated bounds are published when the isolated part of a job is done, before the
-    /// contended part runs: two `BoundsChanged`, the first naming isolated bounds alone, then
-    /// `JobFinished`.
-    #[test]
-    fn each_interference_is_published_as_soon_as_it_is_measured() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A service on the simulated H200 with short campaigns, no delay probe and no initial job.
+    fn short_campaign_service(state: &std::path::Path) -> Service {
         let mut config = ServiceConfig::default();
         config.recipe.campaign.launches = 40;
         config.recipe.campaign.screen_launches = 200;
@@ -1601,7 +1597,16 @@ mod tests {
         config.recipe.delay_probe_launches = 0;
         config.initial_calibration = false;
         let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-        let (service, _) = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config);
+        Service::start(Box::new(gpu), Store::open(state).unwrap(), config).0
+    }
+
+    /// Isolated bounds are published when the isolated part of a job is done, before the
+    /// contended part runs: two `BoundsChanged`, the first naming isolated bounds alone, then
+    /// `JobFinished`.
+    #[test]
+    fn each_interference_is_published_as_soon_as_it_is_measured() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = short_campaign_service(dir.path());
         let mut events = service.subscribe();
         let job = service.recalibrate(&["srad".to_string()]).unwrap();
         let mut seen = Vec::new();
@@ -1639,14 +1644,7 @@ mod tests {
     #[test]
     fn get_bound_serves_what_get_bound_info_says() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = ServiceConfig::default();
-        config.recipe.campaign.launches = 40;
-        config.recipe.campaign.screen_launches = 200;
-        config.recipe.campaign.heavy_tail_launches = 400;
-        config.recipe.delay_probe_launches = 0;
-        config.initial_calibration = false;
-        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-        let (service, _) = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config);
+        let service = short_campaign_service(dir.path());
         let mut events = service.subscribe();
         let job = service.recalibrate(&["srad".to_string()]).unwrap();
         while !service.job(job).unwrap().state.finished() {
