@@ -375,9 +375,10 @@ impl Service {
         })
     }
 
-    /// The bound served at exactly `partition` and the id of the calibration it comes from,
-    /// computed as [`Service::bound_info`] computes it (calibration, clock, floors) without what
-    /// only readers want (medians, predictions, notes), since every report asks for it.
+    /// The bound served at exactly `partition`, the id of the calibration it comes from and the
+    /// production floor under it (0 for none), computed as [`Service::bound_info`] computes them
+    /// (calibration, clock, floors) without what only readers want (medians read back from the
+    /// spill file, predictions, notes), since every report and `GetObserved` ask for it.
     /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
     /// both agree everywhere.
     pub(super) fn served_bound(
@@ -385,7 +386,7 @@ impl Service {
         kernel: &str,
         partition: u32,
         tag: Option<Interference>,
-    ) -> Result<(u64, String)> {
+    ) -> Result<(u64, String, u64)> {
         let (snap, interference) = self.calibration_of(kernel, tag, partition)?;
         let not_calibrated = || {
             ServiceError::NotCalibrated(format!(
@@ -399,8 +400,9 @@ impl Service {
         let mut entry = *cal.table.entry(partition).ok_or_else(not_calibrated)?;
         let mut notes = Vec::new();
         self.scale_for_clock(cal, &mut entry, &mut notes);
-        self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
-        Ok((entry.bound_ns, cal.id.clone()))
+        let floor = self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
+        let floor_ns = floor.map_or(0, |f| f.floor_ns);
+        Ok((entry.bound_ns, cal.id.clone(), floor_ns))
     }
 
     fn check_report(&self, kernel: &str, sms: u32, times: &[u64]) -> Result<()> {
@@ -554,10 +556,8 @@ impl Service {
         let mut out = self
             .observed_at(kernel, partition, tag)?
             .unwrap_or_else(|| self.empty_observed(kernel, partition));
-        if let Ok(b) = self.bound_info(kernel, partition, tag) {
-            out.bound_ns = b.entry.bound_ns;
-            out.calibration = b.calibration_id;
-            out.floor_ns = b.observed.map_or(0, |f| f.floor_ns);
+        if let Ok((bound_ns, calibration, floor_ns)) = self.served_bound(kernel, partition, tag) {
+            (out.bound_ns, out.calibration, out.floor_ns) = (bound_ns, calibration, floor_ns);
         }
         Ok(out)
     }
@@ -775,7 +775,11 @@ mod tests {
                     let info = service.bound_info(&kernel, m, tag).unwrap();
                     assert_eq!(
                         service.served_bound(&kernel, m, tag).unwrap(),
-                        (info.entry.bound_ns, info.calibration_id),
+                        (
+                            info.entry.bound_ns,
+                            info.calibration_id,
+                            info.observed.map_or(0, |f| f.floor_ns)
+                        ),
                         "{kernel} at {m} SMs, {tag:?}"
                     );
                 }
