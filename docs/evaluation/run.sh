@@ -3,7 +3,10 @@
 # docs/evaluation/preregistration.md (used for nothing else):
 #   bash docs/evaluation/run.sh [WORKDIR]     (needs `cargo build --release` first; under a minute on 2 cores, 2026-11-22)
 # OLD_WCETCTL=path/to/wcetctl also scores the method as it was before issue 13 on the same data.
+# ROUND=2 runs the second round's fresh report seeds (docs/evaluation/preregistration-2.md): every
+# seed range shifted by 10,000.
 set -euo pipefail
+R=$(( (${ROUND:-1} - 1) * 10000 ))
 work=${1:-$(mktemp -d)}
 W=${WCETCTL:-target/release/wcetctl}
 F=calibration/profiles/foreign
@@ -27,11 +30,11 @@ run() { # prefix seed simulate-args...
     evaluate "$W" "ns_$p" "$s" --methods wcetd --sweep-launches 0   # wcetd without the sweep
     [ -z "${OLD_WCETCTL:-}" ] || evaluate "$OLD_WCETCTL" "old_$p" "$s" --methods wcetd
 }
-for s in $(seq 61001 61008); do run h "$s"; done
-for s in $(seq 62001 62004); do run e "$s" --profile embedded; done
-for s in $(seq 63001 63004); do run k "$s" --contended; done
-for s in $(seq 64001 64008); do run fh "$s" --profile $F/report-h200.toml; done
-for s in $(seq 65001 65004); do run fe "$s" --profile $F/report-embedded.toml; done
-for s in $(seq 66001 66004); do run fk "$s" --profile $F/report-h200.toml --contended; done
-for s in $(seq 67001 67008); do run t "$s"; done
+for s in $(seq $((61001 + R)) $((61008 + R))); do run h "$s"; done
+for s in $(seq $((62001 + R)) $((62004 + R))); do run e "$s" --profile embedded; done
+for s in $(seq $((63001 + R)) $((63004 + R))); do run k "$s" --contended; done
+for s in $(seq $((64001 + R)) $((64008 + R))); do run fh "$s" --profile $F/report-h200.toml; done
+for s in $(seq $((65001 + R)) $((65004 + R))); do run fe "$s" --profile $F/report-embedded.toml; done
+for s in $(seq $((66001 + R)) $((66004 + R))); do run fk "$s" --profile $F/report-h200.toml --contended; done
+for s in $(seq $((67001 + R)) $((67008 + R))); do run t "$s"; done
 cd "$work" && python3 "$OLDPWD/docs/evaluation/summarize.py"
