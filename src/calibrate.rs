@@ -15,7 +15,9 @@ use std::sync::atomic::AtomicBool;
 use crate::gpu::Gpu;
 use crate::kernels::KernelSpec;
 use crate::measure::{self, CampaignSettings, KernelCampaign, MeasureError};
-use crate::model::{self, method, verify, Method, MethodConfig, ModelError, Observations};
+use crate::model::{
+    self, method, throttle, verify, Method, MethodConfig, ModelError, Observations,
+};
 use crate::store::{KernelCalibration, Origin};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +37,9 @@ pub struct Recipe {
     pub sweep: Sweep,
     /// Launches of the delay probe before a job's kernels (0: no probe).
     pub delay_probe_launches: u32,
+    /// Sustained slowdowns the device showed before this kernel (the delay probe, the job's
+    /// kernels measured so far): allowed for in every bound fitted with this recipe.
+    pub slowdowns: throttle::Evidence,
 }
 
 impl Default for Recipe {
@@ -45,6 +50,7 @@ impl Default for Recipe {
             method_config: MethodConfig::default(),
             sweep: Sweep::default(),
             delay_probe_launches: DELAY_PROBE_LAUNCHES,
+            slowdowns: throttle::Evidence::default(),
         }
     }
 }
@@ -54,26 +60,32 @@ impl Default for Recipe {
 /// or more, where one kernel's campaign of a few thousand sees none or one.
 pub const DELAY_PROBE_LAUNCHES: u32 = 100_000;
 
-/// Probe the device's rare delays and return `recipe` with them in its method config, and a note
-/// for the job's log. A backend without a probe leaves the recipe as it is.
-pub fn with_device_delay(
+/// Probe the device's rare delays and sustained slowdowns and return `recipe` with them in it,
+/// and notes for the job's log. A backend without a probe leaves the recipe as it is.
+pub fn with_device_probe(
     gpu: &mut dyn Gpu,
     recipe: &Recipe,
-) -> Result<(Recipe, Option<String>), CalibrateError> {
+) -> Result<(Recipe, Vec<String>), CalibrateError> {
     if recipe.delay_probe_launches == 0 {
-        return Ok((*recipe, None));
+        return Ok((*recipe, Vec::new()));
     }
     let whole = gpu.info().total_sms;
     let probe = gpu
         .delay_probe(whole, recipe.delay_probe_launches)
         .map_err(MeasureError::from)?;
-    let Some(delay) = model::tail::device_delay(&probe, recipe.method_config.exceedance) else {
-        return Ok((*recipe, None));
-    };
     let mut with = *recipe;
-    with.method_config.device_delay_ns = delay.ns;
-    with.method_config.device_delay_exceedance = delay.exceedance;
-    Ok((with, Some(delay.note)))
+    let mut notes = Vec::new();
+    with.slowdowns.add(&probe);
+    if let Some(found) = with.slowdowns.slowdown() {
+        notes.push(format!("delay probe: {}", found.note()));
+    }
+    let unthrottled = throttle::without_runs(&probe);
+    if let Some(delay) = model::tail::device_delay(&unthrottled, recipe.method_config.exceedance) {
+        with.method_config.device_delay_ns = delay.ns;
+        with.method_config.device_delay_exceedance = delay.exceedance;
+        notes.push(delay.note);
+    }
+    Ok((with, notes))
 }
 
 /// How sizes that the planner did not choose are covered.
@@ -111,6 +123,40 @@ pub fn calibrate_kernel(
     progress: &mut dyn FnMut(f64),
 ) -> Result<KernelCalibration, CalibrateError> {
     let sizes = gpu.info().partition_sizes.clone();
+    let measured = measure_kernel(gpu, kernel, recipe, cancel, progress)?;
+    let mut recipe = *recipe;
+    measured.add_to(&mut recipe.slowdowns);
+    fit_measured(measured, &sizes, &recipe)
+}
+
+/// A kernel's campaign, measured and not yet fitted, with why sizes were added.
+#[derive(Debug)]
+pub struct Measured {
+    pub campaign: KernelCampaign,
+    notes: Vec<String>,
+    origin: Origin,
+    source: String,
+}
+
+impl Measured {
+    /// Add this campaign's launches to the device's evidence of sustained slowdowns.
+    pub fn add_to(&self, evidence: &mut throttle::Evidence) {
+        for record in self.campaign.sizes.values() {
+            evidence.add(&record.times_ns.to_vec());
+        }
+    }
+}
+
+/// Plan and measure one kernel: the planner's sizes (or every size, when that fits the budget),
+/// the heavy-tail screen and the verification sweep.
+pub fn measure_kernel(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    recipe: &Recipe,
+    cancel: &AtomicBool,
+    progress: &mut dyn FnMut(f64),
+) -> Result<Measured, CalibrateError> {
+    let sizes = gpu.info().partition_sizes.clone();
     let budget = recipe.campaign.max_sizes;
     let mut every_size = None;
     let mut next = |c: &KernelCampaign| {
@@ -131,10 +177,6 @@ pub fn calibrate_kernel(
         &mut phase(progress, PLANNED_SIZES),
     )?;
     look_for_a_heavy_tail(gpu, kernel, recipe, &mut campaign, cancel, progress)?;
-    let model_error = |source| CalibrateError::Model {
-        kernel: kernel.name.to_string(),
-        source,
-    };
     let mut notes = Vec::new();
     if every_size == Some(true) {
         notes.push(format!(
@@ -144,24 +186,9 @@ pub fn calibrate_kernel(
     } else if recipe.sweep.enabled {
         notes = sweep(gpu, kernel, recipe, &sizes, &mut campaign, cancel, progress)?;
     }
-    let mut table = method::bound_table(
-        &observations(&campaign),
-        &sizes,
-        recipe.method,
-        &recipe.method_config,
-    )
-    .map_err(model_error)?;
-    table.notes.extend(notes);
-    let calibrated_at = Utc::now();
-    Ok(KernelCalibration {
-        id: format!(
-            "{}@{}",
-            kernel.name,
-            calibrated_at.format("%Y%m%dT%H%M%S%.3fZ")
-        ),
-        calibrated_at,
+    Ok(Measured {
         campaign,
-        table,
+        notes,
         origin: match kernel.manifest() {
             Some(_) => Origin::Manifest,
             None => Origin::Builtin,
@@ -169,6 +196,44 @@ pub fn calibrate_kernel(
         source: kernel
             .manifest()
             .map_or_else(|| "built-in suite".into(), |m| m.path.display().to_string()),
+    })
+}
+
+/// Bounds at `sizes` from a measured campaign, allowing for the sustained slowdowns in the
+/// recipe's evidence (the delay probe, the job's kernels, this one's own launches: the caller
+/// adds them, once).
+pub fn fit_measured(
+    measured: Measured,
+    sizes: &[u32],
+    recipe: &Recipe,
+) -> Result<KernelCalibration, CalibrateError> {
+    let mut config = recipe.method_config;
+    let mut notes = Vec::new();
+    if let Some(found) = recipe.slowdowns.slowdown() {
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+        notes.push(found.note());
+    }
+    let campaign = measured.campaign;
+    let mut table = method::bound_table(&observations(&campaign), sizes, recipe.method, &config)
+        .map_err(|source| CalibrateError::Model {
+            kernel: campaign.kernel.clone(),
+            source,
+        })?;
+    table.notes.extend(notes);
+    table.notes.extend(measured.notes);
+    let calibrated_at = Utc::now();
+    Ok(KernelCalibration {
+        id: format!(
+            "{}@{}",
+            campaign.kernel,
+            calibrated_at.format("%Y%m%dT%H%M%S%.3fZ")
+        ),
+        calibrated_at,
+        campaign,
+        table,
+        origin: measured.origin,
+        source: measured.source,
     })
 }
 
@@ -219,16 +284,29 @@ pub fn from_samples(
             throttle_reasons: Vec::new(),
         },
     };
-    let table = method::bound_table(
+    // Imported samples are in launch order, so they show slowdowns as measured ones do.
+    let mut config = recipe.method_config;
+    let mut evidence = recipe.slowdowns;
+    for times in imported.by_size.values() {
+        evidence.add(times);
+    }
+    if let Some(found) = evidence.slowdown() {
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+    }
+    let mut table = method::bound_table(
         &observations(&campaign),
         &device.partition_sizes,
         recipe.method,
-        &recipe.method_config,
+        &config,
     )
     .map_err(|source| CalibrateError::Model {
         kernel: imported.kernel.clone(),
         source,
     })?;
+    if let Some(found) = evidence.slowdown() {
+        table.notes.push(found.note());
+    }
     Ok(KernelCalibration {
         id: format!("{}@{}", imported.kernel, now.format("%Y%m%dT%H%M%S%.3fZ")),
         calibrated_at: now,
@@ -435,6 +513,35 @@ mod tests {
     use super::*;
     use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
     use crate::kernels;
+
+    #[test]
+    fn the_delay_probe_finds_the_devices_throttling_and_only_where_there_is_some() {
+        let profile = |name: &str| {
+            DeviceProfile::load(&format!(
+                "{}/calibration/profiles/{name}",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap()
+        };
+        let probed = |p: DeviceProfile| {
+            let mut gpu = SimGpu::new(p, SimOptions::default());
+            with_device_probe(&mut gpu, &Recipe::default()).unwrap().0
+        };
+        // 5% of 50-launch stretches throttle 40 launches to 92% clock: 8.7% slower.
+        let deep = probed(profile("foreign/dev-h200-deep.toml"));
+        let found = deep
+            .slowdowns
+            .slowdown()
+            .expect("the probe meets its throttling");
+        assert!((found.depth - 0.087).abs() < 0.01, "{found:?}");
+        assert!(found.share >= 0.05 * 40.0 / 50.0 * 0.8, "{found:?}");
+        // The fixed delays are fitted without the throttled runs: well under 8.7% of 20 µs.
+        assert!(deep.method_config.device_delay_ns < 1000.0, "{deep:?}");
+        assert_eq!(
+            probed(profile("h100-measured.toml")).slowdowns.slowdown(),
+            None
+        );
+    }
 
     fn launches_per_size(name: &str) -> Vec<usize> {
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());

@@ -9,7 +9,9 @@ use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use crate::gpu::{Gpu, Interference, RunRequest};
 use crate::kernels::{self, Geometry};
 use crate::model::evaluate::{self, CalibrationSizes, KernelEvaluation, Score};
-use crate::model::{method, BoundTable, ExceedanceBasis, Method, MethodConfig, Observations};
+use crate::model::{
+    method, throttle, BoundTable, ExceedanceBasis, Method, MethodConfig, Observations,
+};
 use crate::samples::SampleSet;
 
 /// Fewest samples at a measured size that `fit` turns into bounds. With n samples the largest is
@@ -45,6 +47,7 @@ pub fn fit(
     method: Method,
     config: &MethodConfig,
 ) -> anyhow::Result<Vec<KernelFit>> {
+    let config = &with_device_slowdown(samples, usize::MAX, config);
     let mut out = Vec::new();
     for (kernel, by_size) in samples {
         if let Some((m, s)) = by_size.iter().find(|(_, s)| s.len() < MIN_SAMPLES_PER_SIZE) {
@@ -75,6 +78,27 @@ pub fn fit(
     Ok(out)
 }
 
+/// `config` with the sustained slowdowns (throttling) found in the first `launches` samples of
+/// every size of every kernel in `samples`: offline, the kernels of one file are the device's
+/// evidence, as the delay probe and the job's kernels are in the daemon ([`crate::model::throttle`]).
+pub fn with_device_slowdown(
+    samples: &SampleSet,
+    launches: usize,
+    config: &MethodConfig,
+) -> MethodConfig {
+    let series = samples
+        .values()
+        .flat_map(|by_size| by_size.values())
+        .map(|t| &t[..t.len().min(launches)]);
+    // Two sources (a delay-probe file set them already) are merged by the larger of each.
+    let mut with = *config;
+    if let Some(found) = throttle::sustained_slowdown(series) {
+        with.device_slowdown = with.device_slowdown.max(found.depth);
+        with.device_slowdown_share = with.device_slowdown_share.max(found.share);
+    }
+    with
+}
+
 /// What too few samples leave unsupported, with the numbers.
 fn thin_sample_warnings(
     counts: &BTreeMap<u32, usize>,
@@ -96,7 +120,7 @@ fn thin_sample_warnings(
         ));
     } else if exceedance > configured * (1.0 + 1e-9) {
         warnings.push(format!(
-            "heavy tail: bound stated at exceedance {exceedance:e} per launch, not the configured {configured:e}"
+            "bound stated at exceedance {exceedance:e} per launch, not the configured {configured:e} (a heavy tail, or the device's sustained slowdowns; the notes say which)"
         ));
     }
     warnings
@@ -197,6 +221,9 @@ pub fn evaluate_all(
     config: &MethodConfig,
     budget: evaluate::SampleBudget,
 ) -> Vec<KernelEvaluation> {
+    // The daemon measures every size at its default budget, so the first `launches` of every
+    // size are what its campaign would have looked for slowdowns in.
+    let config = &with_device_slowdown(calibration, budget.launches, config);
     let mut out = Vec::new();
     for (kernel, by_size) in calibration {
         let Some(held) = holdout.get(kernel) else {

@@ -1236,11 +1236,18 @@ fn calibrate_job(
         .iter()
         .flat_map(|&tag| kernels.iter().map(move |k| (tag, k)))
         .collect();
+    let mut measured = Vec::new();
     let mut results = Vec::new();
     let mut report = JobReport::default();
+    // Sustained slowdowns are the device's: every kernel's bound allows for what the probe and
+    // every kernel of the job showed, so kernels are fitted when their tag is done.
+    let mut evidence = recipe.slowdowns;
     for (i, &(tag, kernel)) in steps.iter().enumerate() {
         match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
-            Ok(cal) => results.push((tag, kernel.name.clone(), cal)),
+            Ok(m) => {
+                m.add_to(&mut evidence);
+                measured.push((tag, m));
+            }
             Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
                 return (
                     JobState::Cancelled,
@@ -1268,7 +1275,15 @@ fn calibrate_job(
         // (a stressed 8-SM launch takes up to 160 ms), and a first start should not serve nothing
         // for that long.
         let tag_done = steps.get(i + 1).is_none_or(|&(next, _)| next != tag);
-        if tag_done && i + 1 < steps.len() && !results.is_empty() {
+        if !tag_done {
+            continue;
+        }
+        let fitted = Recipe {
+            slowdowns: evidence,
+            ..recipe
+        };
+        results = fit_all(std::mem::take(&mut measured), gpu, &fitted, &mut report);
+        if i + 1 < steps.len() && !results.is_empty() {
             let (state, done) = commit(store, inner, std::mem::take(&mut results), "calibrated");
             if state != JobState::Done {
                 return (state, done);
@@ -1287,15 +1302,35 @@ fn calibrate_job(
     report.finish(inner)
 }
 
-/// The job's recipe with the device's fixed delays probed (a failure ends the job).
+/// Fit every measured campaign with `recipe` (its slowdowns the job's); a fit that fails is the
+/// job's failure for that kernel alone.
+fn fit_all(
+    measured: Vec<(Interference, calibrate::Measured)>,
+    gpu: &mut dyn Gpu,
+    recipe: &Recipe,
+    report: &mut JobReport,
+) -> Vec<(Interference, String, crate::store::KernelCalibration)> {
+    let sizes = gpu.info().partition_sizes.clone();
+    let mut results = Vec::new();
+    for (tag, m) in measured {
+        let name = m.campaign.kernel.clone();
+        match calibrate::fit_measured(m, &sizes, recipe) {
+            Ok(cal) => results.push((tag, name, cal)),
+            Err(e) => report.failures.push(format!("{name} ({tag}): {e}")),
+        }
+    }
+    results
+}
+
+/// The job's recipe with the device's fixed delays and slowdowns probed (a failure ends the job).
 fn probed_recipe(
     gpu: &mut dyn Gpu,
     inner: &Inner,
     job: &Job,
 ) -> std::result::Result<Recipe, (JobState, String)> {
-    match calibrate::with_device_delay(gpu, &inner.config.recipe) {
-        Ok((recipe, note)) => {
-            if let Some(note) = note {
+    match calibrate::with_device_probe(gpu, &inner.config.recipe) {
+        Ok((recipe, notes)) => {
+            for note in notes {
                 tracing::info!(job = job.id, "{note}");
             }
             Ok(recipe)
@@ -1319,7 +1354,7 @@ fn calibrate_step(
     recipe: &Recipe,
     steps: &[(Interference, &KernelSpec)],
     i: usize,
-) -> std::result::Result<KernelCalibration, calibrate::CalibrateError> {
+) -> std::result::Result<calibrate::Measured, calibrate::CalibrateError> {
     let (tag, kernel) = steps[i];
     let mut recipe = *recipe;
     recipe.campaign.interference = tag;
@@ -1352,7 +1387,7 @@ fn calibrate_step(
         gpu,
         on_run: &mut narrate,
     };
-    calibrate::calibrate_kernel(&mut narrated, kernel, &recipe, &job.cancel, &mut progress)
+    calibrate::measure_kernel(&mut narrated, kernel, &recipe, &job.cancel, &mut progress)
 }
 
 fn is_lost(e: &calibrate::CalibrateError) -> bool {

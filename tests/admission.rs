@@ -414,7 +414,8 @@ async fn exceedance_is_served_and_weaker_bounds_are_admitted_only_on_request() {
     let d = env.daemon(&["--exceedance", "1e-12"]).await;
     let info = d.bound_info("needle", 64).await;
     let exceedance = f64::try_from(&info["exceedance"]).unwrap();
-    assert!(exceedance >= 1e-9, "{exceedance}");
+    // Made at 1e-9; the device's throttling, allowed for, can state it a little stricter.
+    assert!((0.99e-9..=1e-9).contains(&exceedance), "{exceedance}");
     assert_eq!(
         f64::try_from(&info["configured_exceedance"]).unwrap(),
         1e-12

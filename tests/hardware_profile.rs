@@ -6,7 +6,7 @@
 
 use std::sync::atomic::AtomicBool;
 
-use wcetd::calibrate::{calibrate_kernel, with_device_delay, Recipe};
+use wcetd::calibrate::{calibrate_kernel, with_device_probe, Recipe};
 use wcetd::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use wcetd::gpu::{Gpu, Interference, RunRequest};
 use wcetd::kernels;
@@ -35,7 +35,7 @@ fn violations(probe: bool) -> Vec<(String, u32, u64, u64)> {
         delay_probe_launches: if probe { 100_000 } else { 0 },
         ..Recipe::default()
     };
-    let (recipe, _) = with_device_delay(&mut cal, &recipe).expect("probe");
+    let (recipe, _) = with_device_probe(&mut cal, &recipe).expect("probe");
     let mut held = gpu(8);
     let mut out = Vec::new();
     for kernel in kernels::builtin_suite() {

@@ -2,7 +2,8 @@
 # Reproduces the evaluation tables in docs/method.md on the datasets pre-registered in
 # docs/evaluation/preregistration.md (used for nothing else):
 #   bash docs/evaluation/run.sh [WORKDIR]     (needs `cargo build --release` first; under a minute on 2 cores, 2026-11-22)
-# OLD_WCETCTL=path/to/wcetctl also scores the method as it was before issue 13 on the same data.
+# OLD_WCETCTL=path/to/wcetctl also scores the method as it was before issue 13 on the same data;
+# PREV_WCETCTL, as it was before the second round (built from 681ccab).
 # ROUND=2 runs the second round's fresh report seeds (docs/evaluation/preregistration-2.md): every
 # seed range shifted by 10,000.
 set -euo pipefail
@@ -29,6 +30,12 @@ run() { # prefix seed simulate-args...
     evaluate "$W" "$p" "$s"                                   # wcetd with its sweep, and the published strategies
     evaluate "$W" "ns_$p" "$s" --methods wcetd --sweep-launches 0   # wcetd without the sweep
     [ -z "${OLD_WCETCTL:-}" ] || evaluate "$OLD_WCETCTL" "old_$p" "$s" --methods wcetd
+    [ -z "${PREV_WCETCTL:-}" ] || evaluate "$PREV_WCETCTL" "prev_$p" "$s" --methods wcetd
+    # Every realisable size measured, as the daemon's default --calibration-budget does on these
+    # profiles (second round on).
+    local every
+    every=$(cut -d, -f2 "$work/held_$s.csv" | tail -n +2 | sort -un | paste -sd,)
+    evaluate "$W" "all_$p" "$s" --methods wcetd --calibrate-at "$every" --sweep-launches 0
 }
 for s in $(seq $((61001 + R)) $((61008 + R))); do run h "$s"; done
 for s in $(seq $((62001 + R)) $((62004 + R))); do run e "$s" --profile embedded; done

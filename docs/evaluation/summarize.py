@@ -1,7 +1,8 @@
 """Pools `wcetctl --json evaluate` outputs in the current directory (written by run.sh) into the
 tables of docs/method.md. Prefixes: h (H200), e (embedded), k (H200 contended), fh/fe/fk (the
 foreign report set on the same), t (three sizes, offline); ns_ (wcetd without the sweep) and
-old_ (the method before issue 13) where present."""
+old_ (the method before issue 13), prev_ (before the second round) and all_ (every size
+measured) where present."""
 import json, glob, collections
 
 HEAVY = {'tmatch', 'rep.pareto'}
@@ -52,6 +53,8 @@ for prefix, label in DATASETS:
         table_row(m + (' (with sweep)' if m == 'wcetd' and prefix != 't' else ''), rows, m)
     table_row('wcetd without sweep', load('ns_' + prefix), 'wcetd')
     table_row('wcetd before issue 13', load('old_' + prefix), 'wcetd')
+    table_row('wcetd before the second round', load('prev_' + prefix), 'wcetd')
+    table_row('wcetd, every size measured', load('all_' + prefix), 'wcetd')
     print(f"\nPer kernel, `wcetd`{' with the sweep' if prefix != 't' else ''} (pooled over seeds):\n")
     print("| kernel | violations | mean pessimism | max pessimism | sizes measured (mean) | laws chosen |")
     print("|---|---|---|---|---|---|")

@@ -1765,7 +1765,8 @@ fn calibration_sizes(spec: &str) -> anyhow::Result<CalibrationSizes> {
     }
 }
 
-/// The method's configuration, with the device's rare delays when a delay-probe file is given.
+/// The method's configuration, with the device's rare delays and sustained slowdowns when a
+/// delay-probe file is given.
 fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfig> {
     let mut config = MethodConfig::default();
     let Some(path) = delays else {
@@ -1784,6 +1785,12 @@ fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfig> {
         })?;
         times.push(t);
     }
+    if let Some(found) = wcetd::model::throttle::sustained_slowdown([times.as_slice()]) {
+        eprintln!("wcetctl: delay probe: {}", found.note());
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+    }
+    let times = wcetd::model::throttle::without_runs(&times);
     if let Some(d) = wcetd::model::tail::device_delay(&times, config.exceedance) {
         eprintln!("wcetctl: {}", d.note);
         config.device_delay_ns = d.ns;

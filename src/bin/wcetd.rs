@@ -426,6 +426,7 @@ fn service_config(args: &Args) -> ServiceConfig {
                 ..Sweep::default()
             },
             delay_probe_launches: args.delay_probe_launches,
+            ..Recipe::default()
         },
         monitor: MonitorConfig {
             recalibrate_on_overrun: args

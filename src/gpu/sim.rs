@@ -72,6 +72,9 @@ impl DelayProfile {
 
 /// The delay probe's launch: a fixed amount of work this long on the whole device.
 const PROBE_NS: f64 = 20_000.0;
+/// Launches of the delay probe per chance of a throttling episode: the batch length the
+/// campaigns use by default, so the probe throttles as often per launch as a kernel does.
+const PROBE_STRETCH: u32 = 50;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -632,9 +635,24 @@ impl Gpu for SimGpu {
         let mut rng = self.rng_for("wcetd.delay-probe", sms);
         self.batches_run += 1;
         let mut times = Vec::with_capacity(launches as usize);
-        for _ in 0..launches {
+        // The device throttles during the probe as during any batch: an episode may start in
+        // every stretch of a kernel batch's length.
+        let mut episode = None;
+        for i in 0..launches {
             self.check_fault()?;
-            let body = PROBE_NS * (1.0 + 0.001 * standard_normal(&mut rng).abs().min(4.0));
+            // An episode runs its full length (the probe is one long batch, not many short ones).
+            let running = episode.is_some_and(|(_, end)| i < end);
+            if i % PROBE_STRETCH == 0 && !running {
+                episode = throttle_episode(&mut rng, &self.profile.throttle, PROBE_STRETCH)
+                    .map(|(start, _)| (i + start, i + start + self.profile.throttle.run_length));
+            }
+            let clock = match episode {
+                Some((start, end)) if (start..end).contains(&i) => {
+                    self.profile.throttle.clock_factor
+                }
+                _ => 1.0,
+            };
+            let body = PROBE_NS * (1.0 + 0.001 * standard_normal(&mut rng).abs().min(4.0)) / clock;
             times.push((body + self.profile.delays.draw(&mut rng)).round() as u64);
             self.launches_run += 1;
         }

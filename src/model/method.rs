@@ -99,6 +99,13 @@ pub struct MethodConfig {
     pub device_delay_ns: f64,
     #[serde(default)]
     pub device_delay_exceedance: f64,
+    /// The device's sustained slowdowns (see [`super::throttle`]), found in the delay probe and
+    /// the job's kernels: launches `device_slowdown` slower than typical (0.08 for 8%) on up to
+    /// `device_slowdown_share` of launches. 0 when none was seen.
+    #[serde(default)]
+    pub device_slowdown: f64,
+    #[serde(default)]
+    pub device_slowdown_share: f64,
 }
 
 impl Default for MethodConfig {
@@ -112,6 +119,8 @@ impl Default for MethodConfig {
             unseen_condition_margin: 0.0,
             device_delay_ns: 0.0,
             device_delay_exceedance: 0.0,
+            device_slowdown: 0.0,
+            device_slowdown_share: 0.0,
         }
     }
 }
@@ -139,9 +148,28 @@ fn wcetd(
     sizes: &[u32],
     config: &MethodConfig,
 ) -> Result<BoundTable, ModelError> {
-    let mut tail = tail::tail_bound(obs, config.exceedance);
+    // With the device's sustained slowdowns, half the exceedance goes to the launches they slow
+    // (a share π of launches, each at p/(2π)) and half to the rest, so the mixture is still at p.
+    let slowdown =
+        (config.device_slowdown > 0.0 && config.device_slowdown_share > 0.0).then(|| {
+            (
+                config.device_slowdown,
+                config.device_slowdown_share.min(1.0),
+            )
+        });
+    let own = if slowdown.is_some() { 0.5 } else { 1.0 };
+    let mut tail = tail::tail_bound(obs, config.exceedance * own);
     tail.include_device_delay(config.device_delay_ns, config.device_delay_exceedance);
-    let typical = TypicalFit::new(obs, sizes, config);
+    if let Some((depth, share)) = slowdown {
+        let slowed = tail::tail_bound(obs, (config.exceedance * 0.5 / share).min(0.5));
+        tail.include_device_slowdown(&slowed, depth, share);
+    }
+    let mut typical = TypicalFit::new(obs, sizes, config);
+    // Launches at sizes not measured in full can show a rise the measured medians do not (a
+    // contention hump between two of them); then the clamp between neighbours and the
+    // non-increasing pass would both rest on a monotonicity the data contradict.
+    let rise = typical.monotone.then(|| verified_rise(obs)).flatten();
+    typical.monotone &= rise.is_none();
     let shape = typical.shape(obs, config, true);
     let mut entries = Vec::with_capacity(sizes.len());
     let mut additive_binding = false;
@@ -156,15 +184,19 @@ fn wcetd(
         make_non_increasing(&mut entries);
     }
     let validated = typical.validated;
+    let mut notes = wcetd_notes(
+        &validated,
+        &typical.medians,
+        typical.monotone,
+        &tail,
+        config,
+    );
+    notes.extend(rise.map(|(a, b)| {
+        format!("the verification sweep saw the time rise from {a} to {b} SMs beyond its noise: monotonicity not assumed")
+    }));
     Ok(BoundTable {
         method: Method::Wcetd,
-        notes: wcetd_notes(
-            &validated,
-            &typical.medians,
-            typical.monotone,
-            &tail,
-            config,
-        ),
+        notes,
         law: validated.as_ref().map(|v| v.fitted.clone()),
         law_margin: typical.law_margin,
         validation_error: validated.as_ref().map_or(0.0, |v| v.error),
@@ -301,8 +333,8 @@ struct Shape<'a> {
 
 impl Shape<'_> {
     /// The typical time at `m` that the bound is built on (the bound is this times the tail
-    /// ratio): every step, in order, with why it keeps the bound safe. Only step 6 can lower the
-    /// estimate, and it is an upper bound in its own right.
+    /// ratio): every step, in order, with why it keeps the bound safe. Only steps 5 and 7 can
+    /// lower the estimate, and each is an upper bound in its own right.
     fn safety_chain(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
         let left = self.medians.iter().rev().find(|p| p.sms <= m);
         let right = self.medians.iter().find(|p| p.sms >= m);
@@ -360,13 +392,17 @@ impl Shape<'_> {
         Ok((self.verified_floor(m, estimate), Provenance::Fitted))
     }
 
-    /// Step 6 of the chain.
+    /// Steps 6 and 7 of the chain.
     fn verified_floor(&self, m: u32, estimate: f64) -> f64 {
-        let seen = self.verified.and_then(|v| v.get(&m));
-        let floor = seen
-            .and_then(|s| verify::median_interval(s))
-            .map_or(0.0, |(_, hi)| hi);
-        estimate.max(floor)
+        let Some(seen) = self.verified.and_then(|v| v.get(&m)) else {
+            return estimate;
+        };
+        let floor = verify::median_interval(seen).map_or(0.0, |(_, hi)| hi);
+        // 7. ...and never above a stricter upper limit of that median (below it with probability
+        //    1e-6): it is an upper bound on the typical time at m in its own right, from launches
+        //    at m, where steps 2-5 are the envelope of neighbours up to 50 SMs away.
+        let cap = verify::median_upper_limit(seen, verify::CAP_RISK).unwrap_or(f64::INFINITY);
+        estimate.max(floor).min(cap.max(floor))
     }
 
     /// Step 2 of the chain: `edge` is the nearest measured size.
@@ -454,6 +490,29 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
     );
     let w = (mm - lm) / (rm - lm);
     (l.time_ns.ln() * (1.0 - w) + r.time_ns.ln() * w).exp()
+}
+
+/// Two sizes a < b where the time at b is certainly above the time at a (beyond
+/// [`MONOTONE_TOLERANCE`]), counting the verification sweep's launches: each size's median as an
+/// interval (a measured size's median as a point, a verified size's confidence interval).
+fn verified_rise(obs: &Observations) -> Option<(u32, u32)> {
+    let mut points: Vec<(u32, f64, f64)> = obs
+        .median_points()
+        .iter()
+        .map(|p| (p.sms, p.time_ns, p.time_ns))
+        .collect();
+    for (&m, samples) in &obs.verified {
+        if let Some((lo, hi)) = verify::median_interval(samples) {
+            points.push((m, lo, hi));
+        }
+    }
+    points.sort_by_key(|p| p.0);
+    points.iter().enumerate().find_map(|(i, a)| {
+        points[i + 1..]
+            .iter()
+            .find(|b| b.1 > a.2 * MONOTONE_TOLERANCE)
+            .map(|b| (a.0, b.0))
+    })
 }
 
 /// Medians never rise by more than [`MONOTONE_TOLERANCE`] from one measured size to the next.
@@ -551,6 +610,48 @@ mod tests {
         let b24 = t.entry(24).unwrap().bound_ns;
         assert!((300..=500).contains(&b24), "{t:?}");
         assert!(t.entries.windows(2).all(|w| w[0].bound_ns >= w[1].bound_ns));
+    }
+
+    /// 200 launches around `t` ns with 1% uniform jitter.
+    fn around(t: f64, seed: u64) -> Vec<u64> {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        (0..200)
+            .map(|_| (t * (1.0 + 0.01 * rng.random::<f64>())) as u64)
+            .collect()
+    }
+
+    /// A hump between two measured sizes of a kernel whose measured medians fall: the sweep's
+    /// launches there must both lift the bound over the hump (so monotonicity is dropped, and
+    /// the bound at the smaller size is not lifted with it) and, where a size is flat, keep the
+    /// bound near its own median instead of the neighbours' envelope.
+    #[test]
+    fn the_sweeps_launches_lift_a_hump_and_cap_a_flat_size() {
+        let mut o = Observations {
+            by_size: [(8, around(400_000.0, 1)), (16, around(200_000.0, 2))]
+                .into_iter()
+                .chain([(48, around(100_000.0, 3)), (64, around(90_000.0, 4))])
+                .collect(),
+            ..Observations::default()
+        };
+        o.verified.insert(24, around(140_000.0, 5)[..32].to_vec());
+        o.verified.insert(32, around(95_000.0, 6)[..32].to_vec());
+        o.verified.insert(40, around(130_000.0, 7)[..32].to_vec()); // a hump above 48's median
+        let sizes = [8, 16, 24, 32, 40, 48, 64];
+        let t = bound_table(&o, &sizes, Method::Wcetd, &MethodConfig::default()).unwrap();
+        let ratio = t.tail.as_ref().unwrap().ratio;
+        let bound = |m| t.entry(m).unwrap().bound_ns as f64;
+        assert!(!t.monotone, "{:?}", t.notes);
+        assert!(
+            t.notes.iter().any(|n| n.contains("rise from 32 to 40")),
+            "{:?}",
+            t.notes
+        );
+        assert!(bound(40) >= 130_000.0 * ratio, "hump: {}", bound(40));
+        // At 32 the sweep's median (95 µs) is far below the neighbours' envelope (200 µs):
+        // the bound is its upper limit times the tail ratio, not the envelope.
+        assert!(bound(32) <= 96_000.0 * ratio * 1.001, "flat: {}", bound(32));
+        assert!(bound(32) >= 95_000.0 * ratio, "flat: {}", bound(32));
     }
 
     #[test]

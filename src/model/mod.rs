@@ -23,6 +23,7 @@ pub mod planner;
 pub mod predict;
 pub mod published;
 pub mod tail;
+pub mod throttle;
 pub mod validate;
 pub mod verify;
 

@@ -113,6 +113,33 @@ impl TailBound {
         ));
     }
 
+    /// Allow for the device's sustained slowdowns ([`super::throttle`]): a launch slowed by
+    /// `depth` on a share `share` of launches. `slowed` is this kernel's tail fitted at the
+    /// exceedance those launches must meet (the caller's share of it over `share`); every ratio
+    /// becomes at least (1 + depth) times its ratio there. The bound is then stated at the
+    /// mixture's exceedance, (1 - share) times its own plus share times the slowed launches'.
+    pub fn include_device_slowdown(&mut self, slowed: &TailBound, depth: f64, share: f64) {
+        let factor = 1.0 + depth;
+        let before = self.ratio;
+        self.ratio = self.ratio.max(factor * slowed.ratio);
+        for (m, own) in self.per_size.iter_mut() {
+            *own = own.max(factor * slowed.ratio_at(*m));
+        }
+        self.exceedance = (1.0 - share) * self.exceedance + share * slowed.exceedance;
+        self.notes.push(format!(
+            "sustained slowdowns on {:.2}% of launches: ratio at least x{factor:.4} the tail at {:e} (x{:.4}), {}; stated at {:e} per launch",
+            share * 100.0,
+            slowed.exceedance,
+            slowed.ratio,
+            if self.ratio > before {
+                format!("which raises it from x{before:.4} to x{:.4}", self.ratio)
+            } else {
+                "below the kernel's own".to_string()
+            },
+            self.exceedance
+        ));
+    }
+
     /// The bound at size `m` over a typical time of `typical_ns` there: the larger of the ratio
     /// and the additive excess.
     pub fn apply(&self, m: u32, typical_ns: f64) -> f64 {
