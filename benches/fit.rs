@@ -1,5 +1,6 @@
 //! Fitting speed: bound tables for 100 kernels x 17 partition sizes with the project's method
-//! (every law fitted and validated leave-one-out, the tail model, the monotone checks), from
+//! (every law fitted and validated leave-one-out, the tail model, the device's slowdowns, the
+//! monotone checks), from
 //! simulated samples. Target: the whole batch in under one second.
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -9,7 +10,7 @@ use std::time::Instant;
 use wcetd::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use wcetd::gpu::{Gpu, Interference, RunRequest};
 use wcetd::kernels;
-use wcetd::model::{method, Method, MethodConfig, Observations};
+use wcetd::model::{method, throttle, Method, MethodConfig, Observations};
 
 /// 100 kernels: the 8 built-in physics under 13 seeds (and 4 more), measured at all 17 sizes.
 fn dataset() -> Vec<Observations> {
@@ -50,10 +51,20 @@ fn dataset() -> Vec<Observations> {
     unreachable!()
 }
 
+/// Every kernel's bounds, after looking for the device's sustained slowdowns in all of their
+/// launches (the H200 profile throttles, so each tail is fitted twice, as in the daemon).
 fn fit_all(data: &[Observations], sizes: &[u32]) -> usize {
+    let mut config = MethodConfig::default();
+    let series = data
+        .iter()
+        .flat_map(|o| o.by_size.values().map(Vec::as_slice));
+    if let Some(found) = throttle::sustained_slowdown(series) {
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+    }
     data.iter()
         .map(|obs| {
-            method::bound_table(obs, sizes, Method::Wcetd, &MethodConfig::default())
+            method::bound_table(obs, sizes, Method::Wcetd, &config)
                 .unwrap()
                 .entries
                 .len()

@@ -309,13 +309,16 @@ fn grid_then_brent(law: Law, pts: &[Point], g: Option<Geometry>, lo: f64, hi: f6
         .windows(2)
         .filter_map(|w| brent(law, pts, g, w[0], w[1]))
         .chain(edges.iter().copied());
-    refined.fold(grid_best, |best, q| {
-        if cost(q) < cost(best) - COST_TIE {
-            q
-        } else {
-            best
-        }
-    })
+    refined
+        .fold((grid_best, cost(grid_best)), |best, q| {
+            let c = cost(q);
+            if c < best.1 - COST_TIE {
+                (q, c)
+            } else {
+                best
+            }
+        })
+        .0
 }
 
 /// Brent's method on one smooth piece `a..b` of the cost; `None` when the piece is empty or the

@@ -157,13 +157,19 @@ fn wcetd(
                 config.device_slowdown_share.min(1.0),
             )
         });
-    let own = if slowdown.is_some() { 0.5 } else { 1.0 };
-    let mut tail = tail::tail_bound(obs, config.exceedance * own);
+    let mut tail = match slowdown {
+        None => tail::tail_bound(obs, config.exceedance),
+        Some((depth, share)) => {
+            let p = config.exceedance * 0.5;
+            let [mut own, slowed]: [TailBound; 2] =
+                tail::tail_bounds(obs, &[p, (p / share).min(0.5)])
+                    .try_into()
+                    .expect("one bound per exceedance");
+            own.include_device_slowdown(&slowed, depth, share);
+            own
+        }
+    };
     tail.include_device_delay(config.device_delay_ns, config.device_delay_exceedance);
-    if let Some((depth, share)) = slowdown {
-        let slowed = tail::tail_bound(obs, (config.exceedance * 0.5 / share).min(0.5));
-        tail.include_device_slowdown(&slowed, depth, share);
-    }
     let mut typical = TypicalFit::new(obs, sizes, config);
     // Launches at sizes not measured in full can show a rise the measured medians do not (a
     // contention hump between two of them); then the clamp between neighbours and the

@@ -199,7 +199,7 @@ const POOLING_LEVEL: f64 = 0.01;
 /// campaign then takes more samples, which narrow the shape's confidence interval.
 pub fn is_heavy(obs: &Observations, config: &super::MethodConfig) -> bool {
     let per_size: Vec<Vec<f64>> = obs.by_size.values().map(|s| ratios(s)).collect();
-    let kind = pooled_tail_bound(&per_size, config.exceedance, Pool::All).kind;
+    let kind = pooled_tail_bounds(&per_size, &[config.exceedance], Pool::All)[0].kind;
     matches!(kind, TailKind::HeavyTail | TailKind::GpdUpperShape)
 }
 
@@ -214,22 +214,30 @@ pub fn is_heavy(obs: &Observations, config: &super::MethodConfig) -> bool {
 /// on the excess at every size, stated at the ratio model's exceedance. The device's own delays,
 /// too rare for one kernel's campaign, come from the delay probe ([`device_delay`]).
 pub fn tail_bound(obs: &Observations, exceedance: f64) -> TailBound {
-    let mut bound = ratio_bound(obs, exceedance);
+    tail_bounds(obs, &[exceedance]).remove(0)
+}
+
+/// [`tail_bound`] at each of `exceedances` (at least one), from one fit: everything but the last
+/// quantile (pooling, threshold, shape, goodness of fit) does not depend on the probability.
+pub fn tail_bounds(obs: &Observations, exceedances: &[f64]) -> Vec<TailBound> {
     let fastest = obs
         .by_size
         .iter()
         .filter(|(_, s)| !s.is_empty())
         .map(|(&m, s)| (m, quantile_u64(s, 0.5)))
         .min_by(|a, b| a.1.total_cmp(&b.1));
-    if let Some((m, median)) = fastest {
-        bound.additive_ns = (bound.ratio_at(m) - 1.0) * median;
-        bound.additive_exceedance = bound.exceedance;
-        bound.notes.push(format!(
-            "a fixed delay does not shrink with more work: every size's bound is at least its typical time plus the excess allowed at the fastest size ({m} SMs), {:.2} µs",
-            bound.additive_ns / 1000.0
-        ));
+    let mut bounds = ratio_bounds(obs, exceedances);
+    for bound in &mut bounds {
+        if let Some((m, median)) = fastest {
+            bound.additive_ns = (bound.ratio_at(m) - 1.0) * median;
+            bound.additive_exceedance = bound.exceedance;
+            bound.notes.push(format!(
+                "a fixed delay does not shrink with more work: every size's bound is at least its typical time plus the excess allowed at the fastest size ({m} SMs), {:.2} µs",
+                bound.additive_ns / 1000.0
+            ));
+        }
     }
-    bound
+    bounds
 }
 
 /// A bound on the excess over the median in nanoseconds.
@@ -248,7 +256,7 @@ pub fn device_delay(probe: &[u64], exceedance: f64) -> Option<Additive> {
     if probe.is_empty() || median <= 0.0 {
         return None;
     }
-    let fitted = pooled_tail_bound(&[ratios(probe)], exceedance, Pool::All);
+    let fitted = pooled_tail_bounds(&[ratios(probe)], &[exceedance], Pool::All).remove(0);
     let ns = (fitted.ratio - 1.0) * median;
     Some(Additive {
         ns,
@@ -264,9 +272,9 @@ pub fn device_delay(probe: &[u64], exceedance: f64) -> Option<Additive> {
     })
 }
 
-/// The ratio model: pooled over sizes when the sizes agree; else pooled after each size's
-/// excesses are scaled to a common spread, and scaled back per size.
-fn ratio_bound(obs: &Observations, exceedance: f64) -> TailBound {
+/// The ratio model at each of `exceedances`: pooled over sizes when the sizes agree; else pooled
+/// after each size's excesses are scaled to a common spread, and scaled back per size.
+fn ratio_bounds(obs: &Observations, exceedances: &[f64]) -> Vec<TailBound> {
     let sizes: Vec<(u32, &[u64])> = obs
         .by_size
         .iter()
@@ -276,7 +284,7 @@ fn ratio_bound(obs: &Observations, exceedance: f64) -> TailBound {
     let per_size: Vec<&[u64]> = sizes.iter().map(|(_, s)| *s).collect();
     let sequences: Vec<Vec<f64>> = per_size.iter().map(|s| ratios(s)).collect();
     let Some(note) = pooling_rejected(&sequences) else {
-        return pooled_tail_bound(&sequences, exceedance, Pool::Balanced);
+        return pooled_tail_bounds(&sequences, exceedances, Pool::Balanced);
     };
     // Location-scale pooling: the excess over the median is assumed to have one shape at every
     // size but a scale of its own (additive jitter is relatively larger where the kernel is
@@ -293,10 +301,25 @@ fn ratio_bound(obs: &Observations, exceedance: f64) -> TailBound {
                 .collect()
         })
         .collect();
-    let mut bound = pooled_tail_bound(&scaled, exceedance, Pool::Balanced);
-    bound.notes.push(note);
+    let mut bounds = pooled_tail_bounds(&scaled, exceedances, Pool::Balanced);
+    for bound in &mut bounds {
+        bound.notes.push(note.clone());
+        scale_back(bound, &sizes, &sequences, &spreads, mean_spread);
+    }
+    bounds
+}
+
+/// Location-scale pooling's last step: each measured size's bound from the pooled one and its
+/// own spread, never below its own largest ratio; the largest is what other sizes get.
+fn scale_back(
+    bound: &mut TailBound,
+    sizes: &[(u32, &[u64])],
+    sequences: &[Vec<f64>],
+    spreads: &[f64],
+    mean_spread: f64,
+) {
     let mut widest: f64 = 1.0;
-    for (((m, _), r), s) in sizes.iter().zip(&sequences).zip(&spreads) {
+    for (((m, _), r), s) in sizes.iter().zip(sequences).zip(spreads) {
         let own_max = r.iter().copied().fold(1.0, f64::max);
         let ratio = (1.0 + (bound.ratio - 1.0) * s / mean_spread).max(own_max);
         bound.per_size.insert(*m, ratio);
@@ -318,13 +341,12 @@ fn ratio_bound(obs: &Observations, exceedance: f64) -> TailBound {
             .join(", ")
     ));
     bound.ratio = widest;
-    bound
 }
 
 /// A size's spread: its 90th-percentile ratio over the median, minus 1 (never 0).
 fn spread(ratios: &[f64]) -> f64 {
     let mut sorted = ratios.to_vec();
-    sorted.sort_by(f64::total_cmp);
+    sorted.sort_unstable_by(f64::total_cmp);
     (quantile_sorted(&sorted, 0.9) - 1.0).max(1e-6)
 }
 
@@ -359,7 +381,7 @@ fn pooling_rejected(per_size: &[Vec<f64>]) -> Option<String> {
         .iter()
         .map(|r| {
             let mut r = r.clone();
-            r.sort_by(f64::total_cmp);
+            r.sort_unstable_by(f64::total_cmp);
             r
         })
         .collect();
@@ -370,7 +392,7 @@ fn pooling_rejected(per_size: &[Vec<f64>]) -> Option<String> {
             .filter(|&(j, _)| j != i)
             .flat_map(|(_, r)| r.iter().copied())
             .collect();
-        rest.sort_by(f64::total_cmp);
+        rest.sort_unstable_by(f64::total_cmp);
         let (n, k) = (own.len() as f64, rest.len() as f64);
         if n < 2.0 || k < 2.0 {
             continue;
@@ -402,8 +424,9 @@ fn ks_two_sample(a: &[f64], b: &[f64]) -> f64 {
     d
 }
 
-/// The tail bound of ratio sequences (one per size, in launch order) pooled as `pool` says.
-fn pooled_tail_bound(per_size: &[Vec<f64>], exceedance: f64, pool: Pool) -> TailBound {
+/// The tail bound of ratio sequences (one per size, in launch order) pooled as `pool` says, at
+/// each of `exceedances`.
+fn pooled_tail_bounds(per_size: &[Vec<f64>], exceedances: &[f64], pool: Pool) -> Vec<TailBound> {
     let share = match pool {
         Pool::Balanced => per_size
             .iter()
@@ -424,12 +447,12 @@ fn pooled_tail_bound(per_size: &[Vec<f64>], exceedance: f64, pool: Pool) -> Tail
         pooled.extend_from_slice(&seq);
         sequences.push(seq);
     }
-    pooled.sort_by(f64::total_cmp);
-    let mut bound = TailBound {
+    pooled.sort_unstable_by(f64::total_cmp);
+    let template = TailBound {
         kind: TailKind::Observed,
         ratio: observed_max_ratio,
         observed_max_ratio,
-        exceedance,
+        exceedance: 0.0,
         shape: 0.0,
         samples: pooled.len(),
         independent,
@@ -439,30 +462,39 @@ fn pooled_tail_bound(per_size: &[Vec<f64>], exceedance: f64, pool: Pool) -> Tail
         additive_exceedance: 0.0,
         notes: Vec::new(),
     };
-    if pooled.len() < MIN_SAMPLES {
-        bound.ratio = 1.0 + 2.0 * (observed_max_ratio - 1.0);
-        bound.notes.push(format!(
-            "{} samples are too few for a tail model (need {MIN_SAMPLES}): twice the largest excess over the median",
-            pooled.len()
-        ));
-        return bound;
-    }
-    choose(&mut bound, &pooled, &sequences);
-    bound.ratio = bound.ratio.max(observed_max_ratio);
-    bound.notes.push(format!(
-        "tail bound x{:.4} of the median (largest observed x{:.4}, {} samples)",
-        bound.ratio, observed_max_ratio, bound.samples
-    ));
-    bound
+    let fit = (pooled.len() >= MIN_SAMPLES).then(|| TailFit::of(&template, &pooled, &sequences));
+    exceedances
+        .iter()
+        .map(|&exceedance| {
+            let mut bound = TailBound {
+                exceedance,
+                ..template.clone()
+            };
+            let Some(fit) = &fit else {
+                bound.ratio = 1.0 + 2.0 * (observed_max_ratio - 1.0);
+                bound.notes.push(format!(
+                    "{} samples are too few for a tail model (need {MIN_SAMPLES}): twice the largest excess over the median",
+                    pooled.len()
+                ));
+                return bound;
+            };
+            fit.choose(&mut bound, &pooled);
+            bound.ratio = bound.ratio.max(observed_max_ratio);
+            bound.notes.push(format!(
+                "tail bound x{:.4} of the median (largest observed x{:.4}, {} samples)",
+                bound.ratio, observed_max_ratio, bound.samples
+            ));
+            bound
+        })
+        .collect()
 }
 
 /// The lowest candidate threshold (with enough exceedances) above which the shape is stable:
 /// the estimate at every higher threshold lies within [`SHAPE_Z`] of its own standard errors of
 /// the estimate here. The highest usable one when none is.
-fn stable_threshold(fit_at: &dyn Fn(f64) -> GpdFit) -> Option<GpdFit> {
-    let fits: Vec<GpdFit> = THRESHOLDS
+fn stable_threshold(at_thresholds: &[GpdFit]) -> Option<GpdFit> {
+    let fits: Vec<&GpdFit> = at_thresholds
         .iter()
-        .map(|&q| fit_at(q))
         .filter(|g| g.excess.len() >= MIN_EXCEEDANCES)
         .collect();
     let stable = (0..fits.len()).find(|&i| {
@@ -471,109 +503,141 @@ fn stable_threshold(fit_at: &dyn Fn(f64) -> GpdFit) -> Option<GpdFit> {
             .all(|h| (h.shape - fits[i].shape).abs() <= SHAPE_Z * h.shape_se())
     });
     let i = stable.unwrap_or(fits.len().checked_sub(1)?);
-    fits.into_iter().nth(i)
+    fits.get(i).map(|g| (*g).clone())
 }
 
-fn choose(bound: &mut TailBound, sorted: &[f64], sequences: &[Vec<f64>]) {
-    let p = bound.exceedance;
-    // Dependent samples (a throttling episode is a run of slow launches) are declustered: the
-    // tail is fitted to the maximum of each cluster of exceedances (Coles 2001, section 5.3).
-    let fit_at = |q: f64| {
-        if bound.independent {
-            GpdFit::at(sorted, q)
-        } else {
-            GpdFit::declustered(sorted, sequences, q)
+/// What a tail model rests on, whatever the probability it is stated at: the GPD at the stable
+/// threshold, whether it passed, and whether the tail is heavy.
+struct TailFit {
+    /// `None`: too few exceedances at every threshold.
+    gpd: Option<GpdFit>,
+    fit_accepted: bool,
+    heavy: Option<GpdFit>,
+    /// Reasons that hold at every probability.
+    notes: Vec<String>,
+}
+
+impl TailFit {
+    fn of(bound: &TailBound, sorted: &[f64], sequences: &[Vec<f64>]) -> TailFit {
+        // Dependent samples (a throttling episode is a run of slow launches) are declustered: the
+        // tail is fitted to the maximum of each cluster of exceedances (Coles 2001, section 5.3).
+        let fit_at = |q: f64| {
+            if bound.independent {
+                GpdFit::at(sorted, q)
+            } else {
+                GpdFit::declustered(sorted, sequences, q)
+            }
+        };
+        let fits: Vec<GpdFit> = THRESHOLDS.iter().map(|&q| fit_at(q)).collect();
+        let mut notes = Vec::new();
+        let Some(gpd) = stable_threshold(&fits) else {
+            notes.push("too few exceedances at every threshold: exponential-tail quantile".into());
+            return TailFit {
+                gpd: None,
+                fit_accepted: false,
+                heavy: None,
+                notes,
+            };
+        };
+        let fit_accepted = gpd.ks_passes_bootstrap();
+        if !bound.independent {
+            notes.push(format!(
+                "samples are autocorrelated (Ljung-Box, lag 10, 1%): tail fitted to {} cluster maxima (runs declustering, run length {DECLUSTER_RUN})",
+                gpd.excess.len()
+            ));
         }
-    };
-    let Some(gpd) = stable_threshold(&fit_at) else {
-        bound.kind = TailKind::ExponentialQuantile;
-        bound.ratio = exponential_envelope(sorted, p);
-        bound
-            .notes
-            .push("too few exceedances at every threshold: exponential-tail quantile".into());
-        return;
-    };
-    bound.shape = gpd.shape;
-    bound.fit_accepted = gpd.ks_passes_bootstrap();
-    if !bound.independent {
-        bound.notes.push(format!(
-            "samples are autocorrelated (Ljung-Box, lag 10, 1%): tail fitted to {} cluster maxima (runs declustering, run length {DECLUSTER_RUN})",
+        notes.push(format!(
+            "threshold at the {:.0}th percentile, where the shape is stable: GPD shape {:.2} +- {:.2} ({} exceedances)",
+            gpd.quantile_level * 100.0,
+            gpd.shape,
+            gpd.shape_se(),
             gpd.excess.len()
         ));
+        if !fit_accepted {
+            notes.push(
+                "GPD fit rejected by Kolmogorov-Smirnov at 5% (bootstrap critical value)".into(),
+            );
+        }
+        let heavy = fits
+            .into_iter()
+            .filter(|g| g.excess.len() >= 2 * MIN_EXCEEDANCES && g.significantly_heavy())
+            .max_by(|a, b| a.shape.total_cmp(&b.shape));
+        // A few huge outliers over a tight body are a heavy tail even when too few to make the GPD
+        // shape significant: the largest excess dwarfs the spread of the body.
+        let body = quantile_sorted(sorted, 0.95) - 1.0;
+        let outliers = body > 0.0 && bound.observed_max_ratio - 1.0 > OUTLIER_FACTOR * body;
+        let heavy = heavy.or_else(|| outliers.then(|| gpd.clone()));
+        if outliers {
+            notes.push(format!(
+                "outliers: largest excess {:.1}% is over {OUTLIER_FACTOR}x the body's 95th percentile ({:.1}%)",
+                (bound.observed_max_ratio - 1.0) * 100.0,
+                body * 100.0
+            ));
+        }
+        TailFit {
+            gpd: Some(gpd),
+            fit_accepted,
+            heavy,
+            notes,
+        }
     }
-    bound.notes.push(format!(
-        "threshold at the {:.0}th percentile, where the shape is stable: GPD shape {:.2} +- {:.2} ({} exceedances)",
-        gpd.quantile_level * 100.0,
-        gpd.shape,
-        gpd.shape_se(),
-        gpd.excess.len()
-    ));
-    if !bound.fit_accepted {
-        bound
-            .notes
-            .push("GPD fit rejected by Kolmogorov-Smirnov at 5% (bootstrap critical value)".into());
-    }
-    let envelope = exponential_envelope(sorted, p);
-    let heavy = THRESHOLDS
-        .iter()
-        .map(|&q| fit_at(q))
-        .filter(|g| g.excess.len() >= 2 * MIN_EXCEEDANCES && g.significantly_heavy())
-        .max_by(|a, b| a.shape.total_cmp(&b.shape));
-    // A few huge outliers over a tight body are a heavy tail even when too few to make the GPD
-    // shape significant: the largest excess dwarfs the spread of the body.
-    let body = quantile_sorted(sorted, 0.95) - 1.0;
-    let outliers = body > 0.0 && bound.observed_max_ratio - 1.0 > OUTLIER_FACTOR * body;
-    let heavy = heavy.or_else(|| outliers.then(|| gpd.clone()));
-    if outliers {
-        bound.notes.push(format!(
-            "outliers: largest excess {:.1}% is over {OUTLIER_FACTOR}x the body's 95th percentile ({:.1}%)",
-            (bound.observed_max_ratio - 1.0) * 100.0,
-            body * 100.0
-        ));
-    }
-    if let Some(tail) = heavy {
-        // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the median,
-        // which no scheduler can use. State the bound at a probability a campaign of tens of
-        // thousands of launches can support instead, and say so.
-        let p = bound.exceedance.max(HEAVY_TAIL_EXCEEDANCE);
-        let upper = tail.upper_shape().max(0.0);
-        bound.kind = TailKind::HeavyTail;
-        bound.shape = tail.shape;
-        bound.exceedance = p;
-        bound.ratio = envelope
-            .max(tail.quantile(p, upper))
-            .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
-        bound.notes.push(format!(
-            "heavy tail (GPD shape {:.2}, upper limit {upper:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
-            tail.shape
-        ));
-    } else if gpd.shape > 0.0 {
-        // The tail may be heavy: the quantile at the shape's upper confidence limit. At 1e-9 it
-        // runs to hundreds of times the median on a few dozen exceedances, so, as for a heavy
-        // tail, it is stated at the probability the data can support, and never below the
-        // exponential quantile at the configured one.
-        let upper = gpd.upper_shape();
-        let stated = p.max(HEAVY_TAIL_EXCEEDANCE);
-        bound.kind = TailKind::GpdUpperShape;
-        bound.exceedance = stated;
-        bound.ratio = gpd.quantile(stated, upper).max(gpd.exponential_quantile(p));
-        bound.notes.push(format!(
-            "GPD shape {:.2} > 0 but not significant: quantile at {stated:e} with the shape's upper confidence limit {upper:.2}, at least the exponential quantile at {p:e}",
-            gpd.shape
-        ));
-    } else if bound.fit_accepted {
-        bound.kind = TailKind::GpdBounded;
-        bound.ratio = gpd.exponential_quantile(p);
-        bound.notes.push(format!(
-            "bounded tail (GPD shape {:.2}); exponential-tail quantile at {p:e}, which lies above it",
-            gpd.shape
-        ));
-    } else {
-        bound.kind = TailKind::ExponentialQuantile;
-        bound.ratio = gpd.exponential_quantile(p).max(envelope);
-        bound
-            .notes
-            .push(format!("exponential tail; quantile at {p:e}"));
+
+    /// The kind and ratio of `bound` at its exceedance.
+    fn choose(&self, bound: &mut TailBound, sorted: &[f64]) {
+        let p = bound.exceedance;
+        bound.notes.extend(self.notes.iter().cloned());
+        bound.fit_accepted = self.fit_accepted;
+        let envelope = exponential_envelope(sorted, p);
+        let Some(gpd) = &self.gpd else {
+            bound.kind = TailKind::ExponentialQuantile;
+            bound.ratio = envelope;
+            return;
+        };
+        bound.shape = gpd.shape;
+        if let Some(tail) = &self.heavy {
+            // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the
+            // median, which no scheduler can use. State the bound at a probability a campaign of
+            // tens of thousands of launches can support instead, and say so.
+            let p = p.max(HEAVY_TAIL_EXCEEDANCE);
+            let upper = tail.upper_shape().max(0.0);
+            bound.kind = TailKind::HeavyTail;
+            bound.shape = tail.shape;
+            bound.exceedance = p;
+            bound.ratio = envelope
+                .max(tail.quantile(p, upper))
+                .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
+            bound.notes.push(format!(
+                "heavy tail (GPD shape {:.2}, upper limit {upper:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
+                tail.shape
+            ));
+        } else if gpd.shape > 0.0 {
+            // The tail may be heavy: the quantile at the shape's upper confidence limit. At 1e-9
+            // it runs to hundreds of times the median on a few dozen exceedances, so, as for a
+            // heavy tail, it is stated at the probability the data can support, and never below
+            // the exponential quantile at the configured one.
+            let upper = gpd.upper_shape();
+            let stated = p.max(HEAVY_TAIL_EXCEEDANCE);
+            bound.kind = TailKind::GpdUpperShape;
+            bound.exceedance = stated;
+            bound.ratio = gpd.quantile(stated, upper).max(gpd.exponential_quantile(p));
+            bound.notes.push(format!(
+                "GPD shape {:.2} > 0 but not significant: quantile at {stated:e} with the shape's upper confidence limit {upper:.2}, at least the exponential quantile at {p:e}",
+                gpd.shape
+            ));
+        } else if self.fit_accepted {
+            bound.kind = TailKind::GpdBounded;
+            bound.ratio = gpd.exponential_quantile(p);
+            bound.notes.push(format!(
+                "bounded tail (GPD shape {:.2}); exponential-tail quantile at {p:e}, which lies above it",
+                gpd.shape
+            ));
+        } else {
+            bound.kind = TailKind::ExponentialQuantile;
+            bound.ratio = gpd.exponential_quantile(p).max(envelope);
+            bound
+                .notes
+                .push(format!("exponential tail; quantile at {p:e}"));
+        }
     }
 }
 
@@ -634,7 +698,7 @@ impl GpdFit {
             }
             maxima.extend(current.map(|(m, _)| m - threshold));
         }
-        maxima.sort_by(f64::total_cmp);
+        maxima.sort_unstable_by(f64::total_cmp);
         let zeta = maxima.len() as f64 / sorted.len().max(1) as f64;
         GpdFit::from_excess(q, threshold, maxima, zeta)
     }
@@ -713,12 +777,12 @@ impl GpdFit {
                 for y in replicate.iter_mut() {
                     *y = gpd_draw(&mut rng, self.shape, self.scale);
                 }
-                replicate.sort_by(f64::total_cmp);
+                replicate.sort_unstable_by(f64::total_cmp);
                 let (shape, scale) = pwm(&replicate);
                 ks_statistic(&replicate, |y| gpd_cdf(y, shape, scale))
             })
             .collect();
-        ds.sort_by(f64::total_cmp);
+        ds.sort_unstable_by(f64::total_cmp);
         d <= quantile_sorted(&ds, 0.95)
     }
 }
@@ -819,7 +883,7 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
 /// Quantile of unsorted integer samples.
 pub fn quantile_u64(samples: &[u64], q: f64) -> f64 {
     let mut v: Vec<f64> = samples.iter().map(|&t| t as f64).collect();
-    v.sort_by(f64::total_cmp);
+    v.sort_unstable_by(f64::total_cmp);
     quantile_sorted(&v, q)
 }
 

@@ -144,6 +144,17 @@ pub fn without_runs(series: &[u64]) -> Vec<u64> {
         .collect()
 }
 
+/// Launches between the starts of the windows examined: every window.
+const STRIDE: usize = 1;
+
+/// The median of a window (halfway between its two middle values), reordering it: a selection,
+/// not a sort, since the search sees every launch of every kernel.
+fn window_median(window: &mut [u64; WINDOW]) -> f64 {
+    let (below, upper, _) = window.select_nth_unstable(WINDOW / 2);
+    let lower = below.iter().copied().max().unwrap_or(*upper) as f64;
+    lower + (*upper as f64 - lower) * 0.5
+}
+
 struct Run {
     /// Index of the first launch of the first flagged window.
     start: usize,
@@ -159,25 +170,23 @@ fn slow_runs(series: &[u64]) -> Vec<Run> {
         return Vec::new();
     }
     let mut sorted: Vec<f64> = series.iter().map(|&t| t as f64).collect();
-    sorted.sort_by(f64::total_cmp);
+    sorted.sort_unstable_by(f64::total_cmp);
     let median = quantile_sorted(&sorted, 0.5);
     if median <= 0.0 {
         return Vec::new();
     }
     let mut deviations: Vec<f64> = sorted.iter().map(|t| (t / median - 1.0).abs()).collect();
-    deviations.sort_by(f64::total_cmp);
+    deviations.sort_unstable_by(f64::total_cmp);
     let sigma = 1.4826 * quantile_sorted(&deviations, 0.5);
     let threshold = (Z * 1.2533 * sigma / (WINDOW as f64).sqrt()).max(MIN_SLOWDOWN);
-    // Flagged windows, merged into runs: (first window start, last window start).
+    // Flagged windows merged into runs: (first window start, last window start).
     let mut spans: Vec<(usize, usize)> = Vec::new();
-    let mut window = Vec::with_capacity(WINDOW);
-    for start in 0..=series.len() - WINDOW {
-        window.clear();
-        window.extend(series[start..start + WINDOW].iter().map(|&t| t as f64));
-        window.sort_by(f64::total_cmp);
-        if quantile_sorted(&window, 0.5) / median - 1.0 > threshold {
+    let mut window = [0u64; WINDOW];
+    for start in (0..=series.len() - WINDOW).step_by(STRIDE) {
+        window.copy_from_slice(&series[start..start + WINDOW]);
+        if window_median(&mut window) / median - 1.0 > threshold {
             match spans.last_mut() {
-                Some((_, last)) if *last + 1 == start => *last = start,
+                Some((_, last)) if *last + STRIDE == start => *last = start,
                 _ => spans.push((start, start)),
             }
         }
@@ -192,7 +201,7 @@ fn slow_runs(series: &[u64]) -> Vec<Run> {
                 .iter()
                 .map(|&t| t as f64)
                 .collect();
-            centres.sort_by(f64::total_cmp);
+            centres.sort_unstable_by(f64::total_cmp);
             Run {
                 start: first,
                 depth: quantile_sorted(&centres, 0.5) / median - 1.0,
