@@ -1456,8 +1456,17 @@ fn import_bundle(
         }
     }
     let mut results = Vec::new();
+    // Recalibrated as a job's kernels are: with the device's delays and slowdowns probed.
+    let probed = if redo.is_empty() {
+        inner.config.recipe
+    } else {
+        match probed_recipe(gpu, inner, job) {
+            Ok(recipe) => recipe,
+            Err(failed) => return failed,
+        }
+    };
     for (tag, kernel) in redo {
-        let mut recipe = inner.config.recipe;
+        let mut recipe = probed;
         recipe.campaign.interference = tag;
         match calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut |_| {}) {
             Ok(cal) => results.push((tag, kernel.name.clone(), cal)),

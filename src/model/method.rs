@@ -501,22 +501,25 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
 /// Two sizes a < b where the time at b is certainly above the time at a (beyond
 /// [`MONOTONE_TOLERANCE`]), counting the verification sweep's launches: each size's median as an
 /// interval (a measured size's median as a point, a verified size's confidence interval).
+/// Only pairs with a verified size count: the measured medians alone are judged by
+/// [`is_monotone`], step by step.
 fn verified_rise(obs: &Observations) -> Option<(u32, u32)> {
-    let mut points: Vec<(u32, f64, f64)> = obs
+    // (size, lower, upper, verified)
+    let mut points: Vec<(u32, f64, f64, bool)> = obs
         .median_points()
         .iter()
-        .map(|p| (p.sms, p.time_ns, p.time_ns))
+        .map(|p| (p.sms, p.time_ns, p.time_ns, false))
         .collect();
     for (&m, samples) in &obs.verified {
         if let Some((lo, hi)) = verify::median_interval(samples) {
-            points.push((m, lo, hi));
+            points.push((m, lo, hi, true));
         }
     }
     points.sort_by_key(|p| p.0);
     points.iter().enumerate().find_map(|(i, a)| {
         points[i + 1..]
             .iter()
-            .find(|b| b.1 > a.2 * MONOTONE_TOLERANCE)
+            .find(|b| (a.3 || b.3) && b.0 > a.0 && b.1 > a.2 * MONOTONE_TOLERANCE)
             .map(|b| (a.0, b.0))
     })
 }

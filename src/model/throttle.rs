@@ -46,7 +46,7 @@ pub struct Slowdown {
 impl Slowdown {
     pub fn note(&self) -> String {
         format!(
-            "the device showed sustained slowdowns (throttling): {} run(s) of {WINDOW} or more launches, the deepest {:.1}% slower than typical, in {} launches examined; every bound allows for it on up to {:.2}% of launches",
+            "the device showed sustained slowdowns (throttling): {} run(s) of slow launches (windows of {WINDOW}), {:.1}% slower than typical, in {} launches examined; every bound allows for it on up to {:.2}% of launches",
             self.runs,
             self.depth * 100.0,
             self.launches_examined,
@@ -95,17 +95,6 @@ impl Evidence {
         }
     }
 
-    /// Both sets of series together.
-    pub fn merge(&mut self, other: &Evidence) {
-        self.runs += other.runs;
-        self.slowed += other.slowed;
-        self.examined += other.examined;
-        self.longest = self.longest.max(other.longest);
-        self.weights += other.weights;
-        self.weighted += other.weighted;
-        self.deepest = self.deepest.max(other.deepest);
-    }
-
     /// The slowdown to allow for, `None` when no run stood out. Depth: the runs' precision-weighted
     /// mean plus two of its standard errors, or a run significantly deeper than that, whichever is
     /// larger (the largest single estimate would be the noisiest kernel's). Share: the launches
@@ -144,9 +133,6 @@ pub fn without_runs(series: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// Launches between the starts of the windows examined: every window.
-const STRIDE: usize = 1;
-
 /// The median of a window (halfway between its two middle values), reordering it: a selection,
 /// not a sort, since the search sees every launch of every kernel.
 fn window_median(window: &mut [u64; WINDOW]) -> f64 {
@@ -179,14 +165,30 @@ fn slow_runs(series: &[u64]) -> Vec<Run> {
     deviations.sort_unstable_by(f64::total_cmp);
     let sigma = 1.4826 * quantile_sorted(&deviations, 0.5);
     let threshold = (Z * 1.2533 * sigma / (WINDOW as f64).sqrt()).max(MIN_SLOWDOWN);
-    // Flagged windows merged into runs: (first window start, last window start).
+    // Flagged windows merged into runs: (first window start, last window start). The search
+    // sees every launch of every kernel, so it counts, sliding, the launches that are slow on
+    // their own: with more than half of a window slow its median is too, with fewer than half it
+    // is not, and only at exactly half is the median taken.
+    let slow = |t: u64| t as f64 / median - 1.0 > threshold;
     let mut spans: Vec<(usize, usize)> = Vec::new();
     let mut window = [0u64; WINDOW];
-    for start in (0..=series.len() - WINDOW).step_by(STRIDE) {
-        window.copy_from_slice(&series[start..start + WINDOW]);
-        if window_median(&mut window) / median - 1.0 > threshold {
+    let mut count = series[..WINDOW].iter().filter(|&&t| slow(t)).count();
+    for start in 0..=series.len() - WINDOW {
+        if start > 0 {
+            count = count + usize::from(slow(series[start + WINDOW - 1]))
+                - usize::from(slow(series[start - 1]));
+        }
+        let flagged = match count.cmp(&(WINDOW / 2)) {
+            std::cmp::Ordering::Greater => true,
+            std::cmp::Ordering::Less => false,
+            std::cmp::Ordering::Equal => {
+                window.copy_from_slice(&series[start..start + WINDOW]);
+                window_median(&mut window) / median - 1.0 > threshold
+            }
+        };
+        if flagged {
             match spans.last_mut() {
-                Some((_, last)) if *last + STRIDE == start => *last = start,
+                Some((_, last)) if *last + 1 == start => *last = start,
                 _ => spans.push((start, start)),
             }
         }
