@@ -339,8 +339,8 @@ struct Shape<'a> {
 
 impl Shape<'_> {
     /// The typical time at `m` that the bound is built on (the bound is this times the tail
-    /// ratio): every step, in order, with why it keeps the bound safe. Only steps 5 and 7 can
-    /// lower the estimate, and each is an upper bound in its own right.
+    /// ratio): every step, in order, with why it keeps the bound safe. Only step 5 can lower the
+    /// estimate, and it is an upper bound in its own right.
     fn safety_chain(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
         let left = self.medians.iter().rev().find(|p| p.sms <= m);
         let right = self.medians.iter().find(|p| p.sms >= m);
@@ -398,17 +398,15 @@ impl Shape<'_> {
         Ok((self.verified_floor(m, estimate), Provenance::Fitted))
     }
 
-    /// Steps 6 and 7 of the chain.
+    /// Step 6 of the chain. The sweep's launches only ever raise the estimate: on an H100 the
+    /// first 32 launches of a batch ran faster than the batch's median, so capping the estimate
+    /// at their upper limit (tried in issue 13's second round) let a bound fall below a launch.
     fn verified_floor(&self, m: u32, estimate: f64) -> f64 {
-        let Some(seen) = self.verified.and_then(|v| v.get(&m)) else {
-            return estimate;
-        };
-        let floor = verify::median_interval(seen).map_or(0.0, |(_, hi)| hi);
-        // 7. ...and never above a stricter upper limit of that median (below it with probability
-        //    1e-6): it is an upper bound on the typical time at m in its own right, from launches
-        //    at m, where steps 2-5 are the envelope of neighbours up to 50 SMs away.
-        let cap = verify::median_upper_limit(seen, verify::CAP_RISK).unwrap_or(f64::INFINITY);
-        estimate.max(floor).min(cap.max(floor))
+        let seen = self.verified.and_then(|v| v.get(&m));
+        let floor = seen
+            .and_then(|s| verify::median_interval(s))
+            .map_or(0.0, |(_, hi)| hi);
+        estimate.max(floor)
     }
 
     /// Step 2 of the chain: `edge` is the nearest measured size.
@@ -631,11 +629,10 @@ mod tests {
     }
 
     /// A hump between two measured sizes of a kernel whose measured medians fall: the sweep's
-    /// launches there must both lift the bound over the hump (so monotonicity is dropped, and
-    /// the bound at the smaller size is not lifted with it) and, where a size is flat, keep the
-    /// bound near its own median instead of the neighbours' envelope.
+    /// launches there must lift the bound over the hump, so monotonicity is dropped (and the
+    /// non-increasing pass does not lift the smaller sizes to it).
     #[test]
-    fn the_sweeps_launches_lift_a_hump_and_cap_a_flat_size() {
+    fn the_sweeps_launches_lift_a_hump_and_drop_monotonicity() {
         let mut o = Observations {
             by_size: [(8, around(400_000.0, 1)), (16, around(200_000.0, 2))]
                 .into_iter()
@@ -657,10 +654,17 @@ mod tests {
             t.notes
         );
         assert!(bound(40) >= 130_000.0 * ratio, "hump: {}", bound(40));
-        // At 32 the sweep's median (95 µs) is far below the neighbours' envelope (200 µs):
-        // the bound is its upper limit times the tail ratio, not the envelope.
-        assert!(bound(32) <= 96_000.0 * ratio * 1.001, "flat: {}", bound(32));
-        assert!(bound(32) >= 95_000.0 * ratio, "flat: {}", bound(32));
+        // Measured sizes alone, rising by under 1% a step but more in all, are not a rise.
+        let mut flat = o.clone();
+        flat.verified.clear();
+        flat.by_size.insert(48, around(90_500.0, 8));
+        flat.by_size.insert(64, around(91_000.0, 9));
+        let t = bound_table(&flat, &sizes, Method::Wcetd, &MethodConfig::default()).unwrap();
+        assert!(
+            !t.notes.iter().any(|n| n.contains("verification sweep saw")),
+            "{:?}",
+            t.notes
+        );
     }
 
     #[test]

@@ -33,42 +33,6 @@ pub fn median_interval(samples: &[u64]) -> Option<(f64, f64)> {
     Some((sorted[lo] as f64, sorted[hi] as f64))
 }
 
-/// Chance, per verified size, that [`median_upper_limit`] is below the true median.
-pub const CAP_RISK: f64 = 1e-6;
-
-/// An upper limit on the median of the distribution `samples` come from that is below it with
-/// probability at most `risk`: the smallest order statistic k with P(Binomial(n, 1/2) >= k) <= risk
-/// (distribution-free; k samples or more below the median is that rare). `None` when `samples`
-/// are too few for any order statistic to reach `risk`.
-pub fn median_upper_limit(samples: &[u64], risk: f64) -> Option<f64> {
-    let n = samples.len();
-    // Binomial(n, 1/2) upper tail, from the top: P(X >= k) for k = n, n-1, ...
-    let ln_half_n = -(n as f64) * std::f64::consts::LN_2;
-    let mut tail = 0.0;
-    let mut ln_choose = 0.0; // ln C(n, k) for k = n
-    let mut k = n;
-    loop {
-        let next = tail + (ln_choose + ln_half_n).exp();
-        if next > risk {
-            break;
-        }
-        tail = next;
-        if k == 0 {
-            break;
-        }
-        // C(n, k-1) = C(n, k) * k / (n - k + 1)
-        ln_choose += (k as f64).ln() - ((n - k + 1) as f64).ln();
-        k -= 1;
-    }
-    // P(X >= k + 1) <= risk: the (k + 1)-th smallest sample (index k) is the limit.
-    if k + 1 > n || tail == 0.0 {
-        return None;
-    }
-    let mut sorted = samples.to_vec();
-    sorted.sort_unstable();
-    Some(sorted[k] as f64)
-}
-
 /// A verified size whose median is above the typical curve by more than its noise explains.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Disagreement {
@@ -114,17 +78,6 @@ pub fn disagreements(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_median_upper_limit_is_the_order_statistic_with_the_stated_risk() {
-        let samples: Vec<u64> = (1..=32).collect();
-        // P(Binomial(32, 1/2) >= 30) = 1.2e-7 <= 1e-6 < P(>= 29) = 1.3e-6: the 30th smallest.
-        assert_eq!(median_upper_limit(&samples, 1e-6), Some(30.0));
-        // P(>= 26) = 2.7e-4 <= 1e-3 < P(>= 25) = 1.1e-3: the 26th.
-        assert_eq!(median_upper_limit(&samples, 1e-3), Some(26.0));
-        // Ten samples are all below the median with probability 1e-3: no limit at 1e-6.
-        assert_eq!(median_upper_limit(&samples[..10], 1e-6), None);
-    }
 
     #[test]
     fn the_median_interval_brackets_the_median_and_narrows_with_launches() {
