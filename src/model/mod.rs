@@ -6,6 +6,7 @@
 //! - [`law`]: scaling laws and their fits (argmin);
 //! - [`validate`]: law choice and safety margin by leave-one-out validation;
 //! - [`tail`]: the statistical tail bound (peaks over threshold);
+//! - [`throttle`]: the device's sustained slowdowns, found in any launch-ordered series;
 //! - [`method`]: the project's bound method (`wcetd`), its safety chain in one function;
 //! - [`published`]: the published strategies it is compared against;
 //! - [`verify`]: which sizes the verification sweep says must be measured in full;
