@@ -243,6 +243,9 @@ fn main() -> std::process::ExitCode {
 
 async fn run(args: Args) -> anyhow::Result<()> {
     check_ranges(&args)?;
+    // Before anything is started: a SIGTERM that came while the daemon was still starting would
+    // otherwise kill it with the default action, possibly in the middle of a save.
+    let shutdown = ShutdownSignals::install()?;
     let state_dir = args
         .state_dir
         .clone()
@@ -262,7 +265,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &first_jobs,
     );
     let lost_why = tokio::select! {
-        _ = wait_for_shutdown() => None,
+        _ = shutdown.wait() => None,
         why = any_device_lost(&services) => why,
     };
     tracing::info!("shutting down");
@@ -521,12 +524,27 @@ fn announce(
     tracing::info!(unique_name = %unique, "ready");
 }
 
-async fn wait_for_shutdown() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM (the service manager) and SIGINT (a terminal), caught from the moment they are installed.
+struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+
+    /// Until either arrives (or has arrived since `install`).
+    async fn wait(mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }
 

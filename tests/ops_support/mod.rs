@@ -73,10 +73,20 @@ impl Daemon {
         // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
         unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let deadline = Instant::now() + WAIT;
-        while self.child.try_wait().ok().flatten().is_none() {
+        let status = loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for wcetd") {
+                break status;
+            }
             assert!(Instant::now() < deadline, "wcetd did not exit on SIGTERM");
             std::thread::sleep(Duration::from_millis(10));
-        }
+        };
+        // Killed by the signal itself means it was not caught: shutdown saved nothing.
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            None,
+            "wcetd died of the SIGTERM instead of shutting down"
+        );
     }
 
     pub fn log_text(&self) -> String {
