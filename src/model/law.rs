@@ -443,16 +443,25 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
 }
 
 /// Least squares restricted to the columns in `mask`, from the Gram matrix of unit columns.
+/// On the stack: the fitter calls this for every subset of columns at every trial exponent.
 fn solve_active(gram: &[[f64; 3]; 3], xty: &[f64; 3], cols: usize, mask: u32) -> Option<[f64; 3]> {
-    let active: Vec<usize> = (0..cols).filter(|c| mask & (1 << c) != 0).collect();
-    let a = active
-        .iter()
-        .map(|&i| active.iter().map(|&j| gram[i][j]).collect())
-        .collect();
-    let b = active.iter().map(|&i| xty[i]).collect();
-    let sol = solve(a, b)?;
+    let mut active = [0usize; 3];
+    let mut n = 0;
+    for c in (0..cols).filter(|c| mask & (1 << c) != 0) {
+        active[n] = c;
+        n += 1;
+    }
+    let mut a = [[0.0; 3]; 3];
+    let mut b = [0.0; 3];
+    for (r, &i) in active[..n].iter().enumerate() {
+        b[r] = xty[i];
+        for (k, &j) in active[..n].iter().enumerate() {
+            a[r][k] = gram[i][j];
+        }
+    }
+    let sol = solve(a, b, n)?;
     let mut coef = [0.0; 3];
-    for (&c, v) in active.iter().zip(sol) {
+    for (&c, v) in active[..n].iter().zip(sol) {
         coef[c] = v;
     }
     Some(coef)
@@ -462,10 +471,11 @@ fn solve_active(gram: &[[f64; 3]; 3], xty: &[f64; 3], cols: usize, mask: u32) ->
 /// dependent on the others (the system is treated as singular).
 const SINGULAR_PIVOT: f64 = 1e-10;
 
-/// Gaussian elimination with partial pivoting on a matrix whose diagonal is 1 (unit columns);
-/// `None` for a singular system.
-fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
-    let n = b.len();
+/// Gaussian elimination with partial pivoting on the leading `n` x `n` block of a matrix whose
+/// diagonal is 1 (unit columns); `None` for a singular system.
+// Index loops read as the matrix algebra they are.
+#[allow(clippy::needless_range_loop)]
+fn solve(mut a: [[f64; 3]; 3], mut b: [f64; 3], n: usize) -> Option<[f64; 3]> {
     for col in 0..n {
         let pivot = (col..n).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
         if a[pivot][col].abs() < SINGULAR_PIVOT {
@@ -473,17 +483,16 @@ fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
         }
         a.swap(col, pivot);
         b.swap(col, pivot);
-        let (pivot_rows, rest) = a.split_at_mut(col + 1);
-        let pivot_row = &pivot_rows[col];
-        for (offset, row) in rest.iter_mut().enumerate() {
-            let f = row[col] / pivot_row[col];
-            for (x, p) in row[col..].iter_mut().zip(&pivot_row[col..]) {
-                *x -= f * p;
+        let pivot_row = a[col];
+        for row in col + 1..n {
+            let f = a[row][col] / pivot_row[col];
+            for k in col..n {
+                a[row][k] -= f * pivot_row[k];
             }
-            b[col + 1 + offset] -= f * b[col];
+            b[row] -= f * b[col];
         }
     }
-    let mut x = vec![0.0; n];
+    let mut x = [0.0; 3];
     for row in (0..n).rev() {
         let s: f64 = (row + 1..n).map(|k| a[row][k] * x[k]).sum();
         x[row] = (b[row] - s) / a[row][row];

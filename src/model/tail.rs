@@ -385,19 +385,14 @@ fn pooling_rejected(per_size: &[Vec<f64>]) -> Option<String> {
             r
         })
         .collect();
-    for (i, own) in sorted.iter().enumerate() {
-        let mut rest: Vec<f64> = sorted
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != i)
-            .flat_map(|(_, r)| r.iter().copied())
-            .collect();
-        rest.sort_unstable_by(f64::total_cmp);
-        let (n, k) = (own.len() as f64, rest.len() as f64);
+    let mut all: Vec<f64> = per_size.iter().flatten().copied().collect();
+    all.sort_unstable_by(f64::total_cmp);
+    for own in &sorted {
+        let (n, k) = (own.len() as f64, (all.len() - own.len()) as f64);
         if n < 2.0 || k < 2.0 {
             continue;
         }
-        let d = ks_two_sample(own, &rest);
+        let d = ks_against_the_rest(own, &all);
         if d > c * ((n + k) / (n * k)).sqrt() {
             return Some(format!(
                 "jitter differs between sizes (two-sample Kolmogorov-Smirnov D = {d:.3} at one size, level {POOLING_LEVEL} over {} sizes): tail bounded per size",
@@ -408,18 +403,21 @@ fn pooling_rejected(per_size: &[Vec<f64>]) -> Option<String> {
     None
 }
 
-/// Largest distance between the empirical distribution functions of two sorted samples.
-fn ks_two_sample(a: &[f64], b: &[f64]) -> f64 {
-    let (mut i, mut j, mut d) = (0, 0, 0.0f64);
-    while i < a.len() && j < b.len() {
-        let x = a[i].min(b[j]);
-        while i < a.len() && a[i] <= x {
+/// The two-sample Kolmogorov-Smirnov distance between `own` and the other values of `all` (both
+/// sorted, `own` a part of `all`): the others' distribution function is all's count less own's,
+/// so one sort of the pool serves every size.
+fn ks_against_the_rest(own: &[f64], all: &[f64]) -> f64 {
+    let (n, k) = (own.len() as f64, (all.len() - own.len()) as f64);
+    let (mut i, mut a, mut d) = (0, 0, 0.0f64);
+    while a < all.len() {
+        let x = all[a];
+        while a < all.len() && all[a] <= x {
+            a += 1;
+        }
+        while i < own.len() && own[i] <= x {
             i += 1;
         }
-        while j < b.len() && b[j] <= x {
-            j += 1;
-        }
-        d = d.max((i as f64 / a.len() as f64 - j as f64 / b.len() as f64).abs());
+        d = d.max((i as f64 / n - (a - i) as f64 / k).abs());
     }
     d
 }
@@ -880,11 +878,22 @@ pub fn quantile_sorted(sorted: &[f64], q: f64) -> f64 {
     sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64)
 }
 
-/// Quantile of unsorted integer samples.
+/// Quantile of unsorted integer samples, as [`quantile_sorted`] would give it after a sort, by
+/// selection (linear time: every size's median is taken this way, again and again).
 pub fn quantile_u64(samples: &[u64], q: f64) -> f64 {
-    let mut v: Vec<f64> = samples.iter().map(|&t| t as f64).collect();
-    v.sort_unstable_by(f64::total_cmp);
-    quantile_sorted(&v, q)
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut v = samples.to_vec();
+    let pos = q.clamp(0.0, 1.0) * (v.len() - 1) as f64;
+    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
+    let (_, &mut below, above) = v.select_nth_unstable(lo);
+    let below = below as f64;
+    if hi == lo {
+        return below;
+    }
+    let next = above.iter().copied().min().map_or(below, |t| t as f64);
+    below + (next - below) * (pos - lo as f64)
 }
 
 #[cfg(test)]
@@ -903,6 +912,68 @@ mod tests {
     fn draw(n: usize, seed: u64, f: impl Fn(&mut ChaCha8Rng) -> f64) -> Vec<u64> {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
         (0..n).map(|_| (100_000.0 * f(&mut rng)) as u64).collect()
+    }
+
+    /// The textbook two-sample statistic, against which the one-pool version is checked.
+    fn ks_two_sample(a: &[f64], b: &[f64]) -> f64 {
+        let (mut i, mut j, mut d) = (0, 0, 0.0f64);
+        while i < a.len() && j < b.len() {
+            let x = a[i].min(b[j]);
+            while i < a.len() && a[i] <= x {
+                i += 1;
+            }
+            while j < b.len() && b[j] <= x {
+                j += 1;
+            }
+            d = d.max((i as f64 / a.len() as f64 - j as f64 / b.len() as f64).abs());
+        }
+        d
+    }
+
+    #[test]
+    fn the_distance_to_the_rest_of_the_pool_is_the_two_sample_distance() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for sizes in [2usize, 3, 17] {
+            let per_size: Vec<Vec<f64>> = (0..sizes)
+                .map(|i| {
+                    let mut r: Vec<f64> = (0..50 + 10 * i)
+                        .map(|_| f64::from(rng.random_range(0..40u32)) * (1.0 + i as f64 / 50.0))
+                        .collect();
+                    r.sort_unstable_by(f64::total_cmp);
+                    r
+                })
+                .collect();
+            let mut all: Vec<f64> = per_size.iter().flatten().copied().collect();
+            all.sort_unstable_by(f64::total_cmp);
+            for (i, own) in per_size.iter().enumerate() {
+                let mut rest: Vec<f64> = per_size
+                    .iter()
+                    .enumerate()
+                    .filter(|&(j, _)| j != i)
+                    .flat_map(|(_, r)| r.iter().copied())
+                    .collect();
+                rest.sort_unstable_by(f64::total_cmp);
+                assert_eq!(ks_against_the_rest(own, &all), ks_two_sample(own, &rest));
+            }
+        }
+    }
+
+    #[test]
+    fn quantile_by_selection_equals_quantile_after_a_sort() {
+        let mut rng = ChaCha8Rng::seed_from_u64(7);
+        for n in [1usize, 2, 3, 10, 199, 200] {
+            let s: Vec<u64> = (0..n).map(|_| rng.random_range(0..1000)).collect();
+            let mut sorted: Vec<f64> = s.iter().map(|&t| t as f64).collect();
+            sorted.sort_unstable_by(f64::total_cmp);
+            for q in [0.0, 0.1, 0.5, 0.9, 0.99, 1.0] {
+                assert_eq!(
+                    quantile_u64(&s, q),
+                    quantile_sorted(&sorted, q),
+                    "n {n} q {q}"
+                );
+            }
+        }
+        assert_eq!(quantile_u64(&[], 0.5), 0.0);
     }
 
     #[test]
