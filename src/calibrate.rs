@@ -98,6 +98,9 @@ pub struct Sweep {
     /// Seconds of launches per kernel: when measuring every realisable size is estimated to
     /// fit, every size is measured. 0 never measures more than the planner chooses.
     pub budget_s: f64,
+    /// Most sizes measured in full because the fitted curve was loose there
+    /// ([`verify::LOOSE_ABOVE`]); 0: the sweep only ever raises bounds.
+    pub tightenings: usize,
 }
 
 impl Default for Sweep {
@@ -106,6 +109,7 @@ impl Default for Sweep {
             enabled: true,
             launches: verify::SWEEP_LAUNCHES,
             budget_s: DEFAULT_BUDGET_S,
+            tightenings: verify::MAX_TIGHTENINGS,
         }
     }
 }
@@ -366,7 +370,9 @@ fn fits_budget(c: &KernelCampaign, sizes: &[u32], recipe: &Recipe) -> bool {
 
 /// The verification sweep: a few launches at every size not measured, then, while the median
 /// at some verified size is above the fitted curve by more than its noise explains, that size
-/// measured in full (the worst first) and the kernel refitted. Returns why sizes were added.
+/// measured in full (the worst first) and the kernel refitted; then, up to
+/// `recipe.sweep.tightenings` times, the size where the curve is loosest over the sweep's median
+/// likewise ([`verify::next_size`]). Returns why sizes were added.
 fn sweep(
     gpu: &mut dyn Gpu,
     kernel: &KernelSpec,
@@ -404,20 +410,28 @@ fn sweep(
         .map(|r| r.times_ns.len() as u32)
         .min()
         .unwrap_or(settings.launches);
+    let mut tightened = 0;
     loop {
-        let found = verify::disagreements(&observations(campaign), sizes, &recipe.method_config)
-            .map_err(|source| CalibrateError::Model {
-                kernel: kernel.name.to_string(),
-                source,
-            })?;
-        let Some(worst) = found.first() else {
+        let next = verify::next_size(
+            &observations(campaign),
+            sizes,
+            &recipe.method_config,
+            tightened,
+            recipe.sweep.tightenings,
+        )
+        .map_err(|source| CalibrateError::Model {
+            kernel: kernel.name.to_string(),
+            source,
+        })?;
+        let Some(next) = next else {
             return Ok(notes);
         };
+        tightened += usize::from(matches!(next, verify::NextSize::Loose(_)));
         // Its verification launches become the first of its full measurement.
-        if let Some(record) = campaign.verified.remove(&worst.sms) {
-            campaign.sizes.insert(worst.sms, record);
+        if let Some(record) = campaign.verified.remove(&next.sms()) {
+            campaign.sizes.insert(next.sms(), record);
         }
-        let added = [worst.sms];
+        let added = [next.sms()];
         measure::extend_campaign(
             gpu,
             kernel,
@@ -428,7 +442,7 @@ fn sweep(
             cancel,
             &mut |_, _| {},
         )?;
-        notes.push(worst.note());
+        notes.push(next.note());
     }
 }
 

@@ -249,6 +249,10 @@ enum Command {
         /// Verification-sweep samples at each size not calibrated at, as the daemon takes (0: no sweep).
         #[arg(long, default_value_t = 32)]
         sweep_launches: usize,
+        /// Most sizes the sweep takes in full because the fitted curve stood more than 5% above
+        /// its median there, as the daemon's --tighten-sizes (0: the sweep only raises bounds).
+        #[arg(long, default_value_t = wcetd::model::verify::MAX_TIGHTENINGS)]
+        tighten_sizes: usize,
     },
     /// Measure every kernel at every realisable partition size on a device (the real GPU or the
     /// simulator) and write a dataset: samples-<interference>.csv, geometry.csv, stamp.json.
@@ -541,12 +545,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             screen_launches,
             heavy_tail_launches,
             sweep_launches,
+            tighten_sizes,
         } => {
             let budget = SampleBudget {
                 launches,
                 screen_launches,
                 heavy_tail_launches,
                 sweep_launches,
+                sweep_tightenings: tighten_sizes,
             };
             evaluate(cli.json, data, methods, plot.as_deref(), budget)
         }

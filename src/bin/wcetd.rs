@@ -76,6 +76,11 @@ struct Args {
     /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
     #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
     calibration_budget: f64,
+    /// Most sizes per kernel the verification sweep measures in full because the fitted curve
+    /// stood more than 5% above the sweep's median there (a full measurement each buys a tighter
+    /// bound). 0: the sweep only measures sizes where the curve is too low.
+    #[arg(long, default_value_t = wcetd::model::verify::MAX_TIGHTENINGS)]
+    tighten_sizes: usize,
     /// Which GPUs to serve: `all`, or indices in CUDA's device order (`0,2`). Each gets its own
     /// object `/org/wcetd/Wcetd1/gpu/N`, worker, job queue, store file and health.
     #[arg(long, default_value = "all")]
@@ -426,6 +431,7 @@ fn service_config(args: &Args) -> ServiceConfig {
             },
             sweep: Sweep {
                 budget_s: args.calibration_budget,
+                tightenings: args.tighten_sizes,
                 ..Sweep::default()
             },
             delay_probe_launches: args.delay_probe_launches,

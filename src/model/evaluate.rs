@@ -134,6 +134,8 @@ pub struct SampleBudget {
     pub heavy_tail_launches: usize,
     /// Launches of the verification sweep at each size not chosen (0: no sweep).
     pub sweep_launches: usize,
+    /// Most sizes the sweep takes in full because the curve was loose there.
+    pub sweep_tightenings: usize,
 }
 
 impl Default for SampleBudget {
@@ -143,6 +145,7 @@ impl Default for SampleBudget {
             screen_launches: 2000,
             heavy_tail_launches: 10_000,
             sweep_launches: super::verify::SWEEP_LAUNCHES as usize,
+            sweep_tightenings: super::verify::MAX_TIGHTENINGS,
         }
     }
 }
@@ -174,7 +177,9 @@ pub fn campaign_view(
 /// The daemon's verification sweep on a campaign view: the first `budget.sweep_launches`
 /// samples of `calibration` at every size of it not in `view`, then, while some verified size's
 /// median is above the fitted curve by more than its noise explains, that size taken in full (as
-/// many samples as the measured sizes have). Returns the view and the sizes now measured.
+/// many samples as the measured sizes have), and up to `budget.sweep_tightenings` sizes where the
+/// curve is loose likewise ([`super::verify::next_size`]). Returns the view and the sizes now
+/// measured.
 pub fn with_sweep(
     calibration: &Observations,
     mut view: Observations,
@@ -189,12 +194,15 @@ pub fn with_sweep(
         }
     }
     let full = view.by_size.values().map(Vec::len).min().unwrap_or(0);
-    while let Ok(found) = super::verify::disagreements(&view, &all, config) {
-        let Some(worst) = found.first() else { break };
-        view.verified.remove(&worst.sms);
-        let samples = &calibration.by_size[&worst.sms];
+    let mut tightened = 0;
+    while let Ok(Some(next)) =
+        super::verify::next_size(&view, &all, config, tightened, budget.sweep_tightenings)
+    {
+        tightened += usize::from(matches!(next, super::verify::NextSize::Loose(_)));
+        view.verified.remove(&next.sms());
+        let samples = &calibration.by_size[&next.sms()];
         view.by_size
-            .insert(worst.sms, samples[..samples.len().min(full)].to_vec());
+            .insert(next.sms(), samples[..samples.len().min(full)].to_vec());
     }
     let measured = view.by_size.keys().copied().collect();
     (view, measured)

@@ -228,6 +228,26 @@ pub fn typical_curve(
         .collect()
 }
 
+/// The typical curve the `wcetd` bounds are built on at `sizes`, as [`typical_curve`] but with
+/// the verification sweep's launches taken into account as the bounds take them (their rise check
+/// and their floor): where this stands well above a verified size's median, the bound there is
+/// looser than a measurement would make it.
+pub fn bound_typical_curve(
+    obs: &Observations,
+    sizes: &[u32],
+    config: &MethodConfig,
+) -> Result<Vec<(u32, f64)>, ModelError> {
+    let mut typical = TypicalFit::new(obs, sizes, config);
+    if typical.monotone {
+        typical.monotone = verified_rise(obs).is_none();
+    }
+    let shape = typical.shape(obs, config, true);
+    sizes
+        .iter()
+        .map(|&m| Ok((m, shape.safety_chain(m)?.0)))
+        .collect()
+}
+
 /// What the `wcetd` shape rests on: the per-size medians, the validated law and its margin, and
 /// whether the kernel is taken to be monotone.
 struct TypicalFit {

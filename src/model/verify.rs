@@ -75,6 +75,104 @@ pub fn disagreements(
     Ok(found)
 }
 
+/// How far above a verified size's median (its upper confidence limit) the bound's typical time
+/// may stand before that size is measured in full to tighten the bound: a measured size's bound
+/// rests on its own median, so the measurement takes back at least this share.
+pub const LOOSE_ABOVE: f64 = 0.05;
+
+/// Sizes per kernel measured in full because the curve was loose there (a full measurement each:
+/// tightness is bought with calibration time, and this caps the price).
+pub const MAX_TIGHTENINGS: usize = 4;
+
+/// A verified size where the bound's typical time is more than [`LOOSE_ABOVE`] above the upper
+/// confidence limit of the verification median.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loose {
+    pub sms: u32,
+    /// The typical time over the upper confidence limit of the verification median (> 1).
+    pub excess: f64,
+}
+
+impl Loose {
+    /// Why the size is measured in full, for the calibration's notes.
+    pub fn note(&self) -> String {
+        format!(
+            "{} SMs measured in full to tighten the bound: the fitted curve stood at least {:.1}% above the verification sweep's median",
+            self.sms,
+            (self.excess - 1.0) * 100.0
+        )
+    }
+}
+
+/// Verified sizes of `obs` (not measured in full) where the bound's typical time is loose by more
+/// than [`LOOSE_ABOVE`], loosest first.
+pub fn loose_sizes(
+    obs: &Observations,
+    sizes: &[u32],
+    config: &MethodConfig,
+) -> Result<Vec<Loose>, ModelError> {
+    let curve = method::bound_typical_curve(obs, sizes, config)?;
+    let mut found: Vec<Loose> = curve
+        .into_iter()
+        .filter(|(m, _)| !obs.by_size.contains_key(m))
+        .filter_map(|(m, typical)| {
+            let (_, hi) = median_interval(obs.verified.get(&m)?)?;
+            (typical > hi * (1.0 + LOOSE_ABOVE)).then(|| Loose {
+                sms: m,
+                excess: typical / hi,
+            })
+        })
+        .collect();
+    found.sort_by(|a, b| b.excess.total_cmp(&a.excess));
+    Ok(found)
+}
+
+/// What the sweep does next, given how many sizes it has measured to tighten so far.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NextSize {
+    /// The curve is below a verified median: measured whatever it costs (safety).
+    Disagrees(Disagreement),
+    /// The curve is loose at a verified size, and the cap on tightening is not reached.
+    Loose(Loose),
+}
+
+impl NextSize {
+    pub fn sms(&self) -> u32 {
+        match self {
+            NextSize::Disagrees(d) => d.sms,
+            NextSize::Loose(l) => l.sms,
+        }
+    }
+
+    pub fn note(&self) -> String {
+        match self {
+            NextSize::Disagrees(d) => d.note(),
+            NextSize::Loose(l) => l.note(),
+        }
+    }
+}
+
+/// The next size the sweep measures in full, if any: the worst disagreement first; only when none
+/// is left, the loosest size, while fewer than `max_tightenings` were measured for looseness.
+pub fn next_size(
+    obs: &Observations,
+    sizes: &[u32],
+    config: &MethodConfig,
+    tightened: usize,
+    max_tightenings: usize,
+) -> Result<Option<NextSize>, ModelError> {
+    if let Some(worst) = disagreements(obs, sizes, config)?.into_iter().next() {
+        return Ok(Some(NextSize::Disagrees(worst)));
+    }
+    if tightened >= max_tightenings {
+        return Ok(None);
+    }
+    Ok(loose_sizes(obs, sizes, config)?
+        .into_iter()
+        .next()
+        .map(NextSize::Loose))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +208,50 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].sms, 96);
         assert!(found[0].note().contains("96 SMs measured in full"));
+    }
+
+    #[test]
+    fn a_loose_curve_is_measured_within_the_cap_and_a_tight_one_is_not() {
+        let flat = |m: u32| 1_000_000 / u64::from(m);
+        let samples = |t: u64, n: u64| (0..n).map(|i| t + i % 7).collect::<Vec<u64>>();
+        let sizes: Vec<u32> = (1..=16).map(|i| i * 8).collect();
+        let config = MethodConfig::default();
+        // Measured at both ends only: no law validates, so between them the curve is the slower
+        // neighbour's time, eight times the median the sweep sees at 64 SMs.
+        let mut obs = Observations::default();
+        for m in [8, 128] {
+            obs.by_size.insert(m, samples(flat(m), 200));
+        }
+        obs.verified.insert(64, samples(flat(64), 32));
+        let loose = loose_sizes(&obs, &sizes, &config).unwrap();
+        assert_eq!(loose.len(), 1, "{loose:?}");
+        assert!(loose[0].excess > 7.0, "{loose:?}");
+        assert!(loose[0]
+            .note()
+            .contains("64 SMs measured in full to tighten"));
+        let next = next_size(&obs, &sizes, &config, 0, MAX_TIGHTENINGS).unwrap();
+        assert!(
+            matches!(next, Some(NextSize::Loose(ref l)) if l.sms == 64),
+            "{next:?}"
+        );
+        // The cap reached: a loose size is left, but a size where the curve is too low never is.
+        let capped = next_size(&obs, &sizes, &config, MAX_TIGHTENINGS, MAX_TIGHTENINGS).unwrap();
+        assert_eq!(capped, None);
+        obs.verified.insert(96, samples(flat(8) * 2, 32));
+        let capped = next_size(&obs, &sizes, &config, MAX_TIGHTENINGS, MAX_TIGHTENINGS).unwrap();
+        assert!(
+            matches!(capped, Some(NextSize::Disagrees(ref d)) if d.sms == 96),
+            "{capped:?}"
+        );
+
+        // A 1/m kernel measured at five sizes: its law holds, the curve is tight everywhere.
+        let mut tight = Observations::default();
+        for m in [8, 16, 32, 64, 128] {
+            tight.by_size.insert(m, samples(flat(m), 200));
+        }
+        for m in [24, 96, 112] {
+            tight.verified.insert(m, samples(flat(m), 32));
+        }
+        assert_eq!(loose_sizes(&tight, &sizes, &config).unwrap(), vec![]);
     }
 }
