@@ -1,9 +1,9 @@
 //! How long calibrating the suite takes.
 //!
 //! On the simulator (always): the daemon's own calibration (`calibrate_kernel`) of every
-//! built-in kernel on the H200 profile, three ways: every size measured (the default budget),
-//! the planner's sizes with the verification sweep (`--calibration-budget 0`), and the planner's
-//! sizes alone (the sweep off). It prints the launches and the GPU time they stand for (the sum
+//! built-in kernel on the H200 profile, four ways: every size measured (the default budget),
+//! the planner's sizes with the verification sweep (`--calibration-budget 0`), the same without
+//! the sweep's tightening (`--tighten-sizes 0`), and the planner's sizes alone (the sweep off). It prints the launches and the GPU time they stand for (the sum
 //! of the simulated launch times, which is what a real device would spend), and the wall time.
 //!
 //! On the CUDA device, when there is one: every kernel at every realisable partition size, 200
@@ -27,6 +27,14 @@ fn simulated() {
             "planner + sweep (budget 0)",
             Sweep {
                 budget_s: 0.0,
+                ..Sweep::default()
+            },
+        ),
+        (
+            "planner + sweep, no tightening",
+            Sweep {
+                budget_s: 0.0,
+                tightenings: 0,
                 ..Sweep::default()
             },
         ),
