@@ -188,7 +188,13 @@ pub fn measure_kernel(
             recipe.sweep.budget_s
         ));
     } else if recipe.sweep.enabled {
+        let before = campaign.sizes.len();
         notes = sweep(gpu, kernel, recipe, &sizes, &mut campaign, cancel, progress)?;
+        // Sizes the sweep added were not in the screen: if they make the tail heavy, every size
+        // goes back for the heavy-tail launches, as after the screen.
+        if campaign.sizes.len() > before {
+            go_back_if_heavy(gpu, kernel, recipe, &mut campaign, cancel, &mut |_, _| {})?;
+        }
     }
     Ok(Measured {
         campaign,
@@ -471,9 +477,35 @@ fn look_for_a_heavy_tail(
         cancel,
         &mut phase(progress, SCREEN),
     )?;
-    if settings.heavy_tail_launches <= screened
-        || !model::tail::is_heavy(&observations(campaign), &recipe.method_config)
-    {
+    if settings.heavy_tail_launches <= screened {
+        return Ok(());
+    }
+    go_back_if_heavy(
+        gpu,
+        kernel,
+        recipe,
+        campaign,
+        cancel,
+        &mut phase(progress, HEAVY_TAIL),
+    )
+}
+
+/// If the campaign's launches show a heavy tail, every measured size is extended to
+/// `heavy_tail_launches` (sizes that have them already are left as they are).
+fn go_back_if_heavy(
+    gpu: &mut dyn Gpu,
+    kernel: &KernelSpec,
+    recipe: &Recipe,
+    campaign: &mut KernelCampaign,
+    cancel: &AtomicBool,
+    progress: measure::Progress<'_>,
+) -> Result<(), CalibrateError> {
+    let settings = &recipe.campaign;
+    let short = campaign
+        .sizes
+        .values()
+        .any(|r| (r.times_ns.len() as u32) < settings.heavy_tail_launches);
+    if !short || !model::tail::is_heavy(&observations(campaign), &recipe.method_config) {
         return Ok(());
     }
     let sizes: Vec<u32> = campaign.sizes.keys().copied().collect();
@@ -485,7 +517,7 @@ fn look_for_a_heavy_tail(
         &sizes,
         settings.heavy_tail_launches,
         cancel,
-        &mut phase(progress, HEAVY_TAIL),
+        progress,
     )?;
     Ok(())
 }

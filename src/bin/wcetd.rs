@@ -76,9 +76,9 @@ struct Args {
     /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
     #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
     calibration_budget: f64,
-    /// Most sizes per kernel the verification sweep measures in full because the fitted curve
-    /// stood more than 5% above the sweep's median there (a full measurement each buys a tighter
-    /// bound). 0: the sweep only measures sizes where the curve is too low.
+    /// Most sizes per kernel and interference the verification sweep measures in full because the
+    /// fitted curve stood more than 5% above the sweep's median there (a full measurement each,
+    /// usually for a tighter bound). 0: the sweep only measures sizes where the curve is too low.
     #[arg(long, default_value_t = wcetd::model::verify::MAX_TIGHTENINGS)]
     tighten_sizes: usize,
     /// Which GPUs to serve: `all`, or indices in CUDA's device order (`0,2`). Each gets its own

@@ -178,8 +178,9 @@ pub fn campaign_view(
 /// samples of `calibration` at every size of it not in `view`, then, while some verified size's
 /// median is above the fitted curve by more than its noise explains, that size taken in full (as
 /// many samples as the measured sizes have), and up to `budget.sweep_tightenings` sizes where the
-/// curve is loose likewise ([`super::verify::next_size`]). Returns the view and the sizes now
-/// measured.
+/// curve is loose likewise ([`super::verify::next_size`]); if the sizes added make the tail
+/// heavy, every measured size then gets the heavy-tail launches. Returns the view and the sizes
+/// now measured.
 pub fn with_sweep(
     calibration: &Observations,
     mut view: Observations,
@@ -203,6 +204,14 @@ pub fn with_sweep(
         let samples = &calibration.by_size[&next.sms()];
         view.by_size
             .insert(next.sms(), samples[..samples.len().min(full)].to_vec());
+    }
+    // Sizes added after the heavy-tail screen can make the pooled tail heavy: then, as after the
+    // screen, every measured size goes back for the heavy-tail launches.
+    if full < budget.heavy_tail_launches && super::tail::is_heavy(&view, config) {
+        for (m, samples) in view.by_size.iter_mut() {
+            let all = &calibration.by_size[m];
+            *samples = all[..all.len().min(budget.heavy_tail_launches)].to_vec();
+        }
     }
     let measured = view.by_size.keys().copied().collect();
     (view, measured)
@@ -255,6 +264,47 @@ fn describe(e: &ModelError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sizes the sweep adds after the screen can make the tail heavy; then every measured size
+    /// gets the heavy-tail launches, as after the screen (a review found the sweep skipped this).
+    #[test]
+    fn sizes_the_sweep_adds_are_screened_for_a_heavy_tail() {
+        let sizes: Vec<u32> = (1..=16).map(|i| i * 8).collect();
+        let mut calibration = Observations::default();
+        for &m in &sizes {
+            let typical = 1_000_000 / u64::from(m);
+            // Light jitter everywhere; between the extremes, one launch in 50 delayed by up
+            // to 20x the typical time, with a heavy (1/u) distribution of delays.
+            let heavy = m != 8 && m != 128;
+            let times = (0..12_000u64)
+                .map(|i| {
+                    let jitter = typical + (i * 7919) % 97;
+                    if heavy && i % 50 == 17 {
+                        let u = ((i * 104_729) % 1000 + 1) as f64 / 1000.0;
+                        jitter + (typical as f64 * (0.05 / u).min(20.0)) as u64
+                    } else {
+                        jitter
+                    }
+                })
+                .collect();
+            calibration.by_size.insert(m, times);
+        }
+        let config = MethodConfig::default();
+        let budget = SampleBudget::default();
+        let view = campaign_view(&calibration, &[8, 128], budget, &config);
+        assert!(
+            view.by_size
+                .values()
+                .all(|s| s.len() < budget.heavy_tail_launches),
+            "the screen at the extremes sees no heavy tail"
+        );
+        let (swept, measured) = with_sweep(&calibration, view, budget, &config);
+        assert!(measured.len() > 2, "the sweep added sizes: {measured:?}");
+        assert!(super::super::tail::is_heavy(&swept, &config));
+        for (m, s) in &swept.by_size {
+            assert_eq!(s.len(), budget.heavy_tail_launches, "{m} SMs");
+        }
+    }
 
     #[test]
     fn a_violation_is_counted_and_sized() {

@@ -410,7 +410,9 @@ fn ks_against_the_rest(own: &[f64], all: &[f64]) -> f64 {
     let (n, k) = (own.len() as f64, (all.len() - own.len()) as f64);
     let (mut i, mut a, mut d) = (0, 0, 0.0f64);
     while a < all.len() {
+        // Past x and its ties; the first step is unconditional, so a NaN cannot stall the walk.
         let x = all[a];
+        a += 1;
         while a < all.len() && all[a] <= x {
             a += 1;
         }

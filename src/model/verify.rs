@@ -77,11 +77,12 @@ pub fn disagreements(
 
 /// How far above a verified size's median (its upper confidence limit) the bound's typical time
 /// may stand before that size is measured in full to tighten the bound: a measured size's bound
-/// rests on its own median, so the measurement takes back at least this share.
+/// rests on its own median instead, usually this much lower (the refit moves every size's
+/// bound, the law's and the pooled tail's, so it is not guaranteed).
 pub const LOOSE_ABOVE: f64 = 0.05;
 
-/// Sizes per kernel measured in full because the curve was loose there (a full measurement each:
-/// tightness is bought with calibration time, and this caps the price).
+/// Sizes per kernel and interference measured in full because the curve was loose there (a full
+/// measurement each: tightness is bought with calibration time, and this caps the price).
 pub const MAX_TIGHTENINGS: usize = 4;
 
 /// A verified size where the bound's typical time is more than [`LOOSE_ABOVE`] above the upper
