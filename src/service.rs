@@ -288,13 +288,16 @@ struct Inner {
     catalogue: RwLock<Arc<Catalogue>>,
     /// Launch times reported from production and the floors they put under bounds.
     monitor: Arc<monitor::MonitorState>,
+    /// Set by the GPU worker when its thread ends (also by a panic), for [`Service::stop_worker`].
+    worker_exited: (Mutex<bool>, std::sync::Condvar),
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
 #[derive(Clone)]
 pub struct Service {
     inner: Arc<Inner>,
-    worker: mpsc::Sender<Job>,
+    /// `None` tells the worker to stop.
+    worker: mpsc::Sender<Option<Job>>,
 }
 
 impl Service {
@@ -336,6 +339,7 @@ impl Service {
             lost: tokio::sync::watch::channel(None).0,
             catalogue: RwLock::new(Arc::new(catalogue)),
             monitor,
+            worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -928,11 +932,14 @@ impl Service {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, (status, Arc::clone(&cancel)));
         self.inner.pending.fetch_add(1, Ordering::SeqCst);
-        self.worker.send(Job { id, work, cancel }).map_err(|_| {
-            ServiceError::Busy(
-                "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)".into(),
-            )
-        })?;
+        self.worker
+            .send(Some(Job { id, work, cancel }))
+            .map_err(|_| {
+                ServiceError::Busy(
+                    "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)"
+                        .into(),
+                )
+            })?;
         Ok(id)
     }
 
@@ -993,6 +1000,31 @@ impl Service {
         }
         cancel.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    /// At shutdown: cancel every job and wait, up to `within`, for the GPU worker to end. A
+    /// cancelled calibration stops at its next batch and keeps what it already published, so the
+    /// process does not exit in the middle of a store write (which is atomic anyway: an exit
+    /// there leaves a temporary file the next start removes, never a torn store). `false` when the
+    /// worker did not end in time, as when a launch hangs.
+    pub fn stop_worker(&self, within: std::time::Duration) -> bool {
+        for (_, cancel) in self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
+            cancel.store(true, Ordering::SeqCst);
+        }
+        // Behind any queued job, each of which now ends at once as cancelled.
+        let _ = self.worker.send(None);
+        let (done, ended) = &self.inner.worker_exited;
+        let exited = done.lock().unwrap_or_else(PoisonError::into_inner);
+        let (exited, _) = ended
+            .wait_timeout_while(exited, within, |exited| !*exited)
+            .unwrap_or_else(PoisonError::into_inner);
+        *exited
     }
 
     /// Names of kernels with a served calibration (of either interference) made on another
@@ -1113,10 +1145,28 @@ fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
     inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
 }
 
-fn worker_loop(mut gpu: Box<dyn Gpu>, store: Store, inner: Arc<Inner>, jobs: mpsc::Receiver<Job>) {
+fn worker_loop(
+    mut gpu: Box<dyn Gpu>,
+    store: Store,
+    inner: Arc<Inner>,
+    jobs: mpsc::Receiver<Option<Job>>,
+) {
+    /// Tells [`Service::stop_worker`] that the thread is done, however it ends.
+    struct Exited<'a>(&'a Inner);
+    impl Drop for Exited<'_> {
+        fn drop(&mut self) {
+            let (done, ended) = &self.0.worker_exited;
+            *done
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            ended.notify_all();
+        }
+    }
+    let _exited = Exited(&inner);
     loop {
         let job = match jobs.recv_timeout(CLOCK_POLL) {
-            Ok(job) => job,
+            Ok(Some(job)) => job,
+            Ok(None) => return,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 read_clock(gpu.as_mut(), &inner);
                 continue;

@@ -73,6 +73,53 @@ async fn sigkill_during_recalibration_serves_old_or_new_never_a_mix() {
     .expect("test ran past its time limit");
 }
 
+/// SIGTERM while a recalibration runs: the job is cancelled and ends before the process exits
+/// (its end is in the log, and `stop` fails if the signal killed the process), no temporary file
+/// is left, and the next start serves the bounds of before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        use futures_util::StreamExt;
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
+        wait_for_daemon(&conn, &mut d).await;
+        let calibration = wcetd::client::CalibrationProxy::new(&conn)
+            .await
+            .expect("proxy");
+        let mut progress = calibration
+            .receive_job_progress()
+            .await
+            .expect("JobProgress");
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),))
+            .await
+            .expect("Recalibrate");
+        // Running, and paced at 1 ms a launch: seconds from its end.
+        while let Some(signal) = progress.next().await {
+            if signal.args().expect("JobProgress args").job == job {
+                break;
+            }
+        }
+        d.stop();
+        let log = d.log_text();
+        assert!(
+            log.contains(&format!("job finished job={job} state=\"cancelled\"")),
+            "the job did not end before the process did:\n{log}"
+        );
+        assert!(
+            files_containing(&fx.state(), ".tmp-").is_empty(),
+            "a .tmp- file was left"
+        );
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(curves(&conn).await, old, "the bounds of before are served");
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
 async fn corrupt_store_is_quarantined(damage: fn(&[u8]) -> Vec<u8>, what: &str) {
     let fx = Fixture::new();
     let conn = fx.connect().await;

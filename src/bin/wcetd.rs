@@ -275,8 +275,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
     };
     tracing::info!("shutting down");
     let _ = conn.release_name(dbus::BUS_NAME).await;
-    // After the name is released, so that no report comes in after the last save.
-    for (_, service) in &services {
+    // After the name is released, so that no job is queued and no report comes in after this.
+    for (n, service) in &services {
+        if !service.stop_worker(WORKER_STOP) {
+            tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
+        }
         service.save_observations();
     }
     if let Some(path) = &args.metrics_file {
@@ -529,6 +532,10 @@ fn announce(
         .unwrap_or_default();
     tracing::info!(unique_name = %unique, "ready");
 }
+
+/// How long shutdown waits for a GPU worker to end its cancelled job: well inside systemd's
+/// default stop timeout (90 s), long enough for a batch of launches to finish.
+const WORKER_STOP: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// SIGTERM (the service manager) and SIGINT (a terminal), caught from the moment they are installed.
 struct ShutdownSignals {
