@@ -73,6 +73,20 @@ for prefix, label in DATASETS:
         lawtxt = ', '.join(f"{l} x{c}" for l, c in laws.most_common()) + (f", none x{nolaw}" if nolaw else '')
         print(f"| {kern} | {s[1]} | {s[3]:.1f}% | {s[4]:.1f}% | {measured:.1f} | {lawtxt} |")
 
+# What the sweep's additions cost: sizes measured in full per kernel, mean, for each run present.
+print("\n### Sizes measured in full per kernel (mean)\n")
+print("| dataset | wcetd (with sweep) | without sweep | before the " + PREV_ROUND + " round |")
+print("|---|---|---|---|")
+for prefix, label in DATASETS:
+    if prefix == 't':
+        continue
+    cells = []
+    for p in (prefix, 'ns_' + prefix, 'prev_' + prefix):
+        ks = [k for k in load(p) if k['method'] == 'wcetd']
+        cells.append(f"{sum(len(k['calibrated_at']) for k in ks) / len(ks):.2f}" if ks else '–')
+    if cells[0] != '–':
+        print(f"| {re.sub(r', [0-9]+ seed pairs$', '', label)} | " + ' | '.join(cells) + " |")
+
 # Three sizes: the issue asks for 15% where three points determine a standard shape, and a
 # stated fallback to a safe envelope where they cannot; the notes say which case a kernel is.
 three = [k for k in load('t') if k['method'] == 'wcetd' and k['kernel'] not in HEAVY]
