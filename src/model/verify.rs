@@ -60,19 +60,31 @@ pub fn disagreements(
     config: &MethodConfig,
 ) -> Result<Vec<Disagreement>, ModelError> {
     let curve = method::typical_curve(obs, sizes, config)?;
-    let mut found: Vec<Disagreement> = curve
+    Ok(worst_first(obs, curve, |typical, (lo, _)| {
+        (lo > typical).then(|| lo / typical)
+    })
+    .into_iter()
+    .map(|(sms, excess)| Disagreement { sms, excess })
+    .collect())
+}
+
+/// The verified sizes of `obs` not measured in full where `excess(typical, median interval)` is
+/// `Some`, largest first.
+fn worst_first(
+    obs: &Observations,
+    curve: Vec<(u32, f64)>,
+    excess: impl Fn(f64, (f64, f64)) -> Option<f64>,
+) -> Vec<(u32, f64)> {
+    let mut found: Vec<(u32, f64)> = curve
         .into_iter()
         .filter(|(m, _)| !obs.by_size.contains_key(m))
         .filter_map(|(m, typical)| {
-            let (lo, _) = median_interval(obs.verified.get(&m)?)?;
-            (lo > typical).then(|| Disagreement {
-                sms: m,
-                excess: lo / typical,
-            })
+            let interval = median_interval(obs.verified.get(&m)?)?;
+            Some((m, excess(typical, interval)?))
         })
         .collect();
-    found.sort_by(|a, b| b.excess.total_cmp(&a.excess));
-    Ok(found)
+    found.sort_by(|a, b| b.1.total_cmp(&a.1));
+    found
 }
 
 /// How far above a verified size's median (its upper confidence limit) the bound's typical time
@@ -113,19 +125,12 @@ pub fn loose_sizes(
     config: &MethodConfig,
 ) -> Result<Vec<Loose>, ModelError> {
     let curve = method::bound_typical_curve(obs, sizes, config)?;
-    let mut found: Vec<Loose> = curve
-        .into_iter()
-        .filter(|(m, _)| !obs.by_size.contains_key(m))
-        .filter_map(|(m, typical)| {
-            let (_, hi) = median_interval(obs.verified.get(&m)?)?;
-            (typical > hi * (1.0 + LOOSE_ABOVE)).then(|| Loose {
-                sms: m,
-                excess: typical / hi,
-            })
-        })
-        .collect();
-    found.sort_by(|a, b| b.excess.total_cmp(&a.excess));
-    Ok(found)
+    Ok(worst_first(obs, curve, |typical, (_, hi)| {
+        (typical > hi * (1.0 + LOOSE_ABOVE)).then(|| typical / hi)
+    })
+    .into_iter()
+    .map(|(sms, excess)| Loose { sms, excess })
+    .collect())
 }
 
 /// What the sweep does next, given how many sizes it has measured to tighten so far.
