@@ -446,10 +446,11 @@ impl DeviceArgs {
     }
 }
 
-/// The sample files an offline evaluation or plot works on.
+/// The sample files an offline evaluation or plot works on; each may be gzip-compressed (a name
+/// ending in `.gz`), as the recorded datasets in `calibration/datasets/` are.
 #[derive(clap::Args, Debug)]
 struct Datasets {
-    /// Calibration samples CSV (kernel,sms,time_ns).
+    /// Calibration samples CSV (kernel,sms,time_ns); `.gz`: read compressed.
     #[arg(long)]
     samples: PathBuf,
     /// Held-out samples (fresh runs); default: the samples file itself.
@@ -461,8 +462,9 @@ struct Datasets {
     /// `planner` (the daemon's planner, budget 5) or comma-separated sizes.
     #[arg(long, default_value = "planner")]
     calibrate_at: String,
-    /// Delay-probe launch times (CSV with a `time_ns` column, as `campaign` writes delays.csv):
-    /// the device's rare delays, which the daemon probes before each calibration job.
+    /// Delay-probe launch times (CSV with a `time_ns` column, as `campaign` writes delays.csv;
+    /// `.gz`: read compressed): the device's rare delays, which the daemon probes before each
+    /// calibration job.
     #[arg(long)]
     delays: Option<PathBuf>,
 }
@@ -1510,23 +1512,26 @@ async fn status(json: bool, bounds: &BoundsProxy<'_>) -> anyhow::Result<serde_js
     Ok(serde_json::Value::Null)
 }
 
-/// A samples file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
-fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
+/// An input file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
+fn open_input(path: &Path) -> anyhow::Result<Box<dyn std::io::Read>> {
     let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let input: Box<dyn std::io::Read> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(flate2::read::GzDecoder::new(std::io::BufReader::new(file)))
+    let file = std::io::BufReader::new(file);
+    Ok(if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(file))
     } else {
-        Box::new(std::io::BufReader::new(file))
-    };
-    samples::read_samples(input).with_context(|| format!("reading {}", path.display()))
+        Box::new(file)
+    })
+}
+
+fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
+    samples::read_samples(open_input(path)?).with_context(|| format!("reading {}", path.display()))
 }
 
 fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometry>> {
     let Some(path) = path else {
         return Ok(BTreeMap::new());
     };
-    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    samples::read_geometry(file).with_context(|| format!("reading {}", path.display()))
+    samples::read_geometry(open_input(path)?).with_context(|| format!("reading {}", path.display()))
 }
 
 fn fit(
@@ -1778,8 +1783,7 @@ fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfig> {
     let Some(path) = delays else {
         return Ok(config);
     };
-    let mut reader =
-        csv::Reader::from_path(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut reader = csv::Reader::from_reader(open_input(path)?);
     let mut times = Vec::new();
     for (i, row) in reader.deserialize::<(u64,)>().enumerate() {
         let (t,) = row.with_context(|| {
