@@ -471,7 +471,7 @@ fn pooled_tail_bounds(per_size: &[Vec<f64>], exceedances: &[f64], pool: Pool) ->
                 ..template.clone()
             };
             let Some(fit) = &fit else {
-                bound.ratio = 1.0 + 2.0 * (observed_max_ratio - 1.0);
+                observed_margin(&mut bound, pooled.len());
                 bound.notes.push(format!(
                     "{} samples are too few for a tail model (need {MIN_SAMPLES}): twice the largest excess over the median",
                     pooled.len()
@@ -487,6 +487,15 @@ fn pooled_tail_bounds(per_size: &[Vec<f64>], exceedances: &[f64], pool: Pool) ->
             bound
         })
         .collect()
+}
+
+/// No tail model: the largest ratio plus as much again (twice the largest excess over the
+/// median), stated at no less than 1/(n+1), the chance that a fresh launch exceeds the largest of
+/// n exchangeable ones.
+fn observed_margin(bound: &mut TailBound, n: usize) {
+    bound.kind = TailKind::Observed;
+    bound.ratio = 1.0 + 2.0 * (bound.observed_max_ratio - 1.0);
+    bound.exceedance = bound.exceedance.max(1.0 / (n as f64 + 1.0));
 }
 
 /// The lowest candidate threshold (with enough exceedances) above which the shape is stable:
@@ -589,8 +598,18 @@ impl TailFit {
         bound.fit_accepted = self.fit_accepted;
         let envelope = exponential_envelope(sorted, p);
         let Some(gpd) = &self.gpd else {
-            bound.kind = TailKind::ExponentialQuantile;
-            bound.ratio = envelope;
+            if envelope.is_finite() {
+                bound.kind = TailKind::ExponentialQuantile;
+                bound.ratio = envelope;
+            } else {
+                // Fewer than MIN_EXCEEDANCES above every threshold (ties: equal times, a coarse
+                // timer): there is no tail to model, so no probability below 1/(n+1) is claimed,
+                // and the bound is a stated margin over the largest, as for too few samples.
+                observed_margin(bound, sorted.len());
+                bound.notes.push(format!(
+                    "fewer than {MIN_EXCEEDANCES} samples above every candidate threshold (equal or quantised times): no tail model; twice the largest excess over the median, stated at 1/(n+1)"
+                ));
+            }
             return;
         };
         bound.shape = gpd.shape;
@@ -1006,6 +1025,44 @@ mod tests {
         let b = tail_bound(&one_size(&s), 1e-9);
         assert!(!b.independent);
         assert_ne!(b.kind, TailKind::HeavyTail);
+    }
+
+    /// Equal or quantised times leave fewer than MIN_EXCEEDANCES above every threshold: without
+    /// a tail model the bound must not claim the configured probability on the bare maximum
+    /// (it did: more samples gave a lower bound and a stronger claim than fewer).
+    #[test]
+    fn tied_samples_claim_no_more_than_their_count_supports() {
+        let equal = vec![10_000u64; 1000];
+        let quantised: Vec<u64> = (0..200)
+            .map(|i| if i % 25 == 0 { 10_048 } else { 10_016 })
+            .collect();
+        let mut outlier = vec![10_000u64; 199];
+        outlier.push(50_000);
+        for (samples, ratio) in [
+            (&equal, 1.0),
+            (&quantised, 1.0 + 2.0 * 32.0 / 10_016.0),
+            (&outlier, 9.0),
+        ] {
+            let b = tail_bound(&one_size(samples), 1e-9);
+            assert_eq!(b.kind, TailKind::Observed, "{:?}", b.notes);
+            assert!(
+                (b.ratio - ratio).abs() < 1e-12,
+                "{} against {ratio}",
+                b.ratio
+            );
+            let n = samples.len() as f64;
+            assert!(
+                b.exceedance >= 1.0 / (n + 1.0),
+                "stated at {}",
+                b.exceedance
+            );
+        }
+        // ...and as many samples of the same kind with fewer ties still get a model.
+        let spread: Vec<u64> = (0..1000).map(|i| 10_000 + (i * 37) % 101).collect();
+        assert_ne!(
+            tail_bound(&one_size(&spread), 1e-9).kind,
+            TailKind::Observed
+        );
     }
 
     #[test]
