@@ -330,9 +330,9 @@ pub fn from_samples(
 /// Launches per size when a calibration from elsewhere is checked on this card.
 pub const ARRIVAL_LAUNCHES: u32 = 32;
 
-/// A short campaign at every size of `table` on this device: the sizes where a launch took longer
-/// than the bound, as (size, longest launch, bound). A calibration measured on another card is
-/// checked so before it is trusted: cards of one model differ.
+/// A short campaign at every size of `table` on this device: (size, longest launch, bound) at
+/// every size; where the launch is longer, the bound does not hold on this card. A calibration
+/// measured on another card is checked so before it is trusted: cards of one model differ.
 pub fn check_on_arrival(
     gpu: &mut dyn Gpu,
     kernel: &KernelSpec,
@@ -340,7 +340,7 @@ pub fn check_on_arrival(
     interference: crate::gpu::Interference,
     cancel: &AtomicBool,
 ) -> Result<Vec<(u32, u64, u64)>, CalibrateError> {
-    let mut over = Vec::new();
+    let mut checked = Vec::new();
     for entry in &table.entries {
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(MeasureError::Cancelled.into());
@@ -353,11 +353,9 @@ pub fn check_on_arrival(
         };
         let batch = gpu.run(kernel, &request).map_err(MeasureError::from)?;
         let longest = batch.times_ns.iter().copied().max().unwrap_or(0);
-        if longest > entry.bound_ns {
-            over.push((entry.sms, longest, entry.bound_ns));
-        }
+        checked.push((entry.sms, longest, entry.bound_ns));
     }
-    Ok(over)
+    Ok(checked)
 }
 
 /// Whether measuring every size of `sizes` fits the budget, estimated from the sizes measured so

@@ -849,8 +849,10 @@ impl Service {
     /// Take another daemon's calibrations. Accepted only where the bundle's fingerprint matches
     /// this device (model, driver, CUDA version, clock policy), otherwise refused with what
     /// differs; with `force` they are imported as stale instead. Every kernel must be known here.
-    /// Nothing is imported unless everything is: the publishing and the check on this card run as
-    /// a job. Returns the kernels.
+    /// A bundle whose bounds are below launches it records is refused. Nothing is imported unless
+    /// everything is: the check on this card, any recalibration it calls for, and then the
+    /// publishing run as one job, and a failure anywhere leaves the bounds as they were. Returns
+    /// the kernels.
     pub fn import_calibration(&self, text: &str, force: bool) -> Result<Vec<String>> {
         let bundle = crate::bundle::parse(text).map_err(ServiceError::InvalidArgs)?;
         let here = &self.inner.device.fingerprint;
@@ -872,6 +874,31 @@ impl Service {
                 "the bundle holds kernels this daemon does not know: {}; accepted: {} (add their manifests first)",
                 unknown.join(", "),
                 self.list_kernels().join(", ")
+            )));
+        }
+        // Rule 1 is checked against the bundle's own launches before anything is queued: a bound
+        // below a time the bundle itself records (an edited or corrupted file) is never served.
+        let under: Vec<String> = bundle
+            .calibrations
+            .iter()
+            .flat_map(|e| {
+                let tag = e.interference;
+                e.calibration
+                    .bounds_under_their_launches()
+                    .into_iter()
+                    .map(move |(m, b, t)| {
+                        format!(
+                            "{} ({tag}) at {m} SMs: bound {b} ns, a launch of {t} ns",
+                            e.kernel
+                        )
+                    })
+            })
+            .collect();
+        if !under.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle's bounds are below launches it records itself ({} sizes; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it, every bound at least every launch at its size",
+                under.len(),
+                under.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
             )));
         }
         let source = format!(
@@ -1463,8 +1490,10 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> (JobS
     }
 }
 
-/// Publish a bundle's calibrations, then, when they are this device's configuration, check each on
-/// this card: a kernel with a launch above its bound is recalibrated here at once.
+/// Publish a bundle's calibrations. When they are this device's configuration each is first
+/// checked on this card, and only then published as this device's: a kernel with a launch above
+/// its bound is recalibrated here instead, never below a launch the check timed. A check or a
+/// recalibration that fails imports nothing of the bundle.
 fn import_bundle(
     gpu: &mut dyn Gpu,
     store: &Store,
@@ -1473,9 +1502,8 @@ fn import_bundle(
     calibrations: &[(Interference, String, KernelCalibration)],
     verify: bool,
 ) -> (JobState, String) {
-    let (state, published) = commit(store, inner, calibrations.to_vec(), "imported");
-    if state != JobState::Done || !verify {
-        return (state, published);
+    if !verify {
+        return commit(store, inner, calibrations.to_vec(), "imported");
     }
     let catalogue = inner
         .catalogue
@@ -1483,57 +1511,74 @@ fn import_bundle(
         .unwrap_or_else(PoisonError::into_inner)
         .clone();
     let mut notes = Vec::new();
+    let mut publish = Vec::new();
     let mut redo = Vec::new();
     for (tag, name, cal) in calibrations {
         let Some(kernel) = catalogue.get(name) else {
             notes.push(format!("{name} ({tag}): not checked, nothing to run here"));
+            publish.push((*tag, name.clone(), cal.clone()));
             continue;
         };
-        match calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel) {
-            Ok(over) if over.is_empty() => notes.push(format!("{name} ({tag}): held on this card")),
-            Ok(over) => {
-                let (m, t, b) = over[0];
-                notes.push(format!(
-                    "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
-                    over.len()
-                ));
-                redo.push((*tag, kernel.clone()));
-            }
-            Err(e) => {
-                note_lost(inner, &e);
-                return fail(inner, format!("{published}; checking on this card: {e}"));
-            }
-        }
-    }
-    let mut results = Vec::new();
-    // Recalibrated as a job's kernels are: with the device's delays and slowdowns probed.
-    let probed = if redo.is_empty() {
-        inner.config.recipe
-    } else {
-        match probed_recipe(gpu, inner, job) {
-            Ok(recipe) => recipe,
-            Err(failed) => return failed,
-        }
-    };
-    for (tag, kernel) in redo {
-        let mut recipe = probed;
-        recipe.campaign.interference = tag;
-        match calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut |_| {}) {
-            Ok(cal) => results.push((tag, kernel.name.clone(), cal)),
+        let checked = match calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel)
+        {
+            Ok(checked) => checked,
             Err(e) => {
                 note_lost(inner, &e);
                 return fail(
                     inner,
-                    format!("{published}; recalibrating {}: {e}", kernel.name),
+                    format!("checking {name} ({tag}) on this card: {e}; nothing imported"),
                 );
+            }
+        };
+        let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
+        match over.first() {
+            None => {
+                notes.push(format!("{name} ({tag}): held on this card"));
+                publish.push((*tag, name.clone(), cal.clone()));
+            }
+            Some((m, t, b)) => {
+                notes.push(format!(
+                    "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
+                    over.len()
+                ));
+                redo.push((*tag, kernel.clone(), checked));
             }
         }
     }
-    if !results.is_empty() {
-        let (state, message) = commit(store, inner, results, "recalibrated");
-        if state != JobState::Done {
-            return (state, message);
+    if !redo.is_empty() {
+        // Recalibrated as a job's kernels are: with the device's delays and slowdowns probed.
+        let probed = match probed_recipe(gpu, inner, job) {
+            Ok(recipe) => recipe,
+            Err(failed) => return failed,
+        };
+        for (tag, kernel, checked) in redo {
+            let mut recipe = probed;
+            recipe.campaign.interference = tag;
+            match calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut |_| {}) {
+                Ok(mut cal) => {
+                    for (m, t, _) in checked {
+                        if cal.table.raise_to_launch(m, t) {
+                            notes.push(format!(
+                                "{} ({tag}): bound at {m} SMs raised to a launch of {t} ns the check timed",
+                                kernel.name
+                            ));
+                        }
+                    }
+                    publish.push((tag, kernel.name.clone(), cal));
+                }
+                Err(e) => {
+                    note_lost(inner, &e);
+                    return fail(
+                        inner,
+                        format!("recalibrating {}: {e}; nothing imported", kernel.name),
+                    );
+                }
+            }
         }
+    }
+    let (state, published) = commit(store, inner, publish, "imported");
+    if state != JobState::Done {
+        return (state, published);
     }
     (JobState::Done, format!("{published}; {}", notes.join("; ")))
 }

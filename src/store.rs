@@ -112,6 +112,31 @@ impl KernelCalibration {
     pub fn environment(&self) -> &EnvironmentStamp {
         &self.campaign.environment
     }
+
+    /// Rule 1 checked against the calibration's own records: (size, bound, largest time) at
+    /// every size whose bound is below a launch recorded there (in full or by the sweep), or
+    /// that has launches and no bound (0). Empty for every calibration this daemon makes; a
+    /// file from elsewhere (a bundle) may not be.
+    pub fn bounds_under_their_launches(&self) -> Vec<(u32, u64, u64)> {
+        let c = &self.campaign;
+        let mut largest: BTreeMap<u32, u64> = BTreeMap::new();
+        for (&m, r) in c.sizes.iter().chain(&c.verified) {
+            let t = r.times_ns.max().unwrap_or(0);
+            let at = largest.entry(m).or_insert(0);
+            *at = (*at).max(t);
+        }
+        for e in &self.table.entries {
+            let at = largest.entry(e.sms).or_insert(0);
+            *at = (*at).max(e.observed_max_ns);
+        }
+        largest
+            .into_iter()
+            .filter_map(|(m, t)| {
+                let bound = self.table.entry(m).map_or(0, |e| e.bound_ns);
+                (bound < t || bound == 0).then_some((m, bound, t))
+            })
+            .collect()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

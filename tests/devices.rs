@@ -190,6 +190,127 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
     );
 }
 
+/// `bundle` with every number under the keys that hold times or bounds (and every launch time)
+/// passed through `f`: the bundle stays consistent with itself, as from a faster or slower card.
+fn with_times(bundle: &str, f: &dyn Fn(u64) -> u64) -> String {
+    fn walk(v: &mut serde_json::Value, timed: bool, f: &dyn Fn(u64) -> u64) {
+        const TIMES: [&str; 5] = [
+            "bound_ns",
+            "observed_max_ns",
+            "median_ns",
+            "max_ns",
+            "times_ns",
+        ];
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, x) in map.iter_mut() {
+                    walk(x, TIMES.contains(&k.as_str()), f);
+                }
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|x| walk(x, timed, f)),
+            serde_json::Value::Number(n) if timed => {
+                *v = f(n.as_u64().expect("times are whole nanoseconds")).into();
+            }
+            _ => {}
+        }
+    }
+    let mut v: serde_json::Value = serde_json::from_str(bundle).unwrap();
+    walk(&mut v, false, f);
+    v.to_string()
+}
+
+/// A bundle is never served before it held on this card, nor with a bound below a launch it
+/// records: an edited bundle is refused, and one from a faster card (every time halved) is
+/// recalibrated here without its bounds ever being served (they were, until a review found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_is_served_only_once_it_held_on_this_card() {
+    let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
+    let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", &["srad"]).await;
+    assert_eq!(state, "done", "{message}");
+    let bundle = a
+        .calibration()
+        .await
+        .export_calibration(&["srad"])
+        .await
+        .unwrap();
+    let b = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let cal_b = b.calibration().await;
+    let bounds_b = b.bounds().await;
+
+    // Bounds below the bundle's own launches: refused, and nothing is served.
+    let edited = {
+        let mut v: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+        for e in v["calibrations"][0]["calibration"]["table"]["entries"]
+            .as_array_mut()
+            .unwrap()
+        {
+            e["bound_ns"] = 1000.into();
+        }
+        v.to_string()
+    };
+    let err = cal_b
+        .import_calibration_with(&edited, HashMap::new())
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+    assert!(
+        err.to_string().contains("below launches it records"),
+        "{err}"
+    );
+    let err = bounds_b.get_bound("srad", 64).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
+
+    // Consistent with itself but from a card twice as fast: its bounds fail the check here.
+    let fast = with_times(&bundle, &|t| t / 2);
+    let fast_bound_64 = serde_json::from_str::<serde_json::Value>(&fast).unwrap()["calibrations"]
+        [0]["calibration"]["table"]["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["sms"] == 64)
+        .unwrap()["bound_ns"]
+        .as_u64()
+        .unwrap();
+    let mut finished = cal_b.receive_job_finished().await.unwrap();
+    cal_b
+        .import_calibration_with(&fast, HashMap::new())
+        .await
+        .unwrap();
+    let mut served_meanwhile = Vec::new();
+    let done = tokio::time::timeout(WAIT, async {
+        loop {
+            tokio::select! {
+                signal = finished.next() => break signal.unwrap(),
+                served = bounds_b.get_bound("srad", 64) => served_meanwhile.extend(served.ok()),
+            }
+        }
+    })
+    .await
+    .unwrap();
+    let args = done.args().unwrap();
+    assert_eq!(args.state, "done", "{}", args.message);
+    assert!(args.message.contains("recalibrated"), "{}", args.message);
+    let after = bounds_b.get_bound("srad", 64).await.unwrap();
+    assert!(after > fast_bound_64, "{after} ns");
+    // Nothing but the recalibration was published: no reply during the job may be a bound of
+    // the fast card's (about half of this card's).
+    let lowest = served_meanwhile.iter().min();
+    assert!(
+        lowest.is_none_or(|&b| b * 4 >= after * 3),
+        "served {lowest:?} ns at 64 SMs while the bundle was checked; {after} ns after"
+    );
+    for m in [8u32, 64, 132] {
+        let info = bounds_b.get_bound_info("srad", m).await.unwrap();
+        let bound = u64::try_from(&info["bound_ns"]).unwrap();
+        let seen = u64::try_from(&info["observed_max_ns"]).unwrap();
+        assert!(
+            bound >= seen,
+            "{m} SMs: {bound} ns below a launch of {seen} ns"
+        );
+        assert_eq!(<&str>::try_from(&info["origin"]).unwrap(), "measured");
+    }
+}
+
 async fn monitor_at(d: &Daemon, path: &str) -> Monitor1Proxy<'static> {
     Monitor1Proxy::builder(&d.conn)
         .path(path.to_string())

@@ -131,8 +131,76 @@ impl BoundTable {
         }
     }
 
+    /// Raise the bound at `sms` to a launch timed there after the table was made (rule 1: never
+    /// below a time observed at that size), and, on a monotone kernel, every smaller size's to it
+    /// too, so that more SMs never have a larger bound. Returns whether anything changed.
+    pub fn raise_to_launch(&mut self, sms: u32, launch_ns: u64) -> bool {
+        let Some(i) = self.entries.iter().position(|e| e.sms == sms) else {
+            return false;
+        };
+        let mut raised = false;
+        let upto = if self.monotone { 0 } else { i };
+        for entry in &mut self.entries[upto..=i] {
+            if entry.bound_ns < launch_ns {
+                entry.bound_ns = launch_ns;
+                raised = true;
+            }
+        }
+        let at = &mut self.entries[i];
+        at.observed_max_ns = at.observed_max_ns.max(launch_ns);
+        raised
+    }
+
     /// The smallest size whose bound meets `deadline_ns`.
     pub fn min_partition(&self, deadline_ns: u64) -> Option<&BoundEntry> {
         self.entries.iter().find(|e| e.bound_ns <= deadline_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(monotone: bool, bounds: &[(u32, u64)]) -> BoundTable {
+        BoundTable {
+            method: Method::Wcetd,
+            law: None,
+            law_margin: 0.0,
+            validation_error: 0.0,
+            monotone,
+            tail: None,
+            entries: bounds
+                .iter()
+                .map(|&(sms, bound_ns)| BoundEntry {
+                    sms,
+                    bound_ns,
+                    provenance: Provenance::Measured,
+                    samples: 100,
+                    observed_max_ns: bound_ns / 2,
+                    verified_samples: 0,
+                })
+                .collect(),
+            notes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_launch_raises_its_size_and_on_a_monotone_kernel_every_smaller_one() {
+        let mut t = table(true, &[(8, 500), (16, 300), (32, 200)]);
+        assert!(t.raise_to_launch(16, 450));
+        let bounds: Vec<u64> = t.entries.iter().map(|e| e.bound_ns).collect();
+        assert_eq!(bounds, [500, 450, 200]);
+        assert_eq!(t.entry(16).unwrap().observed_max_ns, 450);
+        assert!(t.raise_to_launch(32, 600));
+        let bounds: Vec<u64> = t.entries.iter().map(|e| e.bound_ns).collect();
+        assert_eq!(bounds, [600, 600, 600]);
+        assert!(
+            !t.raise_to_launch(8, 100),
+            "a launch under the bound changes nothing"
+        );
+        let mut rising = table(false, &[(8, 500), (16, 300), (32, 200)]);
+        assert!(rising.raise_to_launch(32, 400));
+        let bounds: Vec<u64> = rising.entries.iter().map(|e| e.bound_ns).collect();
+        assert_eq!(bounds, [500, 300, 400]);
     }
 }
