@@ -178,14 +178,11 @@ fn wcetd(
     typical.monotone &= rise.is_none();
     let shape = typical.shape(obs, config, true);
     let mut entries = Vec::with_capacity(sizes.len());
-    let mut additive_binding = false;
     for &m in sizes {
         let (central, provenance) = shape.safety_chain(m)?;
-        additive_binding |= tail.additive_sets(m, central);
         let bound = tail.apply(m, central) * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
-    tail.settle(additive_binding);
     if typical.monotone {
         make_non_increasing(&mut entries);
     }
@@ -696,6 +693,33 @@ mod tests {
             err.contains("wcetd") && err.contains("fixed-margin"),
             "{err}"
         );
+    }
+
+    /// The device's delays stated at 1e-4 make every bound 1e-4, whether or not a sustained
+    /// slowdown raised the ratio above them (it turned the label into 1e-9 with the same delays).
+    #[test]
+    fn the_devices_weaker_delays_state_every_bound_with_or_without_a_slowdown() {
+        let (a, b, c) = (
+            around(200_000.0, 1),
+            around(100_000.0, 2),
+            around(50_000.0, 3),
+        );
+        let o = obs(&[(8, &a), (16, &b), (32, &c)]);
+        let delays = MethodConfig {
+            device_delay_ns: 1000.0,
+            device_delay_exceedance: 1e-4,
+            ..MethodConfig::default()
+        };
+        let slowed = MethodConfig {
+            device_slowdown: 0.10,
+            device_slowdown_share: 0.05,
+            ..delays
+        };
+        for config in [delays, slowed] {
+            let t = bound_table(&o, &[8, 16, 24, 32], Method::Wcetd, &config).unwrap();
+            let (p, _) = t.stated_exceedance();
+            assert!(p >= 1e-4, "stated at {p:e}: {:?}", t.notes);
+        }
     }
 
     #[test]

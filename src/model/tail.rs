@@ -84,8 +84,8 @@ pub struct TailBound {
     /// [`tail_bound`]); 0 in calibrations stored before it existed.
     #[serde(default)]
     pub additive_ns: f64,
-    /// The exceedance the additive excess is stated at. It becomes the bound's (`exceedance`)
-    /// only where the additive excess sets a bound ([`TailBound::settle`]).
+    /// The exceedance the additive excess is stated at. The device's, when weaker than the
+    /// ratio's, becomes the bound's (`exceedance`): [`TailBound::include_device_delay`].
     #[serde(default)]
     pub additive_exceedance: f64,
     /// Plain-language reasons for the choice, for `GetBoundInfo` and reports.
@@ -100,7 +100,10 @@ impl TailBound {
     }
 
     /// Raise the additive excess to the device's rare delays (from the delay probe) where they
-    /// are larger than what this kernel's own launches showed.
+    /// are larger than what this kernel's own launches showed. The bound is then stated at no
+    /// less than the probe's exceedance, at every size: where the ratio sets the bound it covers
+    /// delays up to its own excess, but the probe says nothing of delays beyond `ns` below its
+    /// exceedance, and this kernel's campaign is too short to (the delays are too rare).
     pub fn include_device_delay(&mut self, ns: f64, exceedance: f64) {
         if ns <= self.additive_ns {
             return;
@@ -111,6 +114,12 @@ impl TailBound {
             "the device's rare delays (delay probe): {:.2} µs stated at {exceedance:e}, above this kernel's own",
             ns / 1000.0
         ));
+        if exceedance > self.exceedance {
+            self.exceedance = exceedance;
+            self.notes.push(format!(
+                "the device's delays are stated at a weaker exceedance than this kernel's tail: every bound is stated at {exceedance:e} per launch"
+            ));
+        }
     }
 
     /// Allow for the device's sustained slowdowns ([`super::throttle`]): a launch slowed by
@@ -144,23 +153,6 @@ impl TailBound {
     /// and the additive excess.
     pub fn apply(&self, m: u32, typical_ns: f64) -> f64 {
         (typical_ns * self.ratio_at(m)).max(typical_ns + self.additive_ns)
-    }
-
-    /// Whether the additive excess, not the ratio, sets the bound at size `m`.
-    pub fn additive_sets(&self, m: u32, typical_ns: f64) -> bool {
-        typical_ns + self.additive_ns > typical_ns * self.ratio_at(m)
-    }
-
-    /// State the bound at the weaker of the two exceedances where the additive excess sets a bound
-    /// at some size (`binding`); where it sets none, every bound is the ratio's, stated at its own.
-    pub fn settle(&mut self, binding: bool) {
-        if binding && self.additive_exceedance > self.exceedance {
-            self.exceedance = self.additive_exceedance;
-            self.notes.push(format!(
-                "the additive excess sets the bound at some size: stated at {:e} per launch",
-                self.exceedance
-            ));
-        }
     }
 }
 
