@@ -356,8 +356,9 @@ struct Shape<'a> {
 
 impl Shape<'_> {
     /// The typical time at `m` that the bound is built on (the bound is this times the tail
-    /// ratio): every step, in order, with why it keeps the bound safe. Only step 5 can lower the
-    /// estimate, and it is an upper bound in its own right.
+    /// ratio): every step, in order, with why it keeps the bound safe. Two steps can put the
+    /// estimate below the law plus its margin: step 3, on monotonicity the measured medians show
+    /// (never above the higher neighbour), and step 5, an upper bound in its own right.
     fn safety_chain(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
         let left = self.medians.iter().rev().find(|p| p.sms <= m);
         let right = self.medians.iter().find(|p| p.sms >= m);
@@ -367,8 +368,9 @@ impl Shape<'_> {
             return Ok((l.time_ns, Provenance::Measured));
         }
         // 2. Outside the measured sizes: the law plus its margin plus the extrapolation margin,
-        //    never below the nearest measured median; refused without a law (the daemon always
-        //    measures both extremes, so only offline fits get here).
+        //    never below the nearest measured median; refused without a law. Monotonicity is not
+        //    assumed beyond the data (contention can start above the largest size measured). The
+        //    daemon always measures both extremes, so only imports and offline fits get here.
         let law = self.law.map(|f| f.predict(m) * (1.0 + self.law_margin));
         let (l, r) = match (left, right) {
             (Some(l), Some(r)) => (l, r),
@@ -429,14 +431,12 @@ impl Shape<'_> {
     /// Step 2 of the chain: `edge` is the nearest measured size.
     fn outside(&self, m: u32, law: Option<f64>, edge: &Point) -> Result<f64, ModelError> {
         let extra = 1.0 + self.config.extrapolation_margin;
-        let above = m > edge.sms;
         match law {
-            // Above the largest size of a monotone kernel, its time is at most the largest's.
-            _ if above && self.monotone => Ok(edge.time_ns),
             Some(v) => Ok(v.max(edge.time_ns) * extra),
-            None if above => {
-                Err(self.refuse(m, "more SMs were seen to be slower and no law validated"))
-            }
+            None if m > edge.sms => Err(self.refuse(
+                m,
+                "no scaling law validated on the measured sizes, and more SMs can be slower (contention); accepted: samples up to the largest size",
+            )),
             None => Err(self.refuse(m, "no scaling law validated on the measured sizes")),
         }
     }
@@ -720,6 +720,19 @@ mod tests {
             let (p, _) = t.stated_exceedance();
             assert!(p >= 1e-4, "stated at {p:e}: {:?}", t.notes);
         }
+    }
+
+    /// Above the largest measured size nothing says the kernel stays monotone: two sizes that
+    /// fall (no law validates on two) gave every larger size the largest's median, unmargined.
+    #[test]
+    fn no_bound_above_the_largest_size_rests_on_monotonicity_alone() {
+        let (a, b) = (around(200_000.0, 1), around(100_000.0, 2));
+        let o = obs(&[(8, &a), (16, &b)]);
+        let err = bound_table(&o, &[8, 16, 24], Method::Wcetd, &MethodConfig::default());
+        assert!(
+            matches!(err, Err(ModelError::WontExtrapolate { sms: 24, .. })),
+            "{err:?}"
+        );
     }
 
     #[test]
