@@ -338,9 +338,16 @@ impl Service {
             g
         };
         let overran = recorded.overruns > 0;
-        m.request_save(overran);
-        if recorded.floor_raised && bound_ns.is_none() && !overran {
-            // Judged against no bound (a tag without a calibration), yet a floor under GetBound's.
+        // A floor can raise a served bound without an overrun against the one judged: judged
+        // against no bound (a tag without a calibration), or filed under a tag whose own bound is
+        // below GetBound's (an untagged time between the isolated and contended bounds). It is
+        // then saved before it is answered, as an overrun is, so a crash cannot lower a bound a
+        // client was told about.
+        let raised_quietly =
+            !overran && recorded.floor_raised && self.floor_sets_bound(kernel, sms, series_tag);
+        let urgent = overran || raised_quietly;
+        m.request_save(urgent);
+        if raised_quietly {
             let _ = self.inner.events.send(Event::BoundsChanged {
                 kernels: vec![kernel.to_string()],
             });
@@ -371,8 +378,18 @@ impl Service {
             overruns: recorded.overruns,
             max_ns: recorded.max_ns,
             bound_ns: bound_ns.unwrap_or(0),
-            save_generation: overran.then_some(generation),
+            save_generation: urgent.then_some(generation),
         })
+    }
+
+    /// Whether the production floor now sets the bound served for `tag` at `sms` (or is all
+    /// there is, the tag having no calibration).
+    fn floor_sets_bound(&self, kernel: &str, sms: u32, tag: Interference) -> bool {
+        match self.served_bound(kernel, sms, Some(tag)) {
+            Ok((bound, _, floor)) => floor > 0 && floor >= bound,
+            Err(ServiceError::NotCalibrated(_)) => true,
+            Err(_) => false,
+        }
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
@@ -808,6 +825,15 @@ mod tests {
             .report("srad", 8, Some(Interference::Contended), &[at8 * 2])
             .unwrap();
         assert_eq!((contended.overruns, contended.bound_ns), (0, 0));
+        assert!(
+            contended.save_generation.is_some(),
+            "a floor that raised a served bound without an overrun is saved before the answer"
+        );
+        let within = service.report("hotspot", 32, None, &[1]).unwrap();
+        assert!(
+            within.save_generation.is_none(),
+            "a time under the bound waits"
+        );
         assert_eq!(
             service.bound_info("srad", 8, None).unwrap().entry.bound_ns,
             at8 * 2
