@@ -83,6 +83,9 @@ impl Drop for PrivateBus {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(self.dir.join("bus"));
+        let _ = std::fs::remove_file(self.dir.join("bus.conf"));
+        // Only if nothing else was put there: the directory is this process's (its pid).
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 

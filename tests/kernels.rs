@@ -237,7 +237,11 @@ fn kernels_check_exits_with_what_it_found() {
     let ok = run(&[&good]);
     assert!(ok.status.success(), "{ok:?}");
     let mixed = run(&[&good, &bad]);
-    assert!(!mixed.status.success());
+    assert_eq!(
+        mixed.status.code(),
+        Some(1),
+        "rejected manifests: exit status 1, as documented"
+    );
     let text = String::from_utf8_lossy(&mixed.stdout);
     assert!(
         text.contains("app.ok") && text.contains("grid[0] is 0"),

@@ -226,3 +226,24 @@ fn plot_writes_one_svg_per_kernel_and_refuses_png() {
     assert!(err.contains("PNG") && err.contains(".svg"), "{err}");
     assert!(!dir.path().join("needle.png").exists());
 }
+
+#[test]
+fn evaluate_refuses_sizes_the_samples_do_not_have() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("s.csv");
+    let mut text = String::from("kernel,sms,time_ns\n");
+    for (m, base) in [(8u32, 8000u64), (16, 4200), (32, 2300)] {
+        for i in 0..40 {
+            text.push_str(&format!("k,{m},{}\n", base + (i * 7) % 50));
+        }
+    }
+    std::fs::write(&samples, text).unwrap();
+    let path = samples.to_str().unwrap();
+    let (ok, _, err) = wcetctl(&["evaluate", "--samples", path, "--calibrate-at", "7,16,9"]);
+    assert!(!ok, "a table of zeros was reported as a success");
+    assert!(
+        err.contains("no samples at 7, 9 SMs")
+            && err.contains("accepted: sizes the file has (8, 16, 32)"),
+        "{err}"
+    );
+}

@@ -20,7 +20,7 @@ use wcetd::{offline, samples, store};
 
 /// What `--help` and the man page say about exit statuses.
 const EXIT_STATUS: &str = "Exit status: 0 success (for admit and suggest: the set is admitted), \
-1 the task set is not admitted, 2 an error (bad input, no daemon, a failed job), \
+1 the task set is not admitted (kernels check: a manifest is rejected), 2 an error (bad input, no daemon, a failed job), \
 130 interrupted (Ctrl-C during recalibrate cancels the job first).";
 
 #[derive(Parser, Debug)]
@@ -202,7 +202,7 @@ enum Command {
         #[arg(long)]
         geometry: Option<PathBuf>,
         /// Sizes to bound, comma-separated.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required = true, value_parser = sm_count)]
         sizes: Vec<u32>,
         /// Bound method: `wcetd`, or a published strategy (fixed-margin, incremental-margin,
         /// minimal-offset, fewest-points, envelope).
@@ -275,14 +275,14 @@ enum Command {
         #[arg(long, value_delimiter = ',')]
         kernels: Vec<String>,
         /// Partition sizes [default: every realisable size].
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', value_parser = sm_count)]
         sizes: Vec<u32>,
         /// Launches of the delay probe, written to delays.csv (0: none).
         #[arg(long, default_value_t = wcetd::calibrate::DELAY_PROBE_LAUNCHES)]
         delay_probe: u32,
         /// Partition sizes to run the delay probe on [default: the whole device]; each writes
         /// delays-<SMS>.csv beside delays.csv (the whole device's).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', value_parser = sm_count)]
         delay_probe_sizes: Vec<u32>,
         /// Directory to write the dataset into (created if missing).
         #[arg(long, short)]
@@ -316,7 +316,7 @@ enum Command {
         #[arg(long)]
         device: String,
         /// Partition sizes [default: every TPC, 2, 4, ... up to the device's SMs].
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', value_parser = sm_count)]
         sizes: Vec<u32>,
     },
     /// The pre-registered prediction study of docs/prediction.md on the gpu-perf dataset.
@@ -406,6 +406,19 @@ impl std::fmt::Display for NotAdmitted {
 
 impl std::error::Error for NotAdmitted {}
 
+/// Inputs that were checked and found wanting (`kernels check`): exit status 1, like a task set
+/// not admitted; 2 stays for errors.
+#[derive(Debug)]
+struct Rejected(String);
+
+impl std::fmt::Display for Rejected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Rejected {}
+
 /// Ctrl-C during a command that waits: exit status 130, what happened already said.
 #[derive(Debug)]
 struct Interrupted;
@@ -484,11 +497,36 @@ impl Datasets {
             Some(p) => read_samples(p)?,
             None => calibration.clone(),
         };
+        let sizes = calibration_sizes(&self.calibrate_at)?;
+        if let CalibrationSizes::Fixed(asked) = &sizes {
+            // A size no kernel was measured at would be calibrated on nothing and score nothing.
+            let present: std::collections::BTreeSet<u32> = calibration
+                .values()
+                .flat_map(|s| s.keys().copied())
+                .collect();
+            let missing: Vec<String> = asked
+                .iter()
+                .filter(|m| !present.contains(m))
+                .map(u32::to_string)
+                .collect();
+            if !missing.is_empty() {
+                bail!(
+                    "--calibrate-at: no samples at {} SMs in {}; accepted: sizes the file has ({})",
+                    missing.join(", "),
+                    self.samples.display(),
+                    present
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
         Ok(Loaded {
             calibration,
             held,
             geometry: read_geometry(self.geometry.as_deref())?,
-            sizes: calibration_sizes(&self.calibrate_at)?,
+            sizes,
         })
     }
 }
@@ -499,6 +537,7 @@ fn main() -> std::process::ExitCode {
     // SAFETY: restoring the default disposition of one signal before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    let gpu = cli.gpu;
     if let Some(n) = cli.gpu {
         let _ = OBJECT.set(wcetd::client::object_path(Some(n)));
     }
@@ -509,9 +548,20 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) if e.is::<NotAdmitted>() => std::process::ExitCode::from(1),
+        Err(e) if e.is::<Rejected>() => {
+            eprintln!("wcetctl: {e}");
+            std::process::ExitCode::from(1)
+        }
         Err(e) if e.is::<Interrupted>() => std::process::ExitCode::from(130),
         Err(e) => {
-            eprintln!("wcetctl: {e:#}");
+            let text = format!("{e:#}");
+            match gpu {
+                // The daemon serves no object for that GPU: say what is accepted.
+                Some(n) if text.contains("UnknownObject") || text.contains("Unknown object") => {
+                    eprintln!("wcetctl: the daemon serves no GPU {n} ({text}); accepted: --gpu with an index `wcetctl status` lists (run without --gpu)")
+                }
+                _ => eprintln!("wcetctl: {text}"),
+            }
             std::process::ExitCode::from(2)
         }
     }
@@ -1384,7 +1434,8 @@ fn check_manifests(json: bool, files: &[PathBuf]) -> anyhow::Result<()> {
         println!("{}", serde_json::Value::Array(out));
     }
     if bad > 0 {
-        bail!("{bad} of {} manifest(s) rejected", files.len());
+        let why = format!("{bad} of {} manifest(s) rejected", files.len());
+        return Err(Rejected(why).into());
     }
     Ok(())
 }
@@ -1763,6 +1814,16 @@ fn probe(json: bool, device: &DeviceArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// One partition size on the command line.
+fn sm_count(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(m) if m >= 1 => Ok(m),
+        _ => Err(format!(
+            "`{s}` is not a partition size; accepted: whole numbers of SMs, at least 1, comma-separated"
+        )),
+    }
 }
 
 fn calibration_sizes(spec: &str) -> anyhow::Result<CalibrationSizes> {

@@ -43,7 +43,8 @@ struct Args {
     /// Simulator seed (runs are reproducible from it).
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Where calibrations are kept [default: $STATE_DIRECTORY, else $XDG_STATE_HOME/wcetd].
+    /// Where calibrations are kept [default: $STATE_DIRECTORY, else $XDG_STATE_HOME/wcetd, else
+    /// ~/.local/state/wcetd].
     #[arg(long)]
     state_dir: Option<PathBuf>,
     /// Bus address to serve on (overrides --system/--session).
