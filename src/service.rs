@@ -910,6 +910,12 @@ impl Service {
             bundle.exported_at.to_rfc3339()
         );
         let stale = !diffs.is_empty();
+        let runnable = self
+            .inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let mut names = Vec::new();
         let calibrations = bundle
             .calibrations
@@ -918,8 +924,10 @@ impl Service {
                 let mut cal = e.calibration;
                 cal.origin = Origin::Bundle;
                 cal.source = source.clone();
-                if !stale {
-                    // Same configuration: served as this device's, once checked on this card.
+                if !stale && runnable.get(&e.kernel).is_some() {
+                    // Same configuration: served as this device's, once checked on this card. A
+                    // kernel this daemon cannot run (known from an earlier import) cannot be
+                    // checked: it keeps the exporting card's fingerprint and is served stale.
                     cal.campaign.environment.fingerprint = here.clone();
                 }
                 if !names.contains(&e.kernel) {
@@ -1328,7 +1336,7 @@ fn calibrate_job(
                 m.add_to(&mut evidence);
                 measured.push((tag, m));
             }
-            Err(calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)) => {
+            Err(e) if is_cancelled(&e) => {
                 return (
                     JobState::Cancelled,
                     format!("cancelled; {}", report.unchanged()),
@@ -1484,6 +1492,13 @@ fn weakest_guarantee(snap: &Calibration, kernel: &str) -> (f64, crate::model::Ex
         .unwrap_or((0.0, crate::model::ExceedanceBasis::TailModel))
 }
 
+fn is_cancelled(e: &calibrate::CalibrateError) -> bool {
+    matches!(
+        e,
+        calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)
+    )
+}
+
 fn is_lost(e: &calibrate::CalibrateError) -> bool {
     matches!(
         e,
@@ -1532,13 +1547,18 @@ fn import_bundle(
     let mut redo = Vec::new();
     for (tag, name, cal) in calibrations {
         let Some(kernel) = catalogue.get(name) else {
-            notes.push(format!("{name} ({tag}): not checked, nothing to run here"));
+            notes.push(format!(
+                "{name} ({tag}): not checked, nothing to run here: served stale (the exporting card's)"
+            ));
             publish.push((*tag, name.clone(), cal.clone()));
             continue;
         };
         let checked = match calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel)
         {
             Ok(checked) => checked,
+            Err(e) if is_cancelled(&e) => {
+                return (JobState::Cancelled, "cancelled; nothing imported".into())
+            }
             Err(e) => {
                 note_lost(inner, &e);
                 return fail(
@@ -1582,6 +1602,9 @@ fn import_bundle(
                         }
                     }
                     publish.push((tag, kernel.name.clone(), cal));
+                }
+                Err(e) if is_cancelled(&e) => {
+                    return (JobState::Cancelled, "cancelled; nothing imported".into())
                 }
                 Err(e) => {
                     note_lost(inner, &e);

@@ -339,12 +339,13 @@ impl Service {
         };
         let overran = recorded.overruns > 0;
         // A floor can raise a served bound without an overrun against the one judged: judged
-        // against no bound (a tag without a calibration), or filed under a tag whose own bound is
-        // below GetBound's (an untagged time between the isolated and contended bounds). It is
-        // then saved before it is answered, as an overrun is, so a crash cannot lower a bound a
-        // client was told about.
-        let raised_quietly =
-            !overran && recorded.floor_raised && self.floor_sets_bound(kernel, sms, series_tag);
+        // against no bound (a tag without a calibration), or above one tag's bound but below
+        // GetBound's (an untagged time between the isolated and contended bounds). It is then
+        // saved before it is answered, as an overrun is, so a crash cannot lower a bound a client
+        // was told about.
+        let raised_quietly = !overran
+            && recorded.floor_raised
+            && self.floor_raises_a_bound(kernel, sms, recorded.floor_ns);
         let urgent = overran || raised_quietly;
         m.request_save(urgent);
         if raised_quietly {
@@ -382,14 +383,24 @@ impl Service {
         })
     }
 
-    /// Whether the production floor now sets the bound served for `tag` at `sms` (or is all
-    /// there is, the tag having no calibration).
-    fn floor_sets_bound(&self, kernel: &str, sms: u32, tag: Interference) -> bool {
-        match self.served_bound(kernel, sms, Some(tag)) {
-            Ok((bound, _, floor)) => floor > 0 && floor >= bound,
-            Err(ServiceError::NotCalibrated(_)) => true,
-            Err(_) => false,
-        }
+    /// Whether a floor of `floor_ns` at `sms` raises some bound served: it is above a calibrated
+    /// bound there (clock-scaled, before floors) of some tag. Below every one it raises nothing,
+    /// here or, on a monotone kernel, at smaller sizes (their bounds are higher still), tagged or
+    /// not; a tag without a calibration serves nothing to raise.
+    fn floor_raises_a_bound(&self, kernel: &str, sms: u32, floor_ns: u64) -> bool {
+        [Interference::Isolated, Interference::Contended]
+            .into_iter()
+            .filter_map(|tag| self.calibrated_bound(kernel, sms, tag))
+            .any(|bound| floor_ns > bound)
+    }
+
+    /// The calibrated bound of `tag` at `partition`, clock-scaled, before production floors.
+    fn calibrated_bound(&self, kernel: &str, partition: u32, tag: Interference) -> Option<u64> {
+        let (snap, interference) = self.calibration_of(kernel, Some(tag), partition).ok()?;
+        let cal = snap.tables(interference).get(kernel)?;
+        let mut entry = *cal.table.entry(partition)?;
+        self.scale_for_clock(cal, &mut entry, &mut Vec::new());
+        Some(entry.bound_ns)
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
