@@ -1885,6 +1885,34 @@ mod tests {
         }
     }
 
+    /// A time reported without a tag (filed as isolated) above the contended bound holds the
+    /// contended bound up too: contended launches are never faster than isolated ones, and the
+    /// scheduler did not say which condition it ran under.
+    #[test]
+    fn an_untagged_time_above_the_contended_bound_raises_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = short_campaign_service(dir.path());
+        let mut events = service.subscribe();
+        let job = service.recalibrate(&["srad".to_string()]).unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        let contended = |m| {
+            service
+                .bound("srad", m, Some(Interference::Contended))
+                .unwrap()
+        };
+        let seen = contended(32).max(service.bound("srad", 32, None).unwrap()) + 1000;
+        let outcome = service.report("srad", 32, None, &[seen]).unwrap();
+        assert_eq!(outcome.overruns, 1);
+        assert!(outcome.save_generation.is_some());
+        assert!(contended(32) >= seen, "{} < {seen}", contended(32));
+        let isolated = service
+            .bound("srad", 32, Some(Interference::Isolated))
+            .unwrap();
+        assert!(isolated >= seen);
+    }
+
     /// `GetBound`'s lean path serves exactly `GetBoundInfo`'s bound at every size, for each tag
     /// and for the safer of the two, with both tags calibrated and a production floor under one.
     #[test]

@@ -500,7 +500,14 @@ impl Service {
         floors
             .get(kernel)?
             .iter()
-            .filter(|f| tag.is_none_or(|t| t == f.tag))
+            // Untagged, every tag's floors apply; a contended bound is also held up by isolated
+            // times (untagged reports are filed as isolated): a launch beside a memory stressor
+            // is never faster than one with the rest of the GPU idle.
+            .filter(|f| {
+                tag.is_none_or(|t| {
+                    t == f.tag || (t == Interference::Contended && f.tag == Interference::Isolated)
+                })
+            })
             .filter(|f| f.sms == partition || (monotone && f.sms > partition))
             .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
             .map(|f| ObservedFloor {
