@@ -610,6 +610,11 @@ impl Service {
             Some(_) => cal.table.stated_exceedance(),
             None => weakest_guarantee(&snap, kernel),
         };
+        if exceedance > cal.table.stated_exceedance().0 {
+            notes.push(format!(
+                "stated at {exceedance:e} per launch, the other interference's guarantee: untagged, the bound serves either condition, so it promises the weaker (GetBoundTagged states each)"
+            ));
+        }
         let guarantee = Guarantee {
             available: [Interference::Isolated, Interference::Contended]
                 .into_iter()
@@ -1883,6 +1888,14 @@ mod tests {
             let info = service.bound_info("lab.k", m, None).unwrap();
             assert_eq!(info.guarantee.exceedance, iso, "{m} SMs");
         }
+        let info = service.bound_info("lab.k", 64, None).unwrap();
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("the other interference's guarantee")),
+            "{:?}",
+            info.notes
+        );
     }
 
     /// A time reported without a tag (filed as isolated) above the contended bound holds the
