@@ -1600,10 +1600,11 @@ fn import_bundle(
                 Ok(mut cal) => {
                     for (m, t, _) in checked {
                         if cal.table.raise_to_launch(m, t) {
-                            notes.push(format!(
-                                "{} ({tag}): bound at {m} SMs raised to a launch of {t} ns the check timed",
-                                kernel.name
-                            ));
+                            let why = format!(
+                                "bound at {m} SMs raised to a launch of {t} ns timed by the arrival check of an imported bundle"
+                            );
+                            notes.push(format!("{} ({tag}): {why}", kernel.name));
+                            cal.table.notes.push(why);
                         }
                     }
                     publish.push((tag, kernel.name.clone(), cal));
