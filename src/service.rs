@@ -1785,6 +1785,17 @@ mod tests {
         Service::start(Box::new(gpu), Store::open(state).unwrap(), config).0
     }
 
+    /// [`short_campaign_service`] with srad calibrated, isolated and contended.
+    fn srad_calibrated(state: &std::path::Path) -> Service {
+        let service = short_campaign_service(state);
+        let mut events = service.subscribe();
+        let job = service.recalibrate(&["srad".to_string()]).unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        service
+    }
+
     /// Isolated bounds are published when the isolated part of a job is done, before the
     /// contended part runs: two `BoundsChanged`, the first naming isolated bounds alone, then
     /// `JobFinished`.
@@ -1905,12 +1916,7 @@ mod tests {
     #[test]
     fn an_untagged_time_above_the_contended_bound_raises_it() {
         let dir = tempfile::tempdir().unwrap();
-        let service = short_campaign_service(dir.path());
-        let mut events = service.subscribe();
-        let job = service.recalibrate(&["srad".to_string()]).unwrap();
-        while !service.job(job).unwrap().state.finished() {
-            let _ = events.blocking_recv();
-        }
+        let service = srad_calibrated(dir.path());
         let contended = |m| {
             service
                 .bound("srad", m, Some(Interference::Contended))
@@ -1932,12 +1938,7 @@ mod tests {
     #[test]
     fn get_bound_serves_what_get_bound_info_says() {
         let dir = tempfile::tempdir().unwrap();
-        let service = short_campaign_service(dir.path());
-        let mut events = service.subscribe();
-        let job = service.recalibrate(&["srad".to_string()]).unwrap();
-        while !service.job(job).unwrap().state.finished() {
-            let _ = events.blocking_recv();
-        }
+        let service = srad_calibrated(dir.path());
         let at32 = service
             .bound("srad", 32, Some(Interference::Contended))
             .unwrap();

@@ -120,17 +120,21 @@ async fn a_job_on_one_device_does_not_delay_queries_on_the_other() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another() {
+/// srad's calibration exported by a daemon (seed 3) that calibrated `kernels`.
+async fn srad_bundle(kernels: &[&str]) -> String {
     let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
-    let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", &["srad", "hotspot"]).await;
+    let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", kernels).await;
     assert_eq!(state, "done", "{message}");
-    let bundle = a
-        .calibration()
+    a.calibration()
         .await
         .export_calibration(&["srad"])
         .await
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another() {
+    let bundle = srad_bundle(&["srad", "hotspot"]).await;
     assert!(bundle.contains("\"kernel\":\"srad\""));
 
     // Same profile: the same fingerprint (UUIDs are never compared; here they even agree).
@@ -224,15 +228,7 @@ fn with_times(bundle: &str, f: &dyn Fn(u64) -> u64) -> String {
 /// recalibrated here without its bounds ever being served (they were, until a review found it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bundle_is_served_only_once_it_held_on_this_card() {
-    let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
-    let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", &["srad"]).await;
-    assert_eq!(state, "done", "{message}");
-    let bundle = a
-        .calibration()
-        .await
-        .export_calibration(&["srad"])
-        .await
-        .unwrap();
+    let bundle = srad_bundle(&["srad"]).await;
     let b = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
     let cal_b = b.calibration().await;
     let bounds_b = b.bounds().await;
