@@ -259,7 +259,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
 
 fn describe_toml(e: &toml::de::Error, text: &str) -> String {
     let at = e.span().map(|span| {
-        let line = text[..span.start.min(text.len())].lines().count().max(1);
+        // Newlines before the error, plus one: `lines()` dropped the line of a key that starts
+        // one (the prefix then ends in a newline), naming the line before it.
+        let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
         format!("line {line}: ")
     });
     format!("{}{}", at.unwrap_or_default(), e.message())
@@ -548,6 +550,23 @@ mod tests {
         format!(
             "name = \"app.saxpy\"\nmodule = \"saxpy.ptx\"\nentry = \"saxpy\"\ngrid = [64, 1, 1]\nblock = [256, 1, 1]\nargs = [\n  {{ buffer = 65536, fill = \"random-f32\" }},\n  {{ buffer = 65536, fill = \"zero\" }},\n  {{ f32 = 2.0 }},\n  {{ u32 = 16384 }},\n]\n{extra}"
         )
+    }
+
+    /// An unknown key at the start of line 6 is named on line 6 (it was named on line 5).
+    #[test]
+    fn toml_errors_name_the_line_they_are_on() {
+        let text = "name = \"x\"\n\n\n\n\nzzz = 1\n";
+        let e = toml::from_str::<toml::Value>("a = \n").unwrap_err();
+        assert!(describe_toml(&e, "a = \n").starts_with("line 1: "));
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct OnlyName {
+            name: String,
+        }
+        let e = toml::from_str::<OnlyName>(text).unwrap_err();
+        let said = describe_toml(&e, text);
+        assert!(said.starts_with("line 6: "), "{said}");
     }
 
     #[test]

@@ -1622,6 +1622,15 @@ fn import_bundle(
             }
         }
     }
+    let configured = inner.config.recipe.method_config.exceedance;
+    for (tag, name, cal) in &publish {
+        let (stated, _) = cal.table.stated_exceedance();
+        if stated > configured * (1.0 + 1e-9) {
+            notes.push(format!(
+                "{name} ({tag}): stated at {stated:e} per launch, weaker than the configured {configured:e} (admission refuses it unless accepted)"
+            ));
+        }
+    }
     let (state, published) = commit(store, inner, publish, "imported");
     if state != JobState::Done {
         return (state, published);

@@ -41,7 +41,7 @@ struct Cli {
     #[arg(long, global = true)]
     json: bool,
     /// The GPU to ask (its index; `wcetctl status` lists them) [default: the daemon's default GPU].
-    #[arg(long, global = true, value_name = "N")]
+    #[arg(long, global = true, value_name = "N", value_parser = gpu_index)]
     gpu: Option<u32>,
     #[command(subcommand)]
     command: Command,
@@ -1814,6 +1814,13 @@ fn probe(json: bool, device: &DeviceArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// A GPU index on the command line.
+fn gpu_index(s: &str) -> Result<u32, String> {
+    s.trim().parse::<u32>().map_err(|_| {
+        format!("`{s}` is not a GPU index; accepted: 0, 1, ... as `wcetctl status` lists them")
+    })
 }
 
 /// One partition size on the command line.
