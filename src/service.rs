@@ -1497,6 +1497,20 @@ fn weakest_guarantee(snap: &Calibration, kernel: &str) -> (f64, crate::model::Ex
         .unwrap_or((0.0, crate::model::ExceedanceBasis::TailModel))
 }
 
+/// How a bundle import ends when checking or recalibrating (`what`) did not complete: cancelled,
+/// or failed with why; nothing of the bundle is imported either way.
+fn nothing_imported(
+    inner: &Inner,
+    e: &calibrate::CalibrateError,
+    what: &str,
+) -> (JobState, String) {
+    if is_cancelled(e) {
+        return (JobState::Cancelled, "cancelled; nothing imported".into());
+    }
+    note_lost(inner, e);
+    fail(inner, format!("{what}: {e}; nothing imported"))
+}
+
 fn is_cancelled(e: &calibrate::CalibrateError) -> bool {
     matches!(
         e,
@@ -1561,15 +1575,12 @@ fn import_bundle(
         let checked = match calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel)
         {
             Ok(checked) => checked,
-            Err(e) if is_cancelled(&e) => {
-                return (JobState::Cancelled, "cancelled; nothing imported".into())
-            }
             Err(e) => {
-                note_lost(inner, &e);
-                return fail(
+                return nothing_imported(
                     inner,
-                    format!("checking {name} ({tag}) on this card: {e}; nothing imported"),
-                );
+                    &e,
+                    &format!("checking {name} ({tag}) on this card"),
+                )
             }
         };
         let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
@@ -1609,15 +1620,8 @@ fn import_bundle(
                     }
                     publish.push((tag, kernel.name.clone(), cal));
                 }
-                Err(e) if is_cancelled(&e) => {
-                    return (JobState::Cancelled, "cancelled; nothing imported".into())
-                }
                 Err(e) => {
-                    note_lost(inner, &e);
-                    return fail(
-                        inner,
-                        format!("recalibrating {}: {e}; nothing imported", kernel.name),
-                    );
+                    return nothing_imported(inner, &e, &format!("recalibrating {}", kernel.name))
                 }
             }
         }
