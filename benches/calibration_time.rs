@@ -12,7 +12,7 @@
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use wcetd::calibrate::{calibrate_kernel, Recipe, Sweep};
+use wcetd::calibrate::{calibrate_kernel, Recipe, VerificationSweep};
 use wcetd::gpu::cuda::CudaGpu;
 use wcetd::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use wcetd::gpu::{Gpu, Interference, RunRequest};
@@ -22,28 +22,28 @@ const LAUNCHES: u32 = 200;
 
 fn simulated() {
     let ways = [
-        ("every size (default budget)", Sweep::default()),
+        ("every size (default budget)", VerificationSweep::default()),
         (
             "planner + sweep (budget 0)",
-            Sweep {
+            VerificationSweep {
                 budget_s: 0.0,
-                ..Sweep::default()
+                ..VerificationSweep::default()
             },
         ),
         (
             "planner + sweep, no tightening",
-            Sweep {
+            VerificationSweep {
                 budget_s: 0.0,
                 tightenings: 0,
-                ..Sweep::default()
+                ..VerificationSweep::default()
             },
         ),
         (
             "planner alone (sweep off)",
-            Sweep {
+            VerificationSweep {
                 enabled: false,
                 budget_s: 0.0,
-                ..Sweep::default()
+                ..VerificationSweep::default()
             },
         ),
     ];

@@ -25,9 +25,15 @@ pub struct OperatorPolicy {
 
 impl OperatorPolicy {
     pub fn new(group: &str) -> Self {
+        let gid = gid_of(group);
+        if gid.is_none() {
+            tracing::warn!(
+                "operator group `{group}` does not exist on this machine: only root and the daemon's own user may recalibrate, import or cancel (create the group, or give --operator-group an existing one)"
+            );
+        }
         OperatorPolicy {
             group: group.to_string(),
-            gid: gid_of(group),
+            gid,
             own_uid: current_uid(),
         }
     }
@@ -80,10 +86,16 @@ const DECISIONS_KEPT: usize = 4096;
 
 impl ReporterPolicy {
     pub fn new(operators: OperatorPolicy, group: &str) -> Self {
+        let gid = gid_of(group);
+        if gid.is_none() {
+            tracing::warn!(
+                "reporter group `{group}` does not exist on this machine: only operators may report launch times (create the group, or give --report-group an existing one)"
+            );
+        }
         ReporterPolicy {
             operators,
             group: group.to_string(),
-            gid: gid_of(group),
+            gid,
             decided: Mutex::new(HashMap::new()),
         }
     }

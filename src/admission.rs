@@ -3,7 +3,8 @@
 //! three analyses behind `org.wcetd.Admission1`: distinct partitions ([`check_distinct`]), one
 //! shared partition under non-preemptive fixed priority ([`check_shared`]), and partition sizing
 //! ([`suggest`]). Pure: bounds come from a [`BoundSource`], so the analyses are tested against
-//! hand-computed tables, and the service is one source among others. The model and its
+//! hand-computed tables, and the service is one source among others (its implementation is in
+//! `admission_bus.rs`, so this module knows nothing above the analysis). The model and its
 //! assumptions are in `docs/admission.md`.
 //!
 //! Fail closed: tasks on distinct partitions run at once, so their verdict uses bounds measured
@@ -14,7 +15,7 @@
 use std::collections::BTreeSet;
 
 use crate::gpu::Interference;
-use crate::service::{how_to_calibrate, Result, Service, ServiceError};
+use crate::request_error::{how_to_calibrate, Result, ServiceError};
 
 /// One periodic task: each job launches `kernels` in order on a partition of `sms` SMs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,35 +134,6 @@ pub trait BoundSource {
     ) -> Result<KernelBound>;
 }
 
-impl BoundSource for Service {
-    fn total_sms(&self) -> u32 {
-        self.device().total_sms
-    }
-
-    fn partition_sizes(&self) -> Vec<u32> {
-        self.device().partition_sizes.clone()
-    }
-
-    fn configured_exceedance(&self) -> f64 {
-        Service::configured_exceedance(self)
-    }
-
-    /// Clock-scaled, as `GetBound` serves it.
-    fn bound(
-        &self,
-        kernel: &str,
-        partition: u32,
-        interference: Interference,
-    ) -> Result<KernelBound> {
-        let info = self.bound_info(kernel, partition, Some(interference))?;
-        Ok(KernelBound {
-            bound_ns: info.entry.bound_ns,
-            exceedance: info.guarantee.exceedance,
-            stale: info.stale,
-        })
-    }
-}
-
 /// Past this many analysed jobs or fixed-point steps a level is declared unschedulable: the verdict
 /// stays safe (a rejection), and a request cannot keep the daemon busy.
 const WORK_LIMIT: u64 = 100_000;
@@ -181,6 +153,7 @@ fn in_task(task: &str, index: usize, e: ServiceError) -> ServiceError {
         ServiceError::Infeasible(m) => ServiceError::Infeasible(at(m)),
         ServiceError::Busy(m) => ServiceError::Busy(at(m)),
         ServiceError::AccessDenied(m) => ServiceError::AccessDenied(at(m)),
+        ServiceError::Failed(m) => ServiceError::Failed(at(m)),
     }
 }
 
@@ -349,7 +322,7 @@ impl<'a> Lookup<'a> {
             }
             if stale {
                 let note = format!(
-                    "{what}: bound is stale (measured under another device, driver or clock policy); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
+                    "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
                 );
                 if self.policy.accept_stale {
                     self.accepted
@@ -360,24 +333,31 @@ impl<'a> Lookup<'a> {
                     ));
                 }
             }
-            let configured = self.src.configured_exceedance();
-            let acceptable = self.policy.accept_exceedance.unwrap_or(configured);
-            if exceedance > configured * (1.0 + 1e-9) {
-                let note = format!(
-                    "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than the configured {configured:e}"
-                );
-                if exceedance <= acceptable * (1.0 + 1e-9) {
-                    self.accepted.push(format!(
-                        "{note}; accepted by accept_exceedance {acceptable:e}"
-                    ));
-                } else {
-                    self.refused.push(format!(
-                        "{note}; accept it with option accept_exceedance >= {exceedance:e} (wcetctl admit --accept-exceedance {exceedance:e})"
-                    ));
-                }
-            }
+            self.judge_exceedance(&what, exceedance);
         }
         Ok(out)
+    }
+
+    /// A bound stated at a weaker exceedance than the caller's `accept_exceedance` (the
+    /// configured one when not given) is refused; one weaker than the configured but within the
+    /// caller's is accepted, and said. A caller asking for a stricter one than configured gets it.
+    fn judge_exceedance(&mut self, what: &str, exceedance: f64) {
+        let configured = self.src.configured_exceedance();
+        let acceptable = self.policy.accept_exceedance.unwrap_or(configured);
+        if crate::model::weaker_than(exceedance, acceptable) {
+            let than = if crate::model::weaker_than(exceedance, configured) {
+                format!("the configured {configured:e}")
+            } else {
+                format!("the accept_exceedance {acceptable:e} asked for")
+            };
+            self.refused.push(format!(
+                "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than {than}; accept it with option accept_exceedance >= {exceedance:e} (wcetctl admit --accept-exceedance {exceedance:e})"
+            ));
+        } else if crate::model::weaker_than(exceedance, configured) {
+            self.accepted.push(format!(
+                "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than the configured {configured:e}; accepted by accept_exceedance {acceptable:e}"
+            ));
+        }
     }
 
     fn verdict(self, tasks: Vec<TaskResult>, mut missed: Vec<String>) -> Verdict {
@@ -876,6 +856,16 @@ mod tests {
         };
         let v = super::check_distinct(&heavy, &set, consent).unwrap();
         assert!(v.admitted && v.accepted[0].contains("1e-4"), "{v:?}");
+        // A caller may ask for a stricter guarantee than configured, and gets it.
+        let stricter = Policy {
+            accept_exceedance: Some(1e-12),
+            ..Policy::default()
+        };
+        let v = super::check_distinct(&table(), &set, stricter).unwrap();
+        assert!(
+            !v.admitted && v.refused[0].contains("the accept_exceedance 1e-12 asked for"),
+            "{v:?}"
+        );
         let bad = Policy {
             accept_exceedance: Some(1.5),
             ..Policy::default()

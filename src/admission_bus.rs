@@ -6,11 +6,42 @@
 use std::collections::HashMap;
 use zbus::{interface, proxy, Connection, DeserializeDict, OwnedVariant, SerializeDict, Type};
 
-use crate::admission::{self, Policy, Task, TaskResult, Unsized, Verdict};
+use crate::admission::{
+    self, BoundSource, KernelBound, Policy, Task, TaskResult, Unsized, Verdict,
+};
 use crate::dbus::BusError;
+use crate::gpu::Interference;
 use crate::service::{Service, ServiceError};
 
-pub const ADMISSION_INTERFACE: &str = "org.wcetd.Admission1";
+/// The service as admission's source of bounds.
+impl BoundSource for Service {
+    fn total_sms(&self) -> u32 {
+        self.device().total_sms
+    }
+
+    fn partition_sizes(&self) -> Vec<u32> {
+        self.device().partition_sizes.clone()
+    }
+
+    fn configured_exceedance(&self) -> f64 {
+        Service::configured_exceedance(self)
+    }
+
+    /// Clock-scaled, as `GetBound` serves it.
+    fn bound(
+        &self,
+        kernel: &str,
+        partition: u32,
+        interference: Interference,
+    ) -> crate::service::Result<KernelBound> {
+        let info = self.bound_info(kernel, partition, Some(interference))?;
+        Ok(KernelBound {
+            bound_ns: info.entry.bound_ns,
+            exceedance: info.guarantee.exceedance,
+            stale: info.stale,
+        })
+    }
+}
 
 /// A task on the wire: (name, kernels, sms, period_ns, deadline_ns).
 pub type WireTask = (String, Vec<String>, u32, u64, u64);

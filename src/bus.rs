@@ -8,6 +8,51 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
+/// The well-known name the daemon owns (the design notes fix it).
+pub const BUS_NAME: &str = "org.wcetd.Wcetd1";
+/// The object of the default GPU, and the root of the per-GPU objects.
+pub const OBJECT_PATH: &str = "/org/wcetd/Wcetd1";
+
+/// The object of GPU `index` when the daemon serves several.
+pub fn device_path(index: u32) -> String {
+    format!("{OBJECT_PATH}/gpu/{index}")
+}
+
+/// Own [`BUS_NAME`] for as long as the connection lives: without `ALLOW_REPLACEMENT` (zbus's
+/// default sets it, so any client on the bus could take the name from a running daemon and
+/// answer in its place) and without queueing behind another owner.
+pub async fn own_name(conn: &zbus::Connection) -> anyhow::Result<()> {
+    use zbus::fdo::{RequestNameFlags, RequestNameReply};
+    match conn
+        .request_name_with_flags(BUS_NAME, RequestNameFlags::DO_NOT_QUEUE)
+        .await
+        .with_context(|| format!("owning {BUS_NAME}"))?
+    {
+        RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner => Ok(()),
+        other => bail!(
+            "{BUS_NAME} is owned by another connection ({other:?}): is another wcetd running on this bus? accepted: one wcetd per bus (give this one --bus-address, or stop the other)"
+        ),
+    }
+}
+
+/// Resolves when the bus says this connection no longer owns [`BUS_NAME`] (subscribe before
+/// owning it; it cannot be taken, so only the bus itself can end the ownership).
+pub async fn name_lost(
+    conn: &zbus::Connection,
+) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use futures_util::StreamExt;
+    let proxy = zbus::fdo::DBusProxy::new(conn).await?;
+    let mut lost = proxy.receive_name_lost().await?;
+    Ok(async move {
+        while let Some(signal) = lost.next().await {
+            if signal.args().is_ok_and(|a| a.name.as_str() == BUS_NAME) {
+                return;
+            }
+        }
+        // The stream ends with the connection: the name is gone with it.
+    })
+}
+
 /// Which bus to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BusChoice {
@@ -40,13 +85,26 @@ impl PrivateBus {
     /// Start `dbus-daemon` listening in `dir` (created if needed). Any local user may connect;
     /// operator methods are protected by the daemon's own access check, not by the socket.
     pub fn start(dir: &Path) -> anyhow::Result<PrivateBus> {
+        remove_dead_siblings(dir);
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let socket = dir.join("bus");
         let _ = std::fs::remove_file(&socket);
         let config = dir.join("bus.conf");
         std::fs::write(&config, bus_config(&socket))
             .with_context(|| format!("writing {}", config.display()))?;
-        let mut child = Command::new("dbus-daemon")
+        let mut command = Command::new("dbus-daemon");
+        // The bus ends with the daemon however the daemon ends (SIGKILL included): asked of the
+        // kernel in the child before exec. The thread that starts it is the one that runs the
+        // daemon's main future, which lives as long as the process.
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            command.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let mut child = command
             .arg(format!("--config-file={}", config.display()))
             .args(["--nofork", "--print-address"])
             .stdin(Stdio::null())
@@ -89,6 +147,38 @@ impl Drop for PrivateBus {
     }
 }
 
+/// Private-bus directories beside `dir` (`wcetd-<pid>`, as the daemon names them) whose process
+/// is gone: a daemon killed outright could not remove its own. Only the two files a bus leaves
+/// are removed, then the directory if that emptied it.
+fn remove_dead_siblings(dir: &Path) {
+    let Some(parent) = dir.parent() else { return };
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("wcetd-")
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists; nothing is sent.
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone && entry.path() != dir {
+            let _ = std::fs::remove_file(entry.path().join("bus"));
+            let _ = std::fs::remove_file(entry.path().join("bus.conf"));
+            if std::fs::remove_dir(entry.path()).is_ok() {
+                tracing::info!(dir = %entry.path().display(), "removed the private bus directory of a daemon that is gone");
+            }
+        }
+    }
+}
+
+/// The private bus's policy: any local user may connect and call (operator methods are checked by
+/// the daemon itself), only the daemon's user may own the daemon's name, nobody may own another
+/// name or eavesdrop. (Allowing any owner let any local user stand in for the daemon.)
 fn bus_config(socket: &Path) -> String {
     format!(
         r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
@@ -99,13 +189,18 @@ fn bus_config(socket: &Path) -> String {
   <auth>EXTERNAL</auth>
   <policy context="default">
     <allow user="*"/>
-    <allow send_destination="*" eavesdrop="true"/>
-    <allow eavesdrop="true"/>
-    <allow own="*"/>
+    <allow send_destination="*"/>
+    <allow receive_sender="*"/>
+    <deny own="*"/>
+  </policy>
+  <policy user="{}">
+    <allow own="{BUS_NAME}"/>
   </policy>
 </busconfig>
 "#,
-        socket.display()
+        socket.display(),
+        // SAFETY: getuid cannot fail and touches no memory.
+        unsafe { libc::getuid() }
     )
 }
 

@@ -26,6 +26,22 @@ pub enum CalibrateError {
     Measure(#[from] MeasureError),
     #[error("kernel {kernel}: {source}")]
     Model { kernel: String, source: ModelError },
+    #[error("kernel {kernel} not timed: {why}; reload the kernels (`wcetctl kernels reload`) and calibrate it again")]
+    CodeChanged { kernel: String, why: String },
+}
+
+/// Refuse to time (or to keep the times of) a manifest whose module or fill files are no longer
+/// the bytes it was loaded with: the calibration would record the loaded code's digest over
+/// other code's times. Checked before the campaign and after it, so a change while it ran is
+/// caught too.
+fn same_code_as_loaded(kernel: &KernelSpec) -> Result<(), CalibrateError> {
+    match kernel.manifest().and_then(|m| m.changed_on_disk()) {
+        Some(why) => Err(CalibrateError::CodeChanged {
+            kernel: kernel.name.clone(),
+            why,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// What a calibration is made with.
@@ -34,7 +50,7 @@ pub struct Recipe {
     pub campaign: CampaignSettings,
     pub method: Method,
     pub method_config: MethodConfig,
-    pub sweep: Sweep,
+    pub sweep: VerificationSweep,
     /// Launches of the delay probe before a job's kernels (0: no probe).
     pub delay_probe_launches: u32,
     /// Sustained slowdowns the device showed before this kernel (the delay probe, the job's
@@ -48,7 +64,7 @@ impl Default for Recipe {
             campaign: CampaignSettings::default(),
             method: Method::default(),
             method_config: MethodConfig::default(),
-            sweep: Sweep::default(),
+            sweep: VerificationSweep::default(),
             delay_probe_launches: DELAY_PROBE_LAUNCHES,
             slowdowns: throttle::Evidence::default(),
         }
@@ -90,7 +106,7 @@ pub fn with_device_probe(
 
 /// How sizes that the planner did not choose are covered.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Sweep {
+pub struct VerificationSweep {
     /// Verify every size not measured (off only to show what it protects against).
     pub enabled: bool,
     /// Launches per verified size.
@@ -103,9 +119,9 @@ pub struct Sweep {
     pub tightenings: usize,
 }
 
-impl Default for Sweep {
+impl Default for VerificationSweep {
     fn default() -> Self {
-        Sweep {
+        VerificationSweep {
             enabled: true,
             launches: verify::SWEEP_LAUNCHES,
             budget_s: DEFAULT_BUDGET_S,
@@ -140,6 +156,8 @@ pub struct Measured {
     notes: Vec<String>,
     origin: Origin,
     source: String,
+    /// The kernel's [`KernelSpec::code_digest`] when it was measured.
+    code: String,
 }
 
 impl Measured {
@@ -160,6 +178,7 @@ pub fn measure_kernel(
     cancel: &AtomicBool,
     progress: &mut dyn FnMut(f64),
 ) -> Result<Measured, CalibrateError> {
+    same_code_as_loaded(kernel)?;
     let sizes = gpu.info().partition_sizes.clone();
     let budget = recipe.campaign.max_sizes;
     let mut every_size = None;
@@ -196,6 +215,7 @@ pub fn measure_kernel(
             go_back_if_heavy(gpu, kernel, recipe, &mut campaign, cancel, &mut |_, _| {})?;
         }
     }
+    same_code_as_loaded(kernel)?;
     Ok(Measured {
         campaign,
         notes,
@@ -206,6 +226,7 @@ pub fn measure_kernel(
         source: kernel
             .manifest()
             .map_or_else(|| "built-in suite".into(), |m| m.path.display().to_string()),
+        code: kernel.code_digest(),
     })
 }
 
@@ -244,6 +265,7 @@ pub fn fit_measured(
         table,
         origin: measured.origin,
         source: measured.source,
+        code: measured.code,
     })
 }
 
@@ -324,6 +346,7 @@ pub fn from_samples(
         table,
         origin: Origin::Imported,
         source: imported.source.clone(),
+        code: String::new(),
     })
 }
 

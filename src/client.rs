@@ -80,8 +80,8 @@ pub trait Calibration {
 /// The object of GPU `gpu` (`/org/wcetd/Wcetd1/gpu/N`), or the default GPU's (`/org/wcetd/Wcetd1`).
 pub fn object_path(gpu: Option<u32>) -> String {
     match gpu {
-        Some(n) => crate::dbus::device_path(n),
-        None => crate::dbus::OBJECT_PATH.to_string(),
+        Some(n) => crate::bus::device_path(n),
+        None => crate::bus::OBJECT_PATH.to_string(),
     }
 }
 

@@ -50,7 +50,9 @@ pub fn merge(
                     accepted_keys(cmd).join(", ")
                 )
             })?;
-        if given.iter().any(|g| g == key) {
+        // Flags win: a key whose flag is given, or that conflicts with one given (`contended` in
+        // the file and `--interference` on the command line), is left out.
+        if given.iter().any(|g| g == key || conflicting(cmd, arg, g)) {
             continue;
         }
         merged.extend(
@@ -60,6 +62,20 @@ pub fn merge(
     }
     merged.extend(args.iter().skip(1).cloned());
     Ok(merged)
+}
+
+/// Whether `arg` and the flag `--long` may not be given together (declared on either side).
+fn conflicting(cmd: &clap::Command, arg: &clap::Arg, long: &str) -> bool {
+    let Some(other) = cmd.get_arguments().find(|a| a.get_long() == Some(long)) else {
+        return false;
+    };
+    cmd.get_arg_conflicts_with(arg)
+        .iter()
+        .any(|c| c.get_id() == other.get_id())
+        || cmd
+            .get_arg_conflicts_with(other)
+            .iter()
+            .any(|c| c.get_id() == arg.get_id())
 }
 
 /// Keys a file accepts: every long flag but the one-shot ones.
@@ -139,6 +155,9 @@ mod tests {
         /// A switch.
         #[arg(long)]
         session: bool,
+        /// Conflicts with `session`, declared on this side only.
+        #[arg(long, conflicts_with = "session")]
+        system: bool,
         /// File.
         #[arg(long)]
         config: Option<PathBuf>,
@@ -176,6 +195,11 @@ mod tests {
         let f = parse("launches = 500\n", &["--launches", "8"]).unwrap();
         assert_eq!(f.launches, 8);
         assert!(!parse("session = false\n", &[]).unwrap().session);
+        // A key that conflicts with a flag given is left out, whichever side declares it.
+        let f = parse("system = true\n", &["--session"]).unwrap();
+        assert!(f.session && !f.system);
+        let f = parse("session = true\n", &["--system"]).unwrap();
+        assert!(f.system && !f.session);
     }
 
     #[test]

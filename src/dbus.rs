@@ -15,10 +15,7 @@ use zbus::{interface, Connection, Variant};
 use crate::gpu::Interference;
 use crate::service::{BoundInfo, Event, ImportOptions, Service, ServiceError};
 
-pub const BUS_NAME: &str = "org.wcetd.Wcetd1";
-pub const OBJECT_PATH: &str = "/org/wcetd/Wcetd1";
-pub const BOUNDS_INTERFACE: &str = "org.wcetd.Bounds1";
-pub const CALIBRATION_INTERFACE: &str = "org.wcetd.Calibration1";
+use crate::bus::{device_path, OBJECT_PATH};
 
 /// An error reply: a design-notes error name and a message that says what was wrong and what is
 /// accepted.
@@ -38,6 +35,7 @@ impl From<ServiceError> for BusError {
             ServiceError::InvalidPartition(_) => "org.wcetd.Error.InvalidPartition",
             ServiceError::Infeasible(_) => "org.wcetd.Error.Infeasible",
             ServiceError::Busy(_) => "org.wcetd.Error.Busy",
+            ServiceError::Failed(_) => "org.freedesktop.DBus.Error.Failed",
         };
         BusError {
             name,
@@ -72,11 +70,6 @@ impl zbus::DBusError for BusError {
 /// Every device the daemon serves, as the `Devices` property gives them: (index, object path,
 /// UUID), in index order.
 pub type DeviceList = Vec<(u32, OwnedObjectPath, String)>;
-
-/// The object of device `index`: `/org/wcetd/Wcetd1/gpu/N`.
-pub fn device_path(index: u32) -> String {
-    format!("{OBJECT_PATH}/gpu/{index}")
-}
 
 /// `org.wcetd.Bounds1`: anyone may call.
 pub struct Bounds {

@@ -75,6 +75,19 @@ impl KernelSpec {
         }
     }
 
+    /// What decides what is timed, as a digest a calibration records: a manifest's
+    /// [`Manifest::code_sha256`], or the built-in source, problem size and input seed. Empty for
+    /// a kernel known only to the simulator.
+    pub fn code_digest(&self) -> String {
+        match &self.body {
+            KernelBody::Builtin(b) => crate::fnv::fnv1a_hex(
+                format!("{}\0{}\0{}", b.source, b.problem_size, b.input_seed).as_bytes(),
+            ),
+            KernelBody::Manifest(m) => m.code_sha256.clone(),
+            KernelBody::Simulated => String::new(),
+        }
+    }
+
     /// A kernel from a checked manifest.
     pub fn from_manifest(m: Manifest) -> KernelSpec {
         KernelSpec {

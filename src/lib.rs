@@ -22,7 +22,8 @@
 //!   published comparison methods, and the evaluation against held-out samples. Knows nothing of
 //!   the GPU or the bus.
 //! - [`sweep`]: every kernel at every size, for datasets and validation (`wcetctl campaign`).
-//! - [`calibrate`]: the one place where measurement and model meet, for one kernel.
+//! - [`calibrate`]: the one place where measurement and model meet, for one kernel; what it
+//!   makes is the store's [`store::KernelCalibration`], so it sits between store and service.
 //! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically. The
 //!   launch times of what it loaded (and of what it saved) rest in an unlinked spill file, not
 //!   in memory: nothing that serves a bound reads them.
@@ -36,12 +37,15 @@
 //!   (`org.wcetd.Monitor1`), [`monitor_view`] (`wcetctl observed` and `watch`) and [`metrics`]
 //!   (the Prometheus textfile for every GPU, a face of the services beside the bus): bounds that
 //!   watch themselves.
-//! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`) and [`taskset`]
-//!   (task-set files): whether a task set fits, on distinct partitions or one shared partition.
+//! - [`admission`] (pure analysis), [`admission_bus`] (`org.wcetd.Admission1`, where the service
+//!   becomes admission's source of bounds) and [`taskset`] (task-set files): whether a task set
+//!   fits, on distinct partitions or one shared partition. [`request_error`] is how a request
+//!   fails, for the service and admission alike.
 //! - [`client`], [`samples`], [`offline`]: typed bus clients, the CSV formats, and offline
 //!   fitting and evaluation for `wcetctl`.
 //! - [`config`] (the daemon's configuration file: the same keys as its flags) and [`generate`]
 //!   (man pages and completions from the clap definitions) serve the binaries.
+//! - [`fnv`]: the project's one stable hash (file names, seeds, stamps), a leaf below everything.
 //! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
 //!   [`model::predict`], which are reported beside bounds and never change one.
 //!
@@ -70,6 +74,7 @@ pub mod monitor_bus;
 pub mod monitor_view;
 pub mod observe;
 pub mod offline;
+pub mod request_error;
 pub mod samples;
 pub mod service;
 pub mod store;

@@ -25,6 +25,13 @@ pub struct Manifest {
     pub module_kind: ModuleKind,
     /// SHA-256 of the module's bytes, hex: a changed module is a different kernel to the caches.
     pub module_sha256: String,
+    /// SHA-256 of everything that decides what is timed: the manifest's text, the module's bytes
+    /// and the bytes of every fill file (hex). A calibration records it; a kernel whose code no
+    /// longer matches is served stale until it is recalibrated.
+    pub code_sha256: String,
+    /// SHA-256 of the module's and fill files' bytes alone (hex): what [`Manifest::changed_on_disk`]
+    /// compares, since those files are read again when the kernel is timed.
+    pub inputs_sha256: String,
     pub entry: String,
     pub grid: [u32; 3],
     pub block: [u32; 3],
@@ -87,6 +94,25 @@ pub enum OutputCheck {
 }
 
 impl Manifest {
+    /// Why the module or a fill file on disk is no longer what this manifest was loaded with,
+    /// if it is not. Those files are read again whenever the kernel is timed, so a calibration
+    /// made after such a change would time other code under this manifest's digest: a caller
+    /// refuses to time it (or to keep it at a reload) until the manifest is loaded again.
+    pub fn changed_on_disk(&self) -> Option<String> {
+        let now = std::fs::read(&self.module)
+            .map_err(|e| format!("module {} cannot be read: {e}", self.module.display()))
+            .and_then(|bytes| code_digest(None, &bytes, &self.args));
+        match now {
+            Ok(digest) if digest == self.inputs_sha256 => None,
+            Ok(_) => Some(format!(
+                "the module {} or a fill file of `{}` changed since it was loaded",
+                self.module.display(),
+                self.name
+            )),
+            Err(e) => Some(e),
+        }
+    }
+
     /// Blocks in the grid.
     pub fn blocks(&self) -> u32 {
         self.grid.iter().product()
@@ -236,6 +262,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         .as_ref()
         .map(|c| output_check(c, &args, dir))
         .transpose()?;
+    let code_sha256 = code_digest(Some(text), &bytes, &args)?;
+    let inputs_sha256 = code_digest(None, &bytes, &args)?;
     Ok(Manifest {
         path: path.to_path_buf(),
         summary: raw
@@ -246,6 +274,8 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         module,
         module_kind,
         module_sha256: hex(&Sha256::digest(&bytes)),
+        code_sha256,
+        inputs_sha256,
         entry: raw.entry,
         grid: raw.grid,
         block: raw.block,
@@ -255,6 +285,33 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         check,
         sim: raw.sim,
     })
+}
+
+/// [`Manifest::code_sha256`] (with the manifest's text) or [`Manifest::inputs_sha256`]
+/// (without): each part length-prefixed, so that no two different sets of parts hash the same
+/// bytes.
+fn code_digest(text: Option<&str>, module: &[u8], args: &[Arg]) -> Result<String, String> {
+    let mut h = Sha256::new();
+    let mut part = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    if let Some(text) = text {
+        part(text.as_bytes());
+    }
+    part(module);
+    for a in args {
+        if let Arg::Buffer {
+            fill: Fill::File(path),
+            ..
+        } = a
+        {
+            let bytes = std::fs::read(path)
+                .map_err(|e| format!("fill file {} cannot be read: {e}", path.display()))?;
+            part(&bytes);
+        }
+    }
+    Ok(hex(&h.finalize()))
 }
 
 fn describe_toml(e: &toml::de::Error, text: &str) -> String {

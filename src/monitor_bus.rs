@@ -14,8 +14,6 @@ use crate::dbus::BusError;
 use crate::gpu::Interference;
 use crate::service::{Event, MonitorEvent, ObservedInfo, Service, ServiceError};
 
-pub const MONITOR_INTERFACE: &str = "org.wcetd.Monitor1";
-
 /// One (kernel, size) in `ListObserved`: kernel, sms, count, p50_ns, p99_ns, p999_ns, max_ns,
 /// bound_ns, overruns (since calibration), overruns_total. Flat, not `GetObserved`'s dictionary
 /// of 18 named variants per series: `wcetctl watch` asks for every series every 2 s.
@@ -137,7 +135,9 @@ impl Monitor {
     ) -> Result<(), BusError> {
         let outcome = self.service.report(kernel, sms, tag, times)?;
         if let Some(generation) = outcome.save_generation {
-            self.service.observations_saved(generation, SAVE_WAIT).await;
+            self.service
+                .observations_saved(generation, SAVE_WAIT)
+                .await?;
         }
         Ok(())
     }

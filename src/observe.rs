@@ -59,7 +59,7 @@ pub struct Quantiles {
 }
 
 impl Quantiles {
-    fn of(h: &Histogram<u64>) -> Quantiles {
+    pub(crate) fn of(h: &Histogram<u64>) -> Quantiles {
         if h.is_empty() {
             return Quantiles::default();
         }
@@ -72,7 +72,7 @@ impl Quantiles {
         }
     }
 
-    fn capped(self, max_ns: u64) -> Quantiles {
+    pub(crate) fn capped(self, max_ns: u64) -> Quantiles {
         Quantiles {
             p50_ns: self.p50_ns.min(max_ns),
             p99_ns: self.p99_ns.min(max_ns),
@@ -96,7 +96,7 @@ impl CompactHistogram {
         self.merged + self.pending.len() as u64
     }
 
-    /// Buffer `times`; [`Observations::record`] decides when to merge.
+    /// Buffer `times`; [`ReportedTimes::record`] decides when to merge.
     fn push(&mut self, times: &[u64]) {
         self.pending.extend_from_slice(times);
     }
@@ -333,7 +333,8 @@ impl Series {
     }
 
     /// The current epoch, when it judges `calibration`.
-    pub fn judging(&mut self, calibration: &str) -> Option<&mut Epoch> {
+    #[cfg(test)]
+    fn judging(&mut self, calibration: &str) -> Option<&mut Epoch> {
         self.epochs
             .last_mut()
             .filter(|e| e.calibration == calibration)
@@ -381,15 +382,16 @@ pub struct Recorded {
     pub floor_raised: bool,
 }
 
-/// Every series, by kernel, then (size, interference).
+/// Every launch time reported from production, as series by kernel, then (size, interference).
+/// (`model::Observations` are the daemon's own measured samples.)
 #[derive(Debug, Clone, Default)]
-pub struct Observations {
+pub struct ReportedTimes {
     kernels: HashMap<String, BTreeMap<(PartitionSize, Interference), Series>>,
     /// Times buffered in every histogram, kept exact: only this type merges.
     pending: usize,
 }
 
-impl Observations {
+impl ReportedTimes {
     /// Record `times` (each checked by the caller: 1 to [`MAX_TIME_NS`]) at `(kernel, sms, tag)`.
     pub fn record(
         &mut self,
@@ -523,8 +525,8 @@ pub enum Loaded {
     /// No file yet.
     Fresh,
     Clean,
-    /// The file was corrupt and moved aside; what could be read of it is kept (see the log).
-    Quarantined,
+    /// The file was corrupt and moved aside, for this reason; what could be read of it is kept.
+    Quarantined(String),
 }
 
 /// The observations of one device: `observations-<fingerprint digest>.json` in the state
@@ -548,7 +550,7 @@ impl ObservationFile {
     /// Write every series atomically (temporary file, fsync, rename, directory fsync), streamed
     /// one kernel at a time under `obs`'s lock, so that saving copies nothing whole and a report
     /// waits at most for one kernel's series to be encoded.
-    pub fn save(&self, obs: &std::sync::Mutex<Observations>, device: &str) -> std::io::Result<()> {
+    pub fn save(&self, obs: &std::sync::Mutex<ReportedTimes>, device: &str) -> std::io::Result<()> {
         let lock = || {
             obs.lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -584,38 +586,78 @@ impl ObservationFile {
     /// The stored observations. A file that does not parse, or holds a histogram that does not
     /// decode, is moved aside with a log line; of a file that parses, every floor, maximum and
     /// total is kept (they keep bounds safe) and only the undecodable histograms are lost.
-    pub fn load(&self) -> (Observations, Loaded) {
+    pub fn load(&self) -> (ReportedTimes, Loaded) {
         let file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return (Observations::default(), Loaded::Fresh)
+                return (ReportedTimes::default(), Loaded::Fresh)
             }
             Err(e) => {
                 tracing::error!(path = %self.path.display(), error = %e, "observations unreadable; starting without them");
-                return (Observations::default(), Loaded::Fresh);
+                return (ReportedTimes::default(), Loaded::Fresh);
             }
         };
-        let stored: StoredFile = match serde_json::from_reader(std::io::BufReader::new(file)) {
-            Ok(s) => s,
-            Err(e) => {
-                crate::store::quarantine(&self.path, "observations", &e.to_string());
-                return (Observations::default(), Loaded::Quarantined);
-            }
-        };
+        let (stored, mut problems) =
+            match serde_json::from_reader::<_, StoredFile>(std::io::BufReader::new(file)) {
+                Ok(s) => (s, Vec::new()),
+                Err(e) => match self.complete_lines() {
+                    Some(s) => {
+                        let why = format!(
+                            "{e}; the {} series written whole before the damage are kept",
+                            s.series.len()
+                        );
+                        (s, vec![why])
+                    }
+                    None => return self.moved_aside(ReportedTimes::default(), e.to_string()),
+                },
+            };
         if stored.format != FORMAT_VERSION {
             let why = format!(
                 "format {} is not the supported {FORMAT_VERSION}",
                 stored.format
             );
-            crate::store::quarantine(&self.path, "observations", &why);
-            return (Observations::default(), Loaded::Quarantined);
+            return self.moved_aside(ReportedTimes::default(), why);
         }
-        let (obs, problems) = from_stored(stored.series);
+        let (obs, undecodable) = from_stored(stored.series);
+        problems.extend(undecodable);
         if problems.is_empty() {
             return (obs, Loaded::Clean);
         }
-        crate::store::quarantine(&self.path, "observations", &problems.join("; "));
-        (obs, Loaded::Quarantined)
+        self.moved_aside(obs, problems.join("; "))
+    }
+
+    fn moved_aside(&self, obs: ReportedTimes, why: String) -> (ReportedTimes, Loaded) {
+        crate::store::quarantine(&self.path, "observations", &why);
+        (obs, Loaded::Quarantined(why))
+    }
+
+    /// What a damaged file still holds whole: [`Self::save`] writes the header and first series
+    /// on the first line and one series per line after it, so every line before the damage
+    /// that parses is a complete series, and every floor in it keeps a bound up. `None` when
+    /// not even the header can be read.
+    fn complete_lines(&self) -> Option<StoredFile> {
+        use std::io::BufRead;
+        let file = std::fs::File::open(&self.path).ok()?;
+        let mut lines = std::io::BufReader::new(file).lines();
+        let first = lines.next()?.ok()?;
+        let (header, rest) = first.split_once("\"series\":[")?;
+        let mut stored: StoredFile =
+            serde_json::from_str(&format!("{header}\"series\":[]}}")).ok()?;
+        let whole = |line: &str| {
+            let line = line.trim_end();
+            let line = line
+                .strip_suffix(",")
+                .or_else(|| line.strip_suffix("]}"))
+                .unwrap_or(line);
+            serde_json::from_str::<StoredSeries>(line).ok()
+        };
+        for line in std::iter::once(Ok(rest.to_string())).chain(lines) {
+            match line.ok().as_deref().and_then(whole) {
+                Some(series) => stored.series.push(series),
+                None => break,
+            }
+        }
+        Some(stored)
     }
 }
 
@@ -644,9 +686,9 @@ fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) ->
     }
 }
 
-fn from_stored(series: Vec<StoredSeries>) -> (Observations, Vec<String>) {
+fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
     let b64 = base64::engine::general_purpose::STANDARD;
-    let mut obs = Observations::default();
+    let mut obs = ReportedTimes::default();
     let mut problems = Vec::new();
     for s in series {
         let epochs = s
@@ -742,7 +784,7 @@ mod tests {
 
     #[test]
     fn a_report_is_judged_counted_and_raises_the_floor() {
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let now = Utc::now();
         let key = ("bfs", 64, Interference::Isolated);
         let judged = Judged {
@@ -787,7 +829,7 @@ mod tests {
 
     #[test]
     fn only_the_last_epochs_are_kept() {
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let key = ("k", 8, Interference::Isolated);
         for i in 0..EPOCHS_KEPT + 3 {
             let id = format!("c{i}");
@@ -807,7 +849,7 @@ mod tests {
     fn saved_observations_load_as_they_were() {
         let dir = tempfile::tempdir().unwrap();
         let file = ObservationFile::new(dir.path(), &fingerprint());
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let now = Utc::now();
         for (i, kernel) in ["a", "b.c", "with\"quote"].iter().enumerate() {
             let judged = Judged {
@@ -870,17 +912,19 @@ mod tests {
     fn corrupt_files_are_moved_aside_keeping_what_is_safe() {
         let dir = tempfile::tempdir().unwrap();
         let file = ObservationFile::new(dir.path(), &fingerprint());
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let judged = Judged {
             calibration: "cal",
             bound_ns: Some(1),
         };
-        obs.record(
-            ("k", 8, Interference::Isolated),
-            judged,
-            &jittered(300, 9),
-            Utc::now(),
-        );
+        for sms in [8, 16, 32, 64] {
+            obs.record(
+                ("k", sms, Interference::Isolated),
+                judged,
+                &jittered(300, 9),
+                Utc::now(),
+            );
+        }
         file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
             .unwrap();
         let text = std::fs::read_to_string(file.path()).unwrap();
@@ -904,7 +948,7 @@ mod tests {
         );
         std::fs::write(file.path(), bad).unwrap();
         let (back, how) = file.load();
-        assert_eq!(how, Loaded::Quarantined);
+        assert!(matches!(how, Loaded::Quarantined(_)), "{how:?}");
         let s = &back.kernel("k").unwrap()[&(8, Interference::Isolated)];
         assert_eq!(
             (s.floor_ns, s.overruns_total),
@@ -916,11 +960,28 @@ mod tests {
         assert_eq!(s.epochs[0].count(), 0);
         assert_eq!(aside(), 1);
         assert!(!file.path().exists());
-        // Truncated JSON: nothing to keep, moved aside.
-        std::fs::write(file.path(), &text[..text.len() / 2]).unwrap();
+        // Truncated in the third series: the two written whole before it keep their floors.
+        let third = text.match_indices('\n').nth(1).unwrap().0 + 10;
+        std::fs::write(file.path(), &text[..third]).unwrap();
         let (back, how) = file.load();
-        assert_eq!((how, back.series_count()), (Loaded::Quarantined, 0));
+        assert!(
+            matches!(&how, Loaded::Quarantined(why) if why.contains("the 2 series written whole")),
+            "{how:?}"
+        );
+        let kept: Vec<u32> = back.kernel("k").unwrap().keys().map(|k| k.0).collect();
+        assert_eq!(kept, [8, 16]);
+        for (&(sms, _), s) in back.kernel("k").unwrap() {
+            assert_eq!(
+                s.floor_ns,
+                obs.kernel("k").unwrap()[&(sms, Interference::Isolated)].floor_ns
+            );
+        }
         assert_eq!(aside(), 2);
+        // Truncated in the header: nothing to keep, moved aside.
+        std::fs::write(file.path(), &text[..20]).unwrap();
+        let (back, how) = file.load();
+        assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
+        assert_eq!(aside(), 3);
     }
 
     #[test]
@@ -942,7 +1003,7 @@ mod tests {
     /// Not a timing test: prints what a histogram costs at rest and to record, for the figures.
     #[test]
     fn print_the_size_of_a_histogram_at_rest() {
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let times = jittered(100_000, 5);
         let judged = Judged {
             calibration: "c",
@@ -964,7 +1025,7 @@ mod tests {
 
     #[test]
     fn buffered_times_are_bounded_and_counted_exactly() {
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let judged = Judged {
             calibration: "c",
             bound_ns: None,
@@ -1014,7 +1075,7 @@ mod footprint {
     #[ignore]
     fn print_footprint_of_17000_series() {
         let before = rss_kib();
-        let mut obs = Observations::default();
+        let mut obs = ReportedTimes::default();
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         let judged = Judged {
             calibration: "synthetic-0001@20261122T195011.193Z",

@@ -116,9 +116,10 @@ fn thin_sample_warnings(
     }
     if basis == ExceedanceBasis::ObservedMaximum {
         warnings.push(format!(
-            "no tail model (it needs 100 samples pooled over sizes): the bound is a stated margin over the largest sample and supports an exceedance of only {exceedance:.1e} per launch"
+            "no tail model (it needs {} samples pooled over sizes): the bound is a stated margin over the largest sample and supports an exceedance of only {exceedance:.1e} per launch",
+            crate::model::tail::MIN_SAMPLES
         ));
-    } else if exceedance > configured * (1.0 + 1e-9) {
+    } else if crate::model::weaker_than(exceedance, configured) {
         warnings.push(format!(
             "bound stated at exceedance {exceedance:e} per launch, not the configured {configured:e} (a heavy tail, or the device's sustained slowdowns; the notes say which)"
         ));

@@ -30,31 +30,22 @@ use crate::store::{Calibration, KernelCalibration, Store};
 use crate::workload::Forecast;
 use std::path::PathBuf;
 
+pub use crate::request_error::{how_to_calibrate, Result, ServiceError};
+
 mod monitor;
 pub use monitor::{
     MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome, SAVE_INTERVAL,
 };
 
-/// A failed request: what was wrong and what is accepted, with the kind the bus maps to a name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ServiceError {
-    #[error("{0}")]
-    InvalidArgs(String),
-    #[error("{0}")]
-    UnknownKernel(String),
-    #[error("{0}")]
-    NotCalibrated(String),
-    #[error("{0}")]
-    InvalidPartition(String),
-    #[error("{0}")]
-    Infeasible(String),
-    #[error("{0}")]
-    Busy(String),
-    #[error("{0}")]
-    AccessDenied(String),
-}
+/// One kernel's calibration under one interference, as a job publishes it.
+pub type TaggedCalibration = (Interference, String, KernelCalibration);
 
-pub type Result<T> = std::result::Result<T, ServiceError>;
+/// A kernel that failed a bundle's arrival check, with the launches the check timed (size,
+/// longest, bound).
+type FailedCheck = (Interference, KernelSpec, Vec<(u32, u64, u64)>);
+
+/// How a job ends: its state and its message.
+type JobEnd = (JobState, String);
 
 /// The options of an import ([`Service::import_samples`]).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -205,7 +196,7 @@ pub struct Guarantee {
 impl Guarantee {
     /// Whether the bound is stated at the configured exceedance or better.
     pub fn meets_configured(&self) -> bool {
-        self.exceedance <= self.configured_exceedance * (1.0 + 1e-9)
+        !crate::model::weaker_than(self.exceedance, self.configured_exceedance)
     }
 
     /// A note, when the bound promises less than the configured exceedance.
@@ -261,7 +252,7 @@ enum Work {
     /// Publish another daemon's calibrations, then check them on this card when they are not
     /// stale (any launch above its bound sends the kernel for recalibration).
     Bundle {
-        calibrations: Vec<(Interference, String, KernelCalibration)>,
+        calibrations: Vec<TaggedCalibration>,
         verify: bool,
     },
 }
@@ -309,13 +300,12 @@ impl Service {
         config: ServiceConfig,
     ) -> (Service, Option<u64>) {
         let device = gpu.info().clone();
-        let health = initial_health(&device);
         let calibrate_missing = config.initial_calibration;
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
         let calibration = initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
         let forecast = Forecast::new(config.prediction.as_ref(), &device.partition_sizes);
-        let (catalogue, rejected) = load_catalogue(&config.kernel_dirs);
+        let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, &device);
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
@@ -325,6 +315,9 @@ impl Service {
             config.monitor.clone(),
         ));
         monitor::spawn_saver(Arc::clone(&monitor));
+        let mut moved_aside = store.quarantined();
+        moved_aside.extend(monitor.moved_aside());
+        let health = initial_health(&device, &moved_aside, &rejected);
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -384,17 +377,25 @@ impl Service {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
+        let mut why = Vec::new();
         let stale = self.stale_kernels();
-        if stale.is_empty() {
+        if !stale.is_empty() {
+            why.push(format!(
+                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate` or Recalibrate([])",
+                stale.join(", ")
+            ));
+        }
+        if let Some(e) = self.inner.monitor.save_error() {
+            why.push(format!(
+                "production observations not saved ({e}); bounds raised by reports would not survive a crash until a save succeeds"
+            ));
+        }
+        if why.is_empty() {
             return last_job;
         }
-        let why = format!(
-            "stale bounds for {} (measured under another device, driver or clock policy); recalibrate: `wcetctl recalibrate` or Recalibrate([])",
-            stale.join(", ")
-        );
         match last_job.as_str() {
-            "ok" => format!("degraded: {why}"),
-            failed => format!("{failed}; {why}"),
+            "ok" => format!("degraded: {}", why.join("; ")),
+            failed => format!("{failed}; {}", why.join("; ")),
         }
     }
 
@@ -418,8 +419,26 @@ impl Service {
         })
     }
 
+    /// Rule 3: a bound holds for the conditions it was measured under, this device's
+    /// fingerprint and the kernel's code as the catalogue has it now.
     fn is_stale(&self, k: &KernelCalibration) -> bool {
-        k.environment().fingerprint != self.inner.device.fingerprint
+        k.environment().fingerprint != self.inner.device.fingerprint || self.code_changed(k)
+    }
+
+    /// Whether the kernel `k` measured is not the code the catalogue has under its name now: a
+    /// manifest, module or fill file edited since. A calibration that recorded no code (imported
+    /// from an older exporter, or made before digests were kept) counts as changed where the
+    /// catalogue has a manifest under the name, since nothing says which version it timed; a
+    /// kernel no longer in the catalogue is not served anyway.
+    fn code_changed(&self, k: &KernelCalibration) -> bool {
+        let catalogue = self.catalogue();
+        let Some(spec) = catalogue.get(&k.campaign.kernel) else {
+            return false;
+        };
+        if k.code.is_empty() {
+            return spec.manifest().is_some();
+        }
+        spec.code_digest() != k.code
     }
 
     fn catalogue(&self) -> Arc<Catalogue> {
@@ -452,8 +471,12 @@ impl Service {
     /// kernels are queued for calibration; removed ones stop being served and keep their
     /// calibrations in the store for when they come back; a rejected file changes nothing.
     pub fn reload_kernels(&self) -> (Vec<String>, Vec<String>, Vec<(String, String)>) {
-        let (next, rejected) = load_catalogue(&self.inner.config.kernel_dirs);
         let before = self.catalogue();
+        let (next, rejected) = load_catalogue(
+            &self.inner.config.kernel_dirs,
+            Some(&before),
+            &self.inner.device,
+        );
         let changed = |a: &Catalogue, b: &Catalogue| -> Vec<String> {
             a.iter()
                 .filter(|k| b.get(&k.name).is_none_or(|old| old != *k))
@@ -524,9 +547,8 @@ impl Service {
         let found = match tag {
             Some(i) => pick(i),
             None => {
-                let bound = |c: &(&KernelCalibration, Interference)| {
-                    c.0.table.at_most(sms).map_or(0, |e| e.bound_ns)
-                };
+                // Compared as served: a calibration made at a lower clock is scaled less.
+                let bound = |c: &(&KernelCalibration, Interference)| self.served_at(c.0, sms);
                 [pick(Interference::Isolated), pick(Interference::Contended)]
                     .into_iter()
                     .flatten()
@@ -598,6 +620,11 @@ impl Service {
             ))
         })?;
         let mut notes = cal.table.notes.clone();
+        if self.code_changed(cal) {
+            notes.push(format!(
+                "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
+            ));
+        }
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
         let observed =
             self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
@@ -677,16 +704,10 @@ impl Service {
         entry: &mut BoundEntry,
         notes: &mut Vec<String>,
     ) -> ClockScaling {
-        let calibrated = cal
-            .environment()
-            .sm_clock_mhz_max
-            .unwrap_or(self.inner.device.sm_clock_mhz);
-        let current = self.current_clock_mhz().unwrap_or(0);
+        let (calibrated, current) = self.clocks(cal);
         let scaled = current > 0 && calibrated > current;
         if scaled {
-            let stretched =
-                (u128::from(entry.bound_ns) * u128::from(calibrated)).div_ceil(u128::from(current));
-            entry.bound_ns = u64::try_from(stretched).unwrap_or(u64::MAX);
+            entry.bound_ns = stretch(entry.bound_ns, calibrated, current);
             notes.push(format!("bound scaled by {calibrated}/{current} MHz: the SM clock is below the calibrated one"));
         } else if current == 0 {
             notes.push(format!("current SM clock unreadable; bound assumes the calibrated clock ({calibrated} MHz)"));
@@ -695,6 +716,27 @@ impl Service {
             calibrated_mhz: calibrated,
             current_mhz: current,
             scaled,
+        }
+    }
+
+    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz.
+    fn clocks(&self, cal: &KernelCalibration) -> (u32, u32) {
+        let calibrated = cal
+            .environment()
+            .sm_clock_mhz_max
+            .unwrap_or(self.inner.device.sm_clock_mhz);
+        (calibrated, self.current_clock_mhz().unwrap_or(0))
+    }
+
+    /// `cal`'s bound at the largest realisable size not above `sms`, scaled to the current clock
+    /// as it is served.
+    fn served_at(&self, cal: &KernelCalibration, sms: u32) -> u64 {
+        let bound = cal.table.at_most(sms).map_or(0, |e| e.bound_ns);
+        match self.clocks(cal) {
+            (calibrated, current) if current > 0 && calibrated > current => {
+                stretch(bound, calibrated, current)
+            }
+            _ => bound,
         }
     }
 
@@ -864,7 +906,61 @@ impl Service {
     pub fn import_calibration(&self, text: &str, force: bool) -> Result<Vec<String>> {
         let bundle = crate::bundle::parse(text).map_err(ServiceError::InvalidArgs)?;
         let here = &self.inner.device.fingerprint;
-        let diffs = crate::bundle::differences(here, &bundle.fingerprint);
+        let stale = self.refuse_bundle(&bundle, force)?;
+        let source = format!(
+            "bundle from {} exported {}",
+            bundle.host,
+            bundle.exported_at.to_rfc3339()
+        );
+        let runnable = self
+            .inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut names = Vec::new();
+        let calibrations = bundle
+            .calibrations
+            .into_iter()
+            .map(|e| {
+                let mut cal = e.calibration;
+                cal.origin = Origin::Bundle;
+                cal.source = source.clone();
+                if let (false, Some(spec)) = (stale, runnable.get(&e.kernel)) {
+                    // Same configuration: served as this device's, once checked on this card. A
+                    // kernel this daemon cannot run (known from an earlier import) cannot be
+                    // checked: it keeps the exporting card's fingerprint and is served stale.
+                    cal.campaign.environment.fingerprint = here.clone();
+                    // An older exporter recorded no code: the check runs this catalogue's, so
+                    // that is what the bounds are of once it passes. A recorded digest stays,
+                    // and other code than ours is served stale.
+                    if cal.code.is_empty() {
+                        cal.code = spec.code_digest();
+                    }
+                }
+                if !names.contains(&e.kernel) {
+                    names.push(e.kernel.clone());
+                }
+                (e.interference, e.kernel, cal)
+            })
+            .collect::<Vec<_>>();
+        let mut tags: Vec<Interference> = calibrations.iter().map(|c| c.0).collect();
+        tags.sort();
+        tags.dedup();
+        let work = Work::Bundle {
+            calibrations,
+            verify: !stale,
+        };
+        let id = self.enqueue(work, names.clone(), tags)?;
+        tracing::info!(job = id, "bundle import queued: {}", names.join(", "));
+        Ok(names)
+    }
+
+    /// Why `bundle` is refused whole, if it is: another configuration without `force`, a kernel
+    /// unknown here, or a bound below a launch the bundle itself records (an edited or corrupted
+    /// file, never served). Otherwise whether it is of another configuration (imported stale).
+    fn refuse_bundle(&self, bundle: &crate::bundle::Bundle, force: bool) -> Result<bool> {
+        let diffs = crate::bundle::differences(&self.inner.device.fingerprint, &bundle.fingerprint);
         if !diffs.is_empty() && !force {
             return Err(ServiceError::InvalidArgs(format!(
                 "the bundle was measured under another configuration: {}; accepted: a bundle from a device with the same model, driver, CUDA version and clock policy, or force (`wcetctl import-calibration --force`) to import it as stale",
@@ -884,8 +980,6 @@ impl Service {
                 self.list_kernels().join(", ")
             )));
         }
-        // Rule 1 is checked against the bundle's own launches before anything is queued: a bound
-        // below a time the bundle itself records (an edited or corrupted file) is never served.
         let under: Vec<String> = bundle
             .calibrations
             .iter()
@@ -909,53 +1003,19 @@ impl Service {
                 under.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
             )));
         }
-        let source = format!(
-            "bundle from {} exported {}",
-            bundle.host,
-            bundle.exported_at.to_rfc3339()
-        );
-        let stale = !diffs.is_empty();
-        let runnable = self
-            .inner
-            .catalogue
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        let mut names = Vec::new();
-        let calibrations = bundle
-            .calibrations
-            .into_iter()
-            .map(|e| {
-                let mut cal = e.calibration;
-                cal.origin = Origin::Bundle;
-                cal.source = source.clone();
-                if !stale && runnable.get(&e.kernel).is_some() {
-                    // Same configuration: served as this device's, once checked on this card. A
-                    // kernel this daemon cannot run (known from an earlier import) cannot be
-                    // checked: it keeps the exporting card's fingerprint and is served stale.
-                    cal.campaign.environment.fingerprint = here.clone();
-                }
-                if !names.contains(&e.kernel) {
-                    names.push(e.kernel.clone());
-                }
-                (e.interference, e.kernel, cal)
-            })
-            .collect::<Vec<_>>();
-        let mut tags: Vec<Interference> = calibrations.iter().map(|c| c.0).collect();
-        tags.sort();
-        tags.dedup();
-        let work = Work::Bundle {
-            calibrations,
-            verify: !stale,
-        };
-        let id = self.enqueue(work, names.clone(), tags)?;
-        tracing::info!(job = id, "bundle import queued: {}", names.join(", "));
-        Ok(names)
+        Ok(!diffs.is_empty())
     }
 
     fn enqueue(&self, work: Work, kernels: Vec<String>, tags: Vec<Interference>) -> Result<u64> {
         let limit = self.inner.config.max_queued_jobs as u64;
-        if self.inner.pending.load(Ordering::SeqCst) >= limit {
+        // Taken in one step, so two callers at once cannot both take the last place.
+        let taken = self
+            .inner
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            });
+        if taken.is_err() {
             return Err(ServiceError::Busy(format!(
                 "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`wcetctl jobs` or Calibration1.ListJobs() shows the queue)"
             )));
@@ -974,15 +1034,16 @@ impl Service {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, (status, Arc::clone(&cancel)));
-        self.inner.pending.fetch_add(1, Ordering::SeqCst);
-        self.worker
-            .send(Some(Job { id, work, cancel }))
-            .map_err(|_| {
-                ServiceError::Busy(
-                    "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)"
-                        .into(),
-                )
-            })?;
+        if self.worker.send(Some(Job { id, work, cancel })).is_err() {
+            // Not left listed as queued forever: the job ends here, and says why.
+            let why = "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
+            set_job(&self.inner, id, |s| {
+                s.state = JobState::Failed;
+                s.message = why.into();
+            });
+            self.inner.pending.fetch_sub(1, Ordering::SeqCst);
+            return Err(ServiceError::Busy(why.into()));
+        }
         Ok(id)
     }
 
@@ -1092,38 +1153,110 @@ impl Service {
     }
 }
 
-/// How to get a calibration of `kernel`, on the command line and on the bus.
-pub fn how_to_calibrate(kernel: &str, tag: Option<Interference>) -> String {
-    match tag {
-        Some(t) => format!(
-            "get it with `wcetctl recalibrate --interference {t} {kernel}` or Calibration1.RecalibrateWith([\"{kernel}\"], {{\"interference\": <[\"{t}\"]>}}), then wait for JobFinished"
-        ),
-        None => format!(
-            "get it with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"]), then wait for JobFinished"
-        ),
-    }
+/// `bound_ns` measured at `calibrated_mhz`, stretched to a clock of `current_mhz` (rounded up).
+fn stretch(bound_ns: u64, calibrated_mhz: u32, current_mhz: u32) -> u64 {
+    let stretched =
+        (u128::from(bound_ns) * u128::from(calibrated_mhz)).div_ceil(u128::from(current_mhz));
+    u64::try_from(stretched).unwrap_or(u64::MAX)
 }
 
 /// `ok`, or `degraded` naming the partition sizes the placement probe refused at open (they are
 /// not offered and never calibrated).
-fn initial_health(device: &DeviceInfo) -> String {
-    if device.unusable_sizes.is_empty() {
+/// Also `degraded` naming the files moved aside at start (`moved_aside`, each with why: bounds
+/// or production floors they held are not served) and the kernel manifests rejected at start
+/// (their kernels are not served), until the next successful job.
+fn initial_health(
+    device: &DeviceInfo,
+    moved_aside: &[String],
+    manifests_rejected: &[(String, String)],
+) -> String {
+    let mut why = Vec::new();
+    if !device.unusable_sizes.is_empty() {
+        let refused: Vec<String> = device
+            .unusable_sizes
+            .iter()
+            .map(|(m, why)| format!("{m} SMs ({why})"))
+            .collect();
+        why.push(format!(
+            "partitions refused by the placement probe: {}",
+            refused.join("; ")
+        ));
+    }
+    if !moved_aside.is_empty() {
+        why.push(format!(
+            "files moved aside at start, what they held is not served: {}",
+            moved_aside.join("; ")
+        ));
+    }
+    if !manifests_rejected.is_empty() {
+        let files: Vec<String> = manifests_rejected
+            .iter()
+            .map(|(file, why)| format!("{file} ({why})"))
+            .collect();
+        why.push(format!(
+            "kernel manifests rejected at start, their kernels are not served: {}; fix them and run `wcetctl kernels reload`",
+            files.join("; ")
+        ));
+    }
+    if why.is_empty() {
         return "ok".into();
     }
-    let refused: Vec<String> = device
-        .unusable_sizes
-        .iter()
-        .map(|(m, why)| format!("{m} SMs ({why})"))
-        .collect();
-    format!(
-        "degraded: partitions refused by the placement probe: {}",
-        refused.join("; ")
-    )
+    format!("degraded: {}", why.join("; "))
 }
 
 /// The built-in suite and the manifests of `dirs`, and every manifest rejected, with the reason.
-fn load_catalogue(dirs: &[PathBuf]) -> (Catalogue, Vec<(String, String)>) {
-    let (manifests, mut rejected) = manifest::load_dirs(dirs);
+///
+/// With `previous` (a reload), a file that is rejected now but was loaded before keeps its
+/// previous version: a broken edit withdraws nothing, as a rejected file changes nothing else.
+fn load_catalogue(
+    dirs: &[PathBuf],
+    previous: Option<&Catalogue>,
+    device: &DeviceInfo,
+) -> (Catalogue, Vec<(String, String)>) {
+    let (mut manifests, mut rejected) = manifest::load_dirs(dirs);
+    // On the simulator a manifest's `[sim]` table is what runs: checked now, not at calibration.
+    if device.backend == crate::gpu::Backend::Sim {
+        manifests.retain(|m| {
+            match crate::gpu::sim::KernelPhysics::of_manifest(m, &device.partition_sizes) {
+                Ok(_) => true,
+                Err(e) => {
+                    rejected.push((m.path.display().to_string(), format!("[sim]: {e:#}")));
+                    false
+                }
+            }
+        });
+    }
+    for (file, why) in &mut rejected {
+        let kept = previous
+            .into_iter()
+            .flat_map(Catalogue::iter)
+            .filter_map(KernelSpec::manifest)
+            .find(|m| m.path.display().to_string() == *file);
+        // The previous version runs the module and fill files read at its load; where those
+        // changed too, keeping it would time (and serve) other code under its digest.
+        match kept.map(|m| (m, m.changed_on_disk())) {
+            Some((m, None)) => {
+                why.push_str(&format!(
+                    "; the previous version of `{}` is kept until the file is fixed",
+                    m.name
+                ));
+                manifests.push(m.clone());
+            }
+            Some((m, Some(changed))) => why.push_str(&format!(
+                "; the previous version of `{}` is not kept either: {changed}",
+                m.name
+            )),
+            None => {}
+        }
+    }
+    // A name stays with the file that had it: a new file claiming it is the one refused.
+    let established = |m: &manifest::Manifest| {
+        previous
+            .and_then(|p| p.get(&m.name))
+            .and_then(KernelSpec::manifest)
+            .is_some_and(|old| old.path == m.path)
+    };
+    manifests.sort_by_key(|m| !established(m));
     let (catalogue, taken) = Catalogue::with_manifests(manifests);
     rejected.extend(taken);
     (catalogue, rejected)
@@ -1161,24 +1294,71 @@ fn join(sizes: &[u32]) -> String {
 }
 
 /// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
-/// most recent one of another device, or nothing.
+/// most recent one of this card under another fingerprint or of another card, or nothing.
 fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
     if let Some(cal) = store.load(&device.fingerprint) {
         tracing::info!(kernels = cal.kernels.len(), "loaded calibration");
         return cal;
     }
-    match store.load_latest_other(&device.fingerprint) {
-        Some(old) => {
-            tracing::warn!(
-                old_device = %old.device.name,
-                "no calibration for this device fingerprint; serving the previous one as stale until recalibrated"
-            );
-            Calibration {
-                device: device.clone(),
-                ..old
+    let Some(mut old) = store.load_latest_other(&device.fingerprint) else {
+        return Calibration::new(device.clone());
+    };
+    tracing::warn!(
+        old_device = %old.device.name,
+        old_uuid = %old.device.fingerprint.uuid,
+        "no calibration for this device fingerprint; serving the previous one as stale until recalibrated"
+    );
+    let whose = if old.device.fingerprint.uuid == device.fingerprint.uuid {
+        format!(
+            "this card's calibration under another configuration (driver {}, CUDA {}, clocks {})",
+            old.device.fingerprint.driver,
+            old.device.fingerprint.cuda,
+            old.device.fingerprint.clock_policy
+        )
+    } else {
+        format!(
+            "another card's calibration ({}, {})",
+            old.device.name, old.device.fingerprint.uuid
+        )
+    };
+    for tag in [Interference::Isolated, Interference::Contended] {
+        for cal in old.tables_mut(tag).values_mut() {
+            cal.table.notes.push(format!(
+                "served stale at start: {whose}, until this device is recalibrated"
+            ));
+        }
+    }
+    keep_observed_floors(store, &mut old);
+    Calibration {
+        device: device.clone(),
+        ..old
+    }
+}
+
+/// Rule 1 across a fingerprint change: the floors production reported under the stale
+/// calibration's own fingerprint (kept in that fingerprint's observations file, which this
+/// device does not load) are raised into its tables, so a bound served before the change is not
+/// served lower after it. An isolated floor holds up the contended bound too.
+fn keep_observed_floors(store: &Store, old: &mut Calibration) {
+    let file = crate::observe::ObservationFile::new(store.dir(), old.fingerprint());
+    let (observations, _) = file.load();
+    for (kernel, sms, tag, series) in observations.iter() {
+        let tags: &[Interference] = match tag {
+            Interference::Isolated => &[Interference::Isolated, Interference::Contended],
+            Interference::Contended => &[Interference::Contended],
+        };
+        for &t in tags {
+            let Some(cal) = old.tables_mut(t).get_mut(kernel) else {
+                continue;
+            };
+            if cal.table.raise_to(sms, series.floor_ns) {
+                cal.table.notes.push(format!(
+                    "raised to {} ns at {sms} SMs by a launch time reported from production under the previous fingerprint ({})",
+                    series.floor_ns,
+                    series.floor_at.to_rfc3339()
+                ));
             }
         }
-        None => Calibration::new(device.clone()),
     }
 }
 
@@ -1249,7 +1429,7 @@ fn worker_loop(
     }
 }
 
-fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> (JobState, String) {
+fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd {
     if job.cancel.load(Ordering::SeqCst) {
         return (
             JobState::Cancelled,
@@ -1291,7 +1471,7 @@ impl JobReport {
         }
     }
 
-    fn finish(self, inner: &Inner) -> (JobState, String) {
+    fn finish(self, inner: &Inner) -> JobEnd {
         let published = self.published.join("; ");
         match (self.published.is_empty(), self.failures.is_empty()) {
             (_, true) => (JobState::Done, published),
@@ -1320,7 +1500,7 @@ fn calibrate_job(
     job: &Job,
     kernels: &[KernelSpec],
     tags: &[Interference],
-) -> (JobState, String) {
+) -> JobEnd {
     let recipe = match probed_recipe(gpu, inner, job) {
         Ok(recipe) => recipe,
         Err(failed) => return failed,
@@ -1402,7 +1582,7 @@ fn fit_all(
     gpu: &mut dyn Gpu,
     recipe: &Recipe,
     report: &mut JobReport,
-) -> Vec<(Interference, String, crate::store::KernelCalibration)> {
+) -> Vec<TaggedCalibration> {
     let sizes = gpu.info().partition_sizes.clone();
     let mut results = Vec::new();
     for (tag, m) in measured {
@@ -1420,7 +1600,7 @@ fn probed_recipe(
     gpu: &mut dyn Gpu,
     inner: &Inner,
     job: &Job,
-) -> std::result::Result<Recipe, (JobState, String)> {
+) -> std::result::Result<Recipe, JobEnd> {
     match calibrate::with_device_probe(gpu, &inner.config.recipe) {
         Ok((recipe, notes)) => {
             for note in notes {
@@ -1452,18 +1632,8 @@ fn calibrate_step(
     let mut recipe = *recipe;
     recipe.campaign.interference = tag;
     let n = steps.len().max(1) as f64;
-    let mut last_sent = -1.0;
-    let mut progress = |f: f64| {
-        let p = (i as f64 + f) / n;
-        if p - last_sent >= 0.01 || f >= 1.0 {
-            last_sent = p;
-            set_job(inner, job.id, |s| s.progress = p);
-            let _ = inner.events.send(Event::JobProgress {
-                job: job.id,
-                progress: p,
-            });
-        }
-    };
+    let mut report = progress_reporter(inner, job);
+    let mut progress = |f: f64| report((i as f64 + f) / n, f >= 1.0);
     // Says what is being measured now, for `GetJob` and the progress bar.
     let mut narrate = |request: &RunRequest| {
         set_job(inner, job.id, |s| {
@@ -1499,11 +1669,7 @@ fn weakest_guarantee(snap: &Calibration, kernel: &str) -> (f64, crate::model::Ex
 
 /// How a bundle import ends when checking or recalibrating (`what`) did not complete: cancelled,
 /// or failed with why; nothing of the bundle is imported either way.
-fn nothing_imported(
-    inner: &Inner,
-    e: &calibrate::CalibrateError,
-    what: &str,
-) -> (JobState, String) {
+fn nothing_imported(inner: &Inner, e: &calibrate::CalibrateError, what: &str) -> JobEnd {
     if is_cancelled(e) {
         return (JobState::Cancelled, "cancelled; nothing imported".into());
     }
@@ -1526,14 +1692,27 @@ fn is_lost(e: &calibrate::CalibrateError) -> bool {
 }
 
 /// Bounds from imported samples, published as a calibration's are.
-fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> (JobState, String) {
+fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEnd {
     match calibrate::from_samples(imported, &inner.device, &inner.config.recipe) {
-        Ok(cal) => commit(
-            store,
-            inner,
-            vec![(imported.interference, imported.kernel.clone(), cal)],
-            "imported",
-        ),
+        Ok(mut cal) => {
+            // The samples are of the kernel the catalogue has under the name now: a later edit
+            // of its manifest makes them stale, as it does measured bounds.
+            let catalogue = inner
+                .catalogue
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            cal.code = catalogue
+                .get(&imported.kernel)
+                .map(KernelSpec::code_digest)
+                .unwrap_or_default();
+            drop(catalogue);
+            commit(
+                store,
+                inner,
+                vec![(imported.interference, imported.kernel.clone(), cal)],
+                "imported",
+            )
+        }
         Err(e) => fail(
             inner,
             format!("importing {}: {e}; bounds unchanged", imported.kernel),
@@ -1550,86 +1729,32 @@ fn import_bundle(
     store: &Store,
     inner: &Inner,
     job: &Job,
-    calibrations: &[(Interference, String, KernelCalibration)],
+    calibrations: &[TaggedCalibration],
     verify: bool,
-) -> (JobState, String) {
+) -> JobEnd {
     if !verify {
         return commit(store, inner, calibrations.to_vec(), "imported");
     }
-    let catalogue = inner
-        .catalogue
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .clone();
-    let mut notes = Vec::new();
-    let mut publish = Vec::new();
-    let mut redo = Vec::new();
-    for (tag, name, cal) in calibrations {
-        let Some(kernel) = catalogue.get(name) else {
-            notes.push(format!(
-                "{name} ({tag}): not checked, nothing to run here: served stale (the exporting card's)"
-            ));
-            publish.push((*tag, name.clone(), cal.clone()));
-            continue;
-        };
-        let checked = match calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel)
-        {
-            Ok(checked) => checked,
-            Err(e) => {
-                return nothing_imported(
-                    inner,
-                    &e,
-                    &format!("checking {name} ({tag}) on this card"),
-                )
-            }
-        };
-        let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
-        match over.first() {
-            None => {
-                notes.push(format!("{name} ({tag}): held on this card"));
-                publish.push((*tag, name.clone(), cal.clone()));
-            }
-            Some((m, t, b)) => {
-                notes.push(format!(
-                    "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
-                    over.len()
-                ));
-                redo.push((*tag, kernel.clone(), checked));
-            }
-        }
-    }
+    let mut report = progress_reporter(inner, job);
+    let checked = match check_bundle(gpu, inner, job, calibrations, &mut report) {
+        Ok(checked) => checked,
+        Err(failed) => return failed,
+    };
+    let BundleCheck {
+        mut notes,
+        mut publish,
+        redo,
+    } = checked;
     if !redo.is_empty() {
-        // Recalibrated as a job's kernels are: with the device's delays and slowdowns probed.
-        let probed = match probed_recipe(gpu, inner, job) {
-            Ok(recipe) => recipe,
+        match recalibrate_failed(gpu, inner, job, redo, &mut notes, &mut report) {
+            Ok(recalibrated) => publish.extend(recalibrated),
             Err(failed) => return failed,
-        };
-        for (tag, kernel, checked) in redo {
-            let mut recipe = probed;
-            recipe.campaign.interference = tag;
-            match calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut |_| {}) {
-                Ok(mut cal) => {
-                    for (m, t, _) in checked {
-                        if cal.table.raise_to_launch(m, t) {
-                            let why = format!(
-                                "bound at {m} SMs raised to a launch of {t} ns timed by the arrival check of an imported bundle"
-                            );
-                            notes.push(format!("{} ({tag}): {why}", kernel.name));
-                            cal.table.notes.push(why);
-                        }
-                    }
-                    publish.push((tag, kernel.name.clone(), cal));
-                }
-                Err(e) => {
-                    return nothing_imported(inner, &e, &format!("recalibrating {}", kernel.name))
-                }
-            }
         }
     }
     let configured = inner.config.recipe.method_config.exceedance;
     for (tag, name, cal) in &publish {
         let (stated, _) = cal.table.stated_exceedance();
-        if stated > configured * (1.0 + 1e-9) {
+        if crate::model::weaker_than(stated, configured) {
             notes.push(format!(
                 "{name} ({tag}): stated at {stated:e} per launch, weaker than the configured {configured:e} (admission refuses it unless accepted)"
             ));
@@ -1640,6 +1765,142 @@ fn import_bundle(
         return (state, published);
     }
     (JobState::Done, format!("{published}; {}", notes.join("; ")))
+}
+
+/// A bundle's calibrations after the arrival check: those to publish as they came, and the
+/// kernels to recalibrate here with the launches the check timed (size, longest, bound).
+struct BundleCheck {
+    notes: Vec<String>,
+    publish: Vec<TaggedCalibration>,
+    redo: Vec<FailedCheck>,
+}
+
+/// The share of a bundle import's progress the arrival check takes; recalibrations, if any,
+/// take the rest.
+const BUNDLE_CHECK_SHARE: f64 = 0.3;
+
+/// Run every kernel of the bundle this host knows at every size of its table.
+fn check_bundle(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+    calibrations: &[TaggedCalibration],
+    report: &mut impl FnMut(f64, bool),
+) -> std::result::Result<BundleCheck, JobEnd> {
+    let catalogue = inner
+        .catalogue
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let mut out = BundleCheck {
+        notes: Vec::new(),
+        publish: Vec::new(),
+        redo: Vec::new(),
+    };
+    for (i, (tag, name, cal)) in calibrations.iter().enumerate() {
+        report(
+            BUNDLE_CHECK_SHARE * i as f64 / calibrations.len() as f64,
+            true,
+        );
+        let Some(kernel) = catalogue.get(name) else {
+            out.notes.push(format!(
+                "{name} ({tag}): not checked, nothing to run here: served stale (the exporting card's)"
+            ));
+            out.publish.push((*tag, name.clone(), cal.clone()));
+            continue;
+        };
+        set_job(inner, job.id, |s| {
+            s.message = format!(
+                "checking {name} ({tag}) on this card, kernel {} of {}",
+                i + 1,
+                calibrations.len()
+            );
+        });
+        let checked = calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel)
+            .map_err(|e| {
+                nothing_imported(inner, &e, &format!("checking {name} ({tag}) on this card"))
+            })?;
+        let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
+        match over.first() {
+            None => {
+                out.notes.push(format!("{name} ({tag}): held on this card"));
+                out.publish.push((*tag, name.clone(), cal.clone()));
+            }
+            Some((m, t, b)) => {
+                out.notes.push(format!(
+                    "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
+                    over.len()
+                ));
+                out.redo.push((*tag, kernel.clone(), checked));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Recalibrate the kernels that failed the arrival check, as a job's kernels are (with the
+/// device's delays and slowdowns probed), each bound at least the longest launch the check timed.
+fn recalibrate_failed(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+    redo: Vec<FailedCheck>,
+    notes: &mut Vec<String>,
+    report: &mut impl FnMut(f64, bool),
+) -> std::result::Result<Vec<TaggedCalibration>, JobEnd> {
+    let probed = probed_recipe(gpu, inner, job)?;
+    let n = redo.len();
+    let mut recalibrated = Vec::new();
+    for (i, (tag, kernel, checked)) in redo.into_iter().enumerate() {
+        let mut recipe = probed;
+        recipe.campaign.interference = tag;
+        set_job(inner, job.id, |s| {
+            s.message = format!(
+                "recalibrating {} ({tag}) on this card, kernel {} of {n}",
+                kernel.name,
+                i + 1
+            );
+        });
+        let mut progress = |f: f64| {
+            let share = (i as f64 + f) / n as f64;
+            report(
+                BUNDLE_CHECK_SHARE + (1.0 - BUNDLE_CHECK_SHARE) * share,
+                f >= 1.0,
+            )
+        };
+        let mut cal =
+            calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut progress)
+                .map_err(|e| {
+                    nothing_imported(inner, &e, &format!("recalibrating {}", kernel.name))
+                })?;
+        for (m, t, _) in checked {
+            if cal.table.raise_to_launch(m, t) {
+                let why = format!(
+                    "bound at {m} SMs raised to a launch of {t} ns timed by the arrival check of an imported bundle"
+                );
+                notes.push(format!("{} ({tag}): {why}", kernel.name));
+                cal.table.notes.push(why);
+            }
+        }
+        recalibrated.push((tag, kernel.name.clone(), cal));
+    }
+    Ok(recalibrated)
+}
+
+/// A job's progress (0 to 1) for `GetJob` and the `JobProgress` signal: sent when it moved by 1%
+/// since the last one sent, or when `force`d (a step completed).
+fn progress_reporter<'a>(inner: &'a Inner, job: &'a Job) -> impl FnMut(f64, bool) + 'a {
+    let mut last_sent = -1.0;
+    move |p: f64, force: bool| {
+        if p - last_sent >= 0.01 || force {
+            last_sent = p;
+            set_job(inner, job.id, |s| s.progress = p);
+            let _ = inner.events.send(Event::JobProgress {
+                job: job.id,
+                progress: p,
+            });
+        }
+    }
 }
 
 /// The worker's GPU, telling `on_run` what each batch measures before it runs.
@@ -1681,12 +1942,7 @@ impl Gpu for Narrated<'_> {
 
 /// Publish the new bounds of a job: store first (so a crash after this leaves them on disk), then
 /// the snapshot, then the signal.
-fn commit(
-    store: &Store,
-    inner: &Inner,
-    results: Vec<(Interference, String, KernelCalibration)>,
-    verb: &str,
-) -> (JobState, String) {
+fn commit(store: &Store, inner: &Inner, results: Vec<TaggedCalibration>, verb: &str) -> JobEnd {
     let mut names: Vec<String> = Vec::new();
     for (_, name, _) in &results {
         if !names.contains(name) {
@@ -1744,7 +2000,7 @@ fn note_lost(inner: &Inner, error: &calibrate::CalibrateError) {
     }
 }
 
-fn fail(inner: &Inner, message: String) -> (JobState, String) {
+fn fail(inner: &Inner, message: String) -> JobEnd {
     tracing::error!(%message, "calibration job failed");
     set_health(inner, format!("degraded: {message}"));
     (JobState::Failed, message)
@@ -1779,9 +2035,9 @@ mod tests {
         let mut device = SimGpu::new(DeviceProfile::h200(), SimOptions::default())
             .info()
             .clone();
-        assert_eq!(initial_health(&device), "ok");
+        assert_eq!(initial_health(&device, &[], &[]), "ok");
         device.unusable_sizes = vec![(96, "SM 3 ran blocks of both".into())];
-        let h = initial_health(&device);
+        let h = initial_health(&device, &[], &[]);
         assert!(h.starts_with("degraded: partitions refused"), "{h}");
         assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
     }
@@ -1930,6 +2186,181 @@ mod tests {
     fn an_untagged_time_above_the_contended_bound_raises_it() {
         let dir = tempfile::tempdir().unwrap();
         let service = srad_calibrated(dir.path());
+        untagged_time_raises_every_tag(&service);
+    }
+
+    /// A calibration file whose bounds are below launches it records was not written by this
+    /// daemon: it is moved aside whole, nothing of it is served, and `Health` says so.
+    #[test]
+    fn a_calibration_file_below_its_own_launches_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let calibrated = srad_calibrated(dir.path());
+        let path = Store::open(dir.path())
+            .unwrap()
+            .path_for(&calibrated.device().fingerprint);
+        drop(calibrated);
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for e in v["kernels"]["srad"]["table"]["entries"]
+            .as_array_mut()
+            .unwrap()
+        {
+            e["bound_ns"] = 1000.into();
+        }
+        std::fs::write(&path, v.to_string()).unwrap();
+        let config = ServiceConfig {
+            initial_calibration: false,
+            ..ServiceConfig::default()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+        for tag in [
+            None,
+            Some(Interference::Isolated),
+            Some(Interference::Contended),
+        ] {
+            let served = service.bound("srad", 64, tag);
+            assert!(
+                matches!(served, Err(ServiceError::NotCalibrated(_))),
+                "{tag:?}: {served:?}"
+            );
+        }
+        let health = service.health();
+        assert!(
+            health.starts_with("degraded: files moved aside at start")
+                && health.contains("srad (isolated) at 8 SMs: bound 1000 ns below a launch"),
+            "{health}"
+        );
+        assert!(!path.exists());
+    }
+
+    /// The untagged bound is the larger of the tags' bounds as served, clock scaling included:
+    /// a contended calibration made at a lower clock is stretched less, so the larger one before
+    /// scaling need not be the larger one after.
+    #[test]
+    fn the_untagged_bound_is_the_larger_after_clock_scaling() {
+        let dir = tempfile::tempdir().unwrap();
+        let calibrated = srad_calibrated(dir.path());
+        let path = Store::open(dir.path())
+            .unwrap()
+            .path_for(&calibrated.device().fingerprint);
+        drop(calibrated);
+        // As if the contended campaign had run while the card was held at 1500 MHz.
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        v["contended"]["srad"]["campaign"]["environment"]["sm_clock_mhz_max"] = 1500.into();
+        std::fs::write(&path, v.to_string()).unwrap();
+        let config = ServiceConfig {
+            initial_calibration: false,
+            ..ServiceConfig::default()
+        };
+        let slow = SimOptions {
+            clock_mhz_override: Some(1000),
+            ..SimOptions::default()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), slow);
+        let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+        assert_eq!(service.current_clock_mhz(), Some(1000), "read at start");
+        for &m in &service.device().partition_sizes {
+            let untagged = service.bound("srad", m, None).unwrap();
+            for tag in [Interference::Isolated, Interference::Contended] {
+                let tagged = service.bound("srad", m, Some(tag)).unwrap();
+                assert!(
+                    untagged >= tagged,
+                    "{m} SMs: untagged {untagged} < {tag} {tagged}"
+                );
+            }
+        }
+    }
+
+    /// After a clock-policy change, this card's previous calibration is served stale (not a newer
+    /// one of another card), still at least every time production reported under it.
+    #[test]
+    fn a_stale_calibration_keeps_the_floors_reported_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = srad_calibrated(dir.path());
+        let seen = before.bound("srad", 32, None).unwrap() * 3;
+        before.report("srad", 32, None, &[seen]).unwrap();
+        before.save_observations();
+        drop(before);
+        // A newer calibration of another card in the same directory.
+        let mut config = ServiceConfig::default();
+        config.recipe.campaign.launches = 40;
+        config.recipe.campaign.screen_launches = 200;
+        config.recipe.delay_probe_launches = 0;
+        config.initial_calibration = false;
+        let other_card = SimOptions {
+            device_index: 1,
+            ..SimOptions::default()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), other_card);
+        let other = Service::start(
+            Box::new(gpu),
+            Store::open(dir.path()).unwrap(),
+            config.clone(),
+        )
+        .0;
+        let mut events = other.subscribe();
+        let job = other.recalibrate(&["srad".to_string()]).unwrap();
+        while !other.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        drop(other);
+
+        let mut reclocked = DeviceProfile::h200();
+        reclocked.sm_clock_mhz -= 100;
+        let gpu = SimGpu::new(reclocked, SimOptions::default());
+        let after = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+        for tag in [
+            None,
+            Some(Interference::Isolated),
+            Some(Interference::Contended),
+        ] {
+            let info = after.bound_info("srad", 32, tag).unwrap();
+            assert!(info.stale);
+            assert!(
+                info.entry.bound_ns >= seen,
+                "{tag:?}: {} < {seen}",
+                info.entry.bound_ns
+            );
+            let notes = info.notes.join("; ");
+            assert!(
+                notes.contains("this card's calibration under another configuration"),
+                "{notes}"
+            );
+        }
+        let smaller = after
+            .bound("srad", 8, Some(Interference::Isolated))
+            .unwrap();
+        assert!(
+            smaller >= seen,
+            "srad never gets faster on fewer SMs: {smaller} < {seen}"
+        );
+    }
+
+    /// With contended calibrated first, an untagged time still holds up the isolated bound, the
+    /// one admission uses for a task alone on the GPU.
+    #[test]
+    fn an_untagged_time_raises_the_isolated_bound_whatever_is_calibrated_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ServiceConfig::default();
+        config.recipe.campaign.launches = 40;
+        config.recipe.campaign.screen_launches = 200;
+        config.recipe.campaign.heavy_tail_launches = 400;
+        config.recipe.delay_probe_launches = 0;
+        config.initial_calibration = false;
+        config.interference = vec![Interference::Contended, Interference::Isolated];
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+        let mut events = service.subscribe();
+        let job = service.recalibrate(&["srad".to_string()]).unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        untagged_time_raises_every_tag(&service);
+    }
+
+    fn untagged_time_raises_every_tag(service: &Service) {
         let contended = |m| {
             service
                 .bound("srad", m, Some(Interference::Contended))

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::gpu::{DeviceInfo, Fingerprint, Interference};
 use crate::launch_times::SpillFile;
@@ -80,6 +80,11 @@ pub struct KernelCalibration {
     /// Free text about the origin: the manifest's path, or what `ImportSamples` was told.
     #[serde(default)]
     pub source: String,
+    /// The measured kernel's code digest ([`crate::kernels::KernelSpec::code_digest`]): bounds
+    /// hold for that code only. Empty when not recorded: imported samples, a simulator-only
+    /// kernel, or a calibration stored before 2026-11-23.
+    #[serde(default)]
+    pub code: String,
 }
 
 /// How a calibration's samples were obtained.
@@ -160,6 +165,8 @@ pub struct Store {
     /// Where the launch times of loaded calibrations rest (see `launch_times`); `None` keeps
     /// them in memory (the directory refused a temporary file).
     spill: Option<Arc<SpillFile>>,
+    /// Files moved aside since the store was opened, each with why (for `Health`).
+    quarantined: Arc<Mutex<Vec<String>>>,
 }
 
 impl Store {
@@ -175,7 +182,11 @@ impl Store {
                 tracing::warn!(dir = %dir.display(), error = %e, "no spill file; launch times of loaded calibrations stay in memory");
             })
             .ok();
-        let store = Store { dir, spill };
+        let store = Store {
+            dir,
+            spill,
+            quarantined: Arc::default(),
+        };
         store.remove_stale_temporaries();
         Ok(store)
     }
@@ -195,8 +206,9 @@ impl Store {
         self.load_file(&self.path_for(fingerprint))
     }
 
-    /// The most recently written calibration of another fingerprint, if any: served as stale
-    /// while the current device is recalibrated.
+    /// The calibration to serve as stale while the current device is recalibrated: the most
+    /// recently written one of this card under another fingerprint (a new driver, CUDA version or
+    /// clock policy), or else the most recent of another card.
     pub fn load_latest_other(&self, fingerprint: &Fingerprint) -> Option<Calibration> {
         let current = self.path_for(fingerprint);
         let mut files: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&self.dir)
@@ -207,10 +219,17 @@ impl Store {
             .filter_map(|p| Some((fs::metadata(&p).ok()?.modified().ok()?, p)))
             .collect();
         files.sort();
-        files
-            .into_iter()
-            .rev()
-            .find_map(|(_, p)| self.load_file(&p))
+        let mut other_card = None;
+        for (_, p) in files.into_iter().rev() {
+            let Some(cal) = self.load_file(&p) else {
+                continue;
+            };
+            if cal.fingerprint().uuid == fingerprint.uuid {
+                return Some(cal);
+            }
+            other_card.get_or_insert(cal);
+        }
+        other_card
     }
 
     /// Move `cal`'s launch times out of memory into the spill file (after it was saved, so the
@@ -238,7 +257,13 @@ impl Store {
             None => parse(),
         };
         match parsed {
-            Ok(cal) if cal.format == FORMAT_VERSION => Some(cal),
+            Ok(cal) if cal.format == FORMAT_VERSION => match under_their_launches(&cal) {
+                None => Some(cal),
+                Some(why) => {
+                    self.quarantine(path, &why);
+                    None
+                }
+            },
             Ok(cal) => {
                 self.quarantine(
                     path,
@@ -259,6 +284,18 @@ impl Store {
     /// Move a bad file aside so it is kept for inspection but never loaded again.
     fn quarantine(&self, path: &Path, why: &str) {
         quarantine(path, "calibration", why);
+        self.quarantined
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(format!("{} ({why})", path.display()));
+    }
+
+    /// The calibration files moved aside since the store was opened, each with why.
+    pub fn quarantined(&self) -> Vec<String> {
+        self.quarantined
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Write `cal` atomically: temporary file, fsync, rename, fsync of the directory.
@@ -288,29 +325,116 @@ impl Store {
 }
 
 /// Replace `path` atomically with what `fill` writes: a temporary file beside it
-/// (`.tmp-<pid>-<name>`, which [`Store::open`] removes if a crash leaves it), fsync, rename over
-/// `path`, fsync of the directory. Readers see the old file or the new one, never a mix.
+/// ([`temporary_path`], which [`Store::open`] and [`remove_stale_temporaries_of`] remove if a
+/// crash leaves it), fsync, rename over `path`, fsync of the directory. Readers see the old file
+/// or the new one, never a mix.
 pub fn write_atomically(
     path: &Path,
     fill: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
+    let dir = directory_of(path);
+    let tmp = temporary_path(path);
+    // Each step's error names the file it failed on (the temporary, or the rename to `path`).
+    let at = |what: String| {
+        move |e: std::io::Error| std::io::Error::new(e.kind(), format!("{what}: {e}"))
     };
-    let tmp = dir.join(format!(".tmp-{}-{}", std::process::id(), path_name(path)));
     let result = (|| {
-        let mut out = std::io::BufWriter::new(File::create(&tmp)?);
-        fill(&mut out)?;
-        let file = out.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        File::open(&dir)?.sync_all()
+        let writing = || format!("writing {}", tmp.display());
+        let file = File::create(&tmp).map_err(at(writing()))?;
+        let mut out = std::io::BufWriter::new(file);
+        fill(&mut out).map_err(at(writing()))?;
+        let file = out
+            .into_inner()
+            .map_err(|e| at(writing())(e.into_error()))?;
+        file.sync_all().map_err(at(writing()))?;
+        fs::rename(&tmp, path).map_err(at(format!(
+            "renaming {} to {}",
+            tmp.display(),
+            path.display()
+        )))?;
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(at(format!("syncing {}", dir.display())))
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+fn directory_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// A state directory held by one daemon: `wcetd.lock` in it, locked (`flock`) for as long as
+/// this lives. The kernel releases the lock when the process ends, however it ends, so a crash
+/// never leaves the directory locked. Two daemons on one directory would write the same files
+/// and remove each other's bus address.
+#[derive(Debug)]
+pub struct DirectoryLock {
+    _file: File,
+}
+
+impl DirectoryLock {
+    /// Lock `dir` (created if needed), or say which process holds it.
+    pub fn take(dir: &Path) -> anyhow::Result<DirectoryLock> {
+        use anyhow::Context;
+        use std::io::{Read, Seek};
+        use std::os::fd::AsRawFd;
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("wcetd.lock");
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            anyhow::bail!(
+                "the state directory {} is in use by another wcetd (pid {}); accepted: one daemon per state directory (give this one another --state-dir, or stop the other)",
+                dir.display(),
+                holder.trim()
+            );
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        write!(file, "{}", std::process::id())?;
+        Ok(DirectoryLock { _file: file })
+    }
+}
+
+/// Where [`write_atomically`] writes `path` before renaming it: `.tmp-<pid>-<name>.partial`
+/// beside it. It ends in neither `.json` nor `.prom`, so a reader that takes every file of a
+/// kind (node_exporter's textfile collector reads every `*.prom`) never takes a half-written one.
+pub fn temporary_path(path: &Path) -> PathBuf {
+    directory_of(path).join(format!(
+        ".tmp-{}-{}.partial",
+        std::process::id(),
+        path_name(path)
+    ))
+}
+
+/// Remove the temporary files of `path` that earlier processes left (a crash while writing it),
+/// for files outside the state directory, which [`Store::open`] cleans.
+pub fn remove_stale_temporaries_of(path: &Path) {
+    let Ok(entries) = fs::read_dir(directory_of(path)) else {
+        return;
+    };
+    let suffix = format!("-{}.partial", path_name(path));
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") && name.ends_with(&suffix) {
+            tracing::warn!(file = %entry.path().display(), "removing a temporary file left by an interrupted write");
+            let _ = fs::remove_file(entry.path());
+        }
+    }
 }
 
 /// Move a file that cannot be read aside, to `<name>.corrupt-<UTC time>`, so it is kept for
@@ -345,6 +469,26 @@ pub fn release_freed_memory() {
     }
 }
 
+/// Rule 1 checked on a file as it is loaded: a bound below a launch the file itself records was
+/// not written by this daemon (an edit, or damage that still parses), and nothing else in the
+/// file can be trusted either, so the whole file is refused. Says where, or `None`.
+fn under_their_launches(cal: &Calibration) -> Option<String> {
+    let mut found = Vec::new();
+    for (tag, tables) in [
+        (Interference::Isolated, &cal.kernels),
+        (Interference::Contended, &cal.contended),
+    ] {
+        for (name, k) in tables {
+            if let Some((m, bound, launch)) = k.bounds_under_their_launches().first() {
+                found.push(format!(
+                    "{name} ({tag}) at {m} SMs: bound {bound} ns below a launch of {launch} ns it records"
+                ));
+            }
+        }
+    }
+    (!found.is_empty()).then(|| format!("bounds below their own launches: {}", found.join("; ")))
+}
+
 fn is_calibration_file(p: &Path) -> bool {
     let name = path_name(p);
     name.starts_with("calibration-") && name.ends_with(".json")
@@ -372,10 +516,48 @@ pub fn default_state_dir() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::calibrate::{calibrate_kernel, Recipe, Sweep};
+    use crate::calibrate::{calibrate_kernel, Recipe, VerificationSweep};
     use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
     use crate::gpu::Gpu;
     use std::sync::atomic::AtomicBool;
+
+    /// One daemon per state directory: a second lock is refused and names the holder; the lock
+    /// goes with its holder.
+    #[test]
+    fn a_state_directory_is_locked_by_one_holder() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = DirectoryLock::take(dir.path()).unwrap();
+        let second = DirectoryLock::take(dir.path()).unwrap_err().to_string();
+        assert!(
+            second.contains("in use by another wcetd")
+                && second.contains(&format!("pid {}", std::process::id())),
+            "{second}"
+        );
+        drop(first);
+        DirectoryLock::take(dir.path()).unwrap();
+    }
+
+    /// A file being written is never named like the file: a reader of every `*.prom` (or
+    /// `*.json`) never takes a half-written one, and one a crash left is removed at the next start.
+    #[test]
+    fn temporaries_end_in_partial_and_stale_ones_are_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wcetd.prom");
+        let tmp = temporary_path(&path);
+        let name = tmp.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(
+            name.starts_with(".tmp-") && name.ends_with("-wcetd.prom.partial"),
+            "{name}"
+        );
+        let left = dir.path().join(".tmp-1-wcetd.prom.partial");
+        let other = dir.path().join(".tmp-1-other.prom.partial");
+        std::fs::write(&left, "half").unwrap();
+        std::fs::write(&other, "half").unwrap();
+        remove_stale_temporaries_of(&path);
+        assert!(!left.exists() && other.exists());
+        write_atomically(&path, |f| f.write_all(b"x 1\n")).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    }
 
     /// Remove every key named in `keys`, at any depth.
     fn strip(v: &mut serde_json::Value, keys: &[&str]) {
@@ -395,9 +577,9 @@ mod tests {
     fn a_store_written_before_the_sweep_still_loads() {
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
         let recipe = Recipe {
-            sweep: Sweep {
+            sweep: VerificationSweep {
                 budget_s: 0.0,
-                ..Sweep::default()
+                ..VerificationSweep::default()
             },
             ..Recipe::default()
         };

@@ -1,8 +1,10 @@
 //! Static work of the kernels the daemon knows, for predictions made before (or instead of)
 //! measuring: the launch geometry of each built-in kernel's timed step and the buffers it is
-//! given, from the suite's launch plans (pure host code; no GPU), and, when the CUDA backend has
-//! compiled the kernel, FLOPs and bytes from its PTX ([`from_ptx`]). Sits beside the catalogue:
-//! the model's predictor reads the [`StaticWork`] this makes and knows nothing of where it came from.
+//! given, from the suite's launch plans (pure host code in the CUDA backend's `suite`, no GPU),
+//! and FLOPs and bytes from a kernel's PTX ([`from_ptx`]; not called by the daemon yet: the
+//! backend compiles cubins, not PTX, for the architectures it lists). Sits above the GPU layer,
+//! whose plans it reads, and below the service: the model's predictor reads the [`StaticWork`]
+//! this makes and knows nothing of where it came from.
 //!
 //! Building a plan generates the kernel's inputs (seconds for the whole suite), so the plans'
 //! figures are committed in `calibration/work/builtin.toml` and read from there; a test rebuilds

@@ -1,6 +1,7 @@
 //! Who may recalibrate: on a private bus, whose config lets anyone connect and call anything, the
 //! daemon's own check must still refuse `Calibration1` to an unprivileged user (`nobody`) while
-//! root succeeds and `nobody` may still read bounds. Uses `busctl` as the operator would.
+//! root succeeds and `nobody` may still read bounds; and nobody may take the daemon's name.
+//! Uses `busctl` as the operator would.
 
 mod ops_support;
 
@@ -147,6 +148,44 @@ async fn nobody_is_refused_recalibrate_and_root_is_not() {
             d.log_text().contains("refused an operator call"),
             "the refusal is logged"
         );
+
+        // Nobody may take the daemon's name and answer in its place: not another user (the
+        // private bus's policy), not even the daemon's own user asking to replace it (the daemon
+        // owns it without ALLOW_REPLACEMENT).
+        let request_name = |unprivileged: bool| {
+            let mut cmd = Command::new("timeout");
+            cmd.arg("20");
+            if unprivileged {
+                cmd.args([
+                    "setpriv",
+                    "--reuid=nobody",
+                    "--regid=nogroup",
+                    "--clear-groups",
+                ]);
+            }
+            cmd.args([
+                "busctl",
+                "--no-pager",
+                &format!("--address={}", fx.address()),
+            ])
+            .args(["call", "org.freedesktop.DBus", "/org/freedesktop/DBus"])
+            .args(["org.freedesktop.DBus", "RequestName", "su", NAME, "6"])
+            .output()
+            .expect("running busctl")
+        };
+        let taken = request_name(true);
+        assert!(
+            !taken.status.success()
+                && String::from_utf8_lossy(&taken.stderr).contains("Access denied"),
+            "nobody's RequestName: {} {}",
+            String::from_utf8_lossy(&taken.stdout),
+            String::from_utf8_lossy(&taken.stderr)
+        );
+        let replaced = request_name(false);
+        // Flags REPLACE_EXISTING and DO_NOT_QUEUE; 3: EXISTS (1 would mean the name was taken).
+        assert_eq!(String::from_utf8_lossy(&replaced.stdout).trim(), "u 3");
+        let reads = busctl(fx.address(), true, &[BOUNDS, "GetBound", "su", "bfs", "16"]);
+        assert!(reads.status.success(), "the daemon still answers");
         d.stop();
     })
     .await

@@ -134,8 +134,8 @@ async fn bad_requests_get_the_design_error_names_and_say_what_is_accepted() {
     let reply = d
         .conn
         .call_method(
-            Some(wcetd::dbus::BUS_NAME),
-            wcetd::dbus::OBJECT_PATH,
+            Some(wcetd::bus::BUS_NAME),
+            wcetd::bus::OBJECT_PATH,
             Some("org.wcetd.Bounds1"),
             "GetBound",
             &(5i32,),

@@ -116,10 +116,23 @@ async fn the_configuration_file_sets_options_and_flags_win() {
         err.contains("`lanches`") && err.contains("launches") && err.contains("bad.toml"),
         "{err}"
     );
+    // A value the flag refuses: the error names the file, not only the flag.
+    let zero = write(env.dir.path(), "zero.toml", "launches = 0\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+        .args(["--backend", "sim", "--config", zero.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("zero.toml") && err.contains("--launches"),
+        "{err}"
+    );
+    // `contended` in the file conflicts with `--interference` given: the flag wins, no error.
     let file = write(
         env.dir.path(),
         "wcetd.toml",
-        "interference = [\"contended\"]\ncalibration-budget = 0\nlaunches = 60\n",
+        "contended = true\ncalibration-budget = 0\nlaunches = 60\n",
     );
     let d = env
         .daemon(&[

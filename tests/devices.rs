@@ -268,14 +268,19 @@ async fn a_bundle_is_served_only_once_it_held_on_this_card() {
         .as_u64()
         .unwrap();
     let mut finished = cal_b.receive_job_finished().await.unwrap();
+    let mut progress = cal_b.receive_job_progress().await.unwrap();
     cal_b
         .import_calibration_with(&fast, HashMap::new())
         .await
         .unwrap();
     let mut served_meanwhile = Vec::new();
+    let mut progressed = Vec::new();
     let done = tokio::time::timeout(WAIT, async {
         loop {
+            // Progress first: a signal sent before the job finished is read before its end.
             tokio::select! {
+                biased;
+                signal = progress.next() => progressed.push(signal.unwrap().args().unwrap().progress),
                 signal = finished.next() => break signal.unwrap(),
                 served = bounds_b.get_bound("srad", 64) => served_meanwhile.extend(served.ok()),
             }
@@ -286,6 +291,12 @@ async fn a_bundle_is_served_only_once_it_held_on_this_card() {
     let args = done.args().unwrap();
     assert_eq!(args.state, "done", "{}", args.message);
     assert!(args.message.contains("recalibrated"), "{}", args.message);
+    // The check and the recalibration report progress as they go, never backwards.
+    assert!(
+        progressed.windows(2).all(|w| w[0] <= w[1])
+            && progressed.iter().any(|&p| p > 0.3 && p < 1.0),
+        "{progressed:?}"
+    );
     let after = bounds_b.get_bound("srad", 64).await.unwrap();
     assert!(after > fast_bound_64, "{after} ns");
     // Nothing but the recalibration was published: no reply during the job may be a bound of
@@ -343,7 +354,7 @@ async fn reports_judge_their_own_device_and_the_metrics_file_covers_every_device
         gpu1.get_bound("srad", 64).await.unwrap(),
     );
     let mon1 = monitor_at(&d, GPU1).await;
-    let root = monitor_at(&d, wcetd::dbus::OBJECT_PATH).await;
+    let root = monitor_at(&d, wcetd::bus::OBJECT_PATH).await;
     let mut exceeded = mon1.receive_bound_exceeded().await.unwrap();
     let mut at_root = root.receive_bound_exceeded().await.unwrap();
     let late = bound1 * 2;

@@ -9,7 +9,7 @@
 use proptest::prelude::*;
 use std::sync::atomic::AtomicBool;
 
-use wcetd::calibrate::{calibrate_kernel, Recipe, Sweep};
+use wcetd::calibrate::{calibrate_kernel, Recipe, VerificationSweep};
 use wcetd::gpu::sim::{
     Atomics, DeviceProfile, Effects, GpcImbalance, KernelPhysics, L2Hump, SimGpu, SimOptions,
 };
@@ -37,10 +37,10 @@ fn calibrate(profile: &DeviceProfile, seed: u64, sweep: bool) -> BoundTable {
         },
     );
     let recipe = Recipe {
-        sweep: Sweep {
+        sweep: VerificationSweep {
             enabled: sweep,
             budget_s: 0.0,
-            ..Sweep::default()
+            ..VerificationSweep::default()
         },
         ..Recipe::default()
     };

@@ -87,6 +87,12 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
 
     let (_, state, message) = next_finished(&mut finished).await;
     assert_eq!(state, "done", "{message}");
+    // `wcetctl kernels reload` exits 1 while a file is rejected, as `kernels check` does.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["--bus-address", d.bus.address(), "kernels", "reload"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
     let bound = bounds.get_bound("app.scale", 64).await.unwrap();
     assert!(bound > 0);
     let info: HashMap<String, OwnedValue> = bounds.get_bound_info("app.scale", 64).await.unwrap();
@@ -97,6 +103,66 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
         .await
         .unwrap()
         .contains(&"app.scale".to_string()));
+
+    // A broken edit withdraws nothing: the previous version is kept, and says so.
+    let text = std::fs::read_to_string(&good).unwrap();
+    std::fs::write(&good, format!("bogus_key = 1\n{text}")).unwrap();
+    let (added, removed, rejected) = cal.reload_kernels().await.unwrap();
+    assert!(
+        added.is_empty() && removed.is_empty(),
+        "{added:?} {removed:?}"
+    );
+    assert!(
+        rejected.iter().any(|(f, why)| f.ends_with("app.scale.toml")
+            && why.contains("the previous version of `app.scale` is kept")),
+        "{rejected:?}"
+    );
+    assert_eq!(bounds.get_bound("app.scale", 64).await.unwrap(), bound);
+    // ... unless its module changed too: the version kept would time other code under its
+    // digest, so it is withdrawn and says why.
+    let ptx = kdir.path().join("scale.ptx");
+    let other_code = PTX.replace("ret;", "ret;\n\tret;");
+    std::fs::write(&ptx, &other_code).unwrap();
+    let (_, removed, rejected) = cal.reload_kernels().await.unwrap();
+    assert_eq!(removed, vec!["app.scale".to_string()]);
+    assert!(
+        rejected.iter().any(|(f, why)| f.ends_with("app.scale.toml")
+            && why.contains("is not kept either")
+            && why.contains("changed since it was loaded")),
+        "{rejected:?}"
+    );
+    let gone = bounds.get_bound("app.scale", 64).await.unwrap_err();
+    assert_eq!(error_name(&gone), "org.wcetd.Error.UnknownKernel");
+    std::fs::write(&ptx, PTX).unwrap();
+    std::fs::write(&good, &text).unwrap();
+    let (added, ..) = cal.reload_kernels().await.unwrap();
+    assert_eq!(added, vec!["app.scale".to_string()]);
+    let (_, state, message) = next_finished(&mut finished).await;
+    assert_eq!(state, "done", "{message}");
+    // A module changed on disk after loading is not timed under the loaded manifest's digest.
+    std::fs::write(&ptx, &other_code).unwrap();
+    cal.recalibrate(&["app.scale"]).await.unwrap();
+    let (_, state, message) = next_finished(&mut finished).await;
+    assert_eq!(state, "failed", "{message}");
+    assert!(
+        message.contains("changed since it was loaded") && message.contains("kernels reload"),
+        "{message}"
+    );
+    std::fs::write(&ptx, PTX).unwrap();
+    // A new file claiming the name (sorting first) is the one refused, not the established one.
+    std::fs::copy(&good, kdir.path().join("aaa.toml")).unwrap();
+    let (added, removed, rejected) = cal.reload_kernels().await.unwrap();
+    assert!(
+        added.is_empty() && removed.is_empty(),
+        "{added:?} {removed:?}"
+    );
+    assert!(
+        rejected
+            .iter()
+            .any(|(f, why)| f.ends_with("aaa.toml") && why.contains("already taken")),
+        "{rejected:?}"
+    );
+    std::fs::remove_file(kdir.path().join("aaa.toml")).unwrap();
 
     // Removed from the directory: no longer served (its calibration stays in the store).
     std::fs::remove_file(&good).unwrap();
@@ -113,11 +179,101 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
         .contains(&"hotspot".to_string()));
 }
 
+/// On the simulator a manifest's `[sim]` table is checked when the manifest is loaded, and a bad
+/// one is rejected with the reason, not found out at calibration as a driver error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn imported_samples_serve_bounds_that_say_imported() {
-    let d = Daemon::start(&["--no-initial-calibration"]).await;
+async fn a_bad_sim_table_is_rejected_at_load() {
+    let kdir = tempfile::tempdir().unwrap();
+    let kdir_arg = kdir.path().to_str().unwrap().to_string();
+    let path = write_manifest(kdir.path(), "app.short");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{text}[sim]\ncurve_ns = [[8, 52000]]\n")).unwrap();
+    let d = Daemon::start(&["--no-initial-calibration", "--kernel-dir", &kdir_arg]).await;
+    let (added, _, rejected) = d.calibration().await.reload_kernels().await.unwrap();
+    assert!(added.is_empty(), "{added:?}");
+    assert!(
+        rejected
+            .iter()
+            .any(|(f, why)| f.ends_with("app.short.toml") && why.starts_with("[sim]: ")),
+        "{rejected:?}"
+    );
+}
+
+/// A manifest edited after its kernel was calibrated is other code under the same name: its old
+/// bounds are served stale (and say why) until it is recalibrated, never as current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_manifest_is_served_stale_until_recalibrated() {
+    let kdir = tempfile::tempdir().unwrap();
+    let kdir_arg = kdir.path().to_str().unwrap().to_string();
+    let path = write_manifest(kdir.path(), "app.scale");
+    let flags = ["--no-initial-calibration", "--kernel-dir", &kdir_arg];
+    let mut d = Daemon::start(&flags).await;
+    let job = d
+        .calibration()
+        .await
+        .recalibrate(&["app.scale"])
+        .await
+        .unwrap();
+    assert_eq!(d.wait_job(job).await.0, "done");
+    let stale = |info: &HashMap<String, OwnedValue>| bool::try_from(&info["stale"]).unwrap();
+    let info = d
+        .bounds()
+        .await
+        .get_bound_info("app.scale", 64)
+        .await
+        .unwrap();
+    assert!(!stale(&info));
+    // Samples imported under the name are of the code it has now: current until it changes.
     let data = tempfile::tempdir().unwrap();
-    let out = data.path().join("campaign");
+    let samples = campaign_samples(data.path(), "app.scale");
+    let (ok, stdout, stderr) = wcetctl(
+        d.bus.address(),
+        &["import", "--samples", samples.to_str().unwrap()],
+    );
+    assert!(ok, "{stdout}{stderr}");
+    let isolated = |b: wcetd::client::BoundsProxy<'static>| async move {
+        b.get_bound_info_tagged("app.scale", 64, "isolated")
+            .await
+            .unwrap()
+    };
+    let info = isolated(d.bounds().await).await;
+    assert_eq!(info_str(&info, "origin"), "imported");
+    assert!(!stale(&info));
+
+    // The same name, ten times the blocks.
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("grid = [4096,", "grid = [40960,")).unwrap();
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
+    d.wait_for_name().await;
+    let bounds = d.bounds().await;
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    assert!(stale(&info), "the old code's bounds are served as current");
+    let info = isolated(d.bounds().await).await;
+    assert!(
+        stale(&info),
+        "the imported samples of the old code are served as current"
+    );
+    assert_eq!(info_str(&info, "origin"), "imported");
+    assert!(info_str(&info, "notes").contains("other code of `app.scale`"));
+    let health = bounds.health().await.unwrap();
+    assert!(health.contains("stale bounds for app.scale"), "{health}");
+
+    let job = d
+        .calibration()
+        .await
+        .recalibrate(&["app.scale"])
+        .await
+        .unwrap();
+    assert_eq!(d.wait_job(job).await.0, "done");
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    assert!(!stale(&info));
+}
+
+/// A simulated campaign's samples of srad, renamed `kernel`, as a file for `wcetctl import`.
+fn campaign_samples(dir: &std::path::Path, kernel: &str) -> std::path::PathBuf {
+    let out = dir.join("campaign");
     let status = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
         .args([
             "campaign",
@@ -133,12 +289,20 @@ async fn imported_samples_serve_bounds_that_say_imported() {
         .output()
         .unwrap();
     assert!(status.status.success(), "{status:?}");
-    // A kernel this daemon has never heard of, measured elsewhere.
     let csv = std::fs::read_to_string(out.join("samples-isolated.csv"))
         .unwrap()
-        .replace("srad,", "lab.filter,");
-    let samples = data.path().join("lab.csv");
+        .replace("srad,", &format!("{kernel},"));
+    let samples = dir.join(format!("{kernel}.csv"));
     std::fs::write(&samples, csv).unwrap();
+    samples
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_samples_serve_bounds_that_say_imported() {
+    let d = Daemon::start(&["--no-initial-calibration"]).await;
+    let data = tempfile::tempdir().unwrap();
+    // A kernel this daemon has never heard of, measured elsewhere.
+    let samples = campaign_samples(data.path(), "lab.filter");
     let (ok, stdout, stderr) = wcetctl(
         d.bus.address(),
         &[
@@ -245,6 +409,21 @@ fn kernels_check_exits_with_what_it_found() {
     let text = String::from_utf8_lossy(&mixed.stdout);
     assert!(
         text.contains("app.ok") && text.contains("grid[0] is 0"),
+        "{text}"
+    );
+    // Names are checked together, as the daemon takes them: a built-in's, or an earlier file's.
+    let builtin = write_manifest(dir.path(), "bfs");
+    let again = dir.path().join("again.toml");
+    std::fs::copy(&good, &again).unwrap();
+    let clash = run(&[&good, &again, &builtin]);
+    assert_eq!(clash.status.code(), Some(1), "{clash:?}");
+    let text = String::from_utf8_lossy(&clash.stdout);
+    assert!(
+        text.contains("app.ok.toml: ok")
+            && text
+                .contains("again.toml: rejected: name `app.ok` is already taken by the manifest")
+            && text
+                .contains("bfs.toml: rejected: name `bfs` is already taken by a built-in kernel"),
         "{text}"
     );
 }

@@ -49,3 +49,94 @@ fn cudarc_present() -> bool {
     .iter()
     .any(|p| std::path::Path::new(p).exists())
 }
+
+/// One daemon per state directory, and nothing left running by one killed outright: a second
+/// `wcetd` on the same directory is refused and names the first; after SIGKILL, the private
+/// `dbus-daemon` the first started ends too (waited on with a pidfd, not polled).
+#[test]
+fn a_state_directory_has_one_daemon_and_a_killed_one_leaves_no_bus() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    // Bounded: a second daemon that is not refused would otherwise run forever.
+    let daemon = |extra: &[&str]| {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["30", env!("CARGO_BIN_EXE_wcetd")])
+            .args([
+                "--backend",
+                "sim",
+                "--no-initial-calibration",
+                "--state-dir",
+            ])
+            .arg(dir.path().join("state"))
+            .args(extra)
+            .env("XDG_RUNTIME_DIR", dir.path())
+            .env_remove("DBUS_SESSION_BUS_ADDRESS")
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                "unix:path=/nonexistent/system_bus_socket",
+            );
+        cmd
+    };
+    let mut first = daemon(&[])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The first line printed says it serves on its private bus: it owns the directory by then.
+    let mut lines = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+    let serving = lines.next().unwrap().unwrap();
+    assert!(
+        serving.contains("serving org.wcetd.Wcetd1 on unix:"),
+        "{serving}"
+    );
+    let second = daemon(&[]).output().unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success());
+    let holder = std::fs::read_to_string(dir.path().join("state/wcetd.lock")).unwrap();
+    assert!(
+        err.contains("is in use by another wcetd") && err.contains(&format!("pid {holder}")),
+        "{err}"
+    );
+    // The private bus is the dbus-daemon whose configuration is in wcetd-<pid of the first>.
+    let conf = dir.path().join(format!("wcetd-{holder}/bus.conf"));
+    let bus_pid: i32 = std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .find(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(conf.to_str().unwrap()))
+        })
+        .expect("the private dbus-daemon");
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, bus_pid, 0) } as i32;
+    assert!(pidfd >= 0, "pidfd_open");
+    // SAFETY: SIGKILL to the first daemon (the child of `timeout`), by its pid.
+    unsafe { libc::kill(holder.trim().parse().unwrap(), libc::SIGKILL) };
+    first.wait().unwrap();
+    let mut ready = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, owned here; a pidfd becomes readable when its process ends.
+    let n = unsafe { libc::poll(&mut ready, 1, 20_000) };
+    assert_eq!(
+        n, 1,
+        "the private bus outlived the daemon killed with SIGKILL"
+    );
+    // SAFETY: closing the descriptor opened above.
+    unsafe { libc::close(pidfd) };
+    // The directory the killed daemon left is removed by the next start.
+    let mut third = daemon(&[])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(third.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("serving"));
+    assert!(
+        !conf.parent().unwrap().exists(),
+        "the dead daemon's bus directory is left"
+    );
+    // SAFETY: sending SIGTERM to `timeout`, which passes it on to the daemon.
+    unsafe { libc::kill(third.id() as i32, libc::SIGTERM) };
+    assert!(third.wait().unwrap().success());
+}

@@ -228,13 +228,20 @@ fn plot_writes_one_svg_per_kernel_and_refuses_png() {
 }
 
 #[test]
-fn evaluate_refuses_sizes_the_samples_do_not_have() {
+fn evaluate_refuses_sizes_a_kernel_does_not_have() {
     let dir = tempfile::tempdir().unwrap();
     let samples = dir.path().join("s.csv");
     let mut text = String::from("kernel,sms,time_ns\n");
-    for (m, base) in [(8u32, 8000u64), (16, 4200), (32, 2300)] {
+    // `k` has three sizes, `j` lacks 16: asking for 16 must not calibrate `j` on 8 and 32 alone.
+    for (kernel, m, base) in [
+        ("k", 8u32, 8000u64),
+        ("k", 16, 4200),
+        ("k", 32, 2300),
+        ("j", 8, 9000),
+        ("j", 32, 2600),
+    ] {
         for i in 0..40 {
-            text.push_str(&format!("k,{m},{}\n", base + (i * 7) % 50));
+            text.push_str(&format!("{kernel},{m},{}\n", base + (i * 7) % 50));
         }
     }
     std::fs::write(&samples, text).unwrap();
@@ -242,8 +249,19 @@ fn evaluate_refuses_sizes_the_samples_do_not_have() {
     let (ok, _, err) = wcetctl(&["evaluate", "--samples", path, "--calibrate-at", "7,16,9"]);
     assert!(!ok, "a table of zeros was reported as a success");
     assert!(
-        err.contains("no samples at 7, 9 SMs")
-            && err.contains("accepted: sizes the file has (8, 16, 32)"),
+        err.contains("2 of 2 kernels")
+            && err.contains("k (no 7, 9)")
+            && err.contains("j (no 7, 16, 9)"),
         "{err}"
     );
+    let (ok, _, err) = wcetctl(&["evaluate", "--samples", path, "--calibrate-at", "8,16,32"]);
+    assert!(!ok, "`j` was calibrated on fewer sizes than asked");
+    assert!(
+        err.contains("1 of 2 kernels")
+            && err.contains("j (no 16)")
+            && err.contains("accepted: sizes every kernel has (8, 32)"),
+        "{err}"
+    );
+    let (ok, _, err) = wcetctl(&["evaluate", "--samples", path, "--calibrate-at", "8,32"]);
+    assert!(ok, "{err}");
 }

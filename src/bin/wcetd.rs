@@ -8,7 +8,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use wcetd::bus::{self, BusChoice, PrivateBus};
-use wcetd::calibrate::{Recipe, Sweep};
+use wcetd::calibrate::{Recipe, VerificationSweep};
 use wcetd::gpu::sim::{DeviceProfile, SimOptions};
 use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
@@ -101,7 +101,7 @@ struct Args {
     #[arg(long, default_value_t = wcetd::calibrate::DELAY_PROBE_LAUNCHES)]
     delay_probe_launches: u32,
     /// Exceedance probability per launch the tail bound is stated at.
-    #[arg(long, default_value_t = 1e-9)]
+    #[arg(long, default_value_t = 1e-9, value_parser = probability)]
     exceedance: f64,
     /// Interference every calibration job measures under, comma-separated: `isolated` (the rest
     /// of the GPU idle) and `contended` (a memory-bandwidth stressor on the other SMs). Both by
@@ -173,9 +173,17 @@ fn parse_args() -> anyhow::Result<Args> {
         return Ok(first);
     };
     let merged = config::merge(&Args::command(), &argv, &config::given_flags(&argv), &file)?;
+    // Not a clap error any more: `main` would print clap's message alone, which names the flag
+    // but not the file whose key it came from.
     let matches = Args::command()
         .try_get_matches_from(merged)
-        .with_context(|| format!("configuration {}", file.display()))?;
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "configuration {} (each key is the flag of the same name, and flags given on the command line win): {}",
+                file.display(),
+                e.render().to_string().trim_end()
+            )
+        })?;
     tracing::info!(file = %file.display(), "configuration read");
     Ok(Args::from_arg_matches(&matches)?)
 }
@@ -256,12 +264,13 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .state_dir
         .clone()
         .unwrap_or_else(store::default_state_dir);
+    // Held until the process ends: a second daemon on this directory is refused at once.
+    let _state_lock = store::DirectoryLock::take(&state_dir)?;
     let (services, default, first_jobs) = start_services(&args, &state_dir)?;
     let (conn, private) = connect(&args, &state_dir).await?;
     serve(&args, &conn, &services, default).await?;
-    conn.request_name(dbus::BUS_NAME)
-        .await
-        .with_context(|| format!("owning {} (is another wcetd running?)", dbus::BUS_NAME))?;
+    let name_lost = bus::name_lost(&conn).await?;
+    bus::own_name(&conn).await?;
     announce(
         &services,
         default,
@@ -272,10 +281,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let lost_why = tokio::select! {
         _ = shutdown.wait() => None,
-        why = any_device_lost(&services) => why,
+        why = any_device_lost(&services) => why.map(|w| format!("device lost ({w})")),
+        () = name_lost => Some(format!("the bus took {} from this daemon", wcetd::bus::BUS_NAME)),
     };
     tracing::info!("shutting down");
-    let _ = conn.release_name(dbus::BUS_NAME).await;
+    // Bounded: a bus that stopped answering must not keep the daemon from saving and exiting.
+    let release = conn.release_name(wcetd::bus::BUS_NAME);
+    if tokio::time::timeout(RELEASE_WAIT, release).await.is_err() {
+        tracing::warn!(
+            "the bus did not answer ReleaseName within {RELEASE_WAIT:?}; exiting anyway"
+        );
+    }
     // After the name is released, so that no job is queued and no report comes in after this.
     for (n, service) in &services {
         if !service.stop_worker(WORKER_STOP) {
@@ -292,7 +308,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     match lost_why {
         // Exit with failure so that the service manager restarts wcetd on a clean process; the
         // stored bounds are served again after the restart.
-        Some(why) => anyhow::bail!("device lost ({why}); exiting so that wcetd is restarted"),
+        Some(why) => anyhow::bail!("{why}; exiting so that wcetd is restarted"),
         None => Ok(()),
     }
 }
@@ -304,12 +320,22 @@ fn check_ranges(args: &Args) -> anyhow::Result<()> {
         "--calibration-budget {} is out of range; accepted: seconds, 0 or more",
         args.calibration_budget
     );
-    anyhow::ensure!(
-        args.exceedance > 0.0 && args.exceedance < 1.0,
-        "--exceedance {} is out of range; accepted: a probability strictly between 0 and 1",
-        args.exceedance
-    );
     Ok(())
+}
+
+/// A probability strictly between 0 and 1, said as given when it is not (`1e-400` is 0 to a
+/// double, and would otherwise be reported as `0`).
+fn probability(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(p) if p > 0.0 && p < 1.0 => Ok(p),
+        // Read as 0, but its digits are not all zeros: an underflow, not a zero.
+        Ok(p) if p == 0.0 && s.split(['e', 'E']).next().is_some_and(|m| m.contains(|c: char| ('1'..='9').contains(&c))) => Err(format!(
+            "`{s}` is too small to represent (it reads as 0); accepted: a probability strictly between 0 and 1, at least about 1e-300"
+        )),
+        _ => Err(format!(
+            "`{s}` is not a probability strictly between 0 and 1; accepted: e.g. 1e-9"
+        )),
+    }
 }
 
 /// The services by device index, the default device, and each device's first job.
@@ -374,12 +400,13 @@ async fn serve(
             let monitor = monitor_bus::forward_events(conn.clone(), service.clone(), path);
             async move { tokio::join!(bus, monitor) }
         };
-        tokio::spawn(forward(dbus::device_path(*n)));
+        tokio::spawn(forward(wcetd::bus::device_path(*n)));
         if *n == default {
-            tokio::spawn(forward(dbus::OBJECT_PATH.to_string()));
+            tokio::spawn(forward(wcetd::bus::OBJECT_PATH.to_string()));
         }
     }
     if let Some(path) = &args.metrics_file {
+        store::remove_stale_temporaries_of(path);
         // Written before the name is owned, so a client that sees the daemon sees the file.
         write_metrics(services, path);
         tokio::spawn(metrics::run(services.to_vec(), path.clone()));
@@ -433,10 +460,10 @@ fn service_config(args: &Args) -> ServiceConfig {
                 exceedance: args.exceedance,
                 ..MethodConfig::default()
             },
-            sweep: Sweep {
+            sweep: VerificationSweep {
                 budget_s: args.calibration_budget,
                 tightenings: args.tighten_sizes,
-                ..Sweep::default()
+                ..VerificationSweep::default()
             },
             delay_probe_launches: args.delay_probe_launches,
             ..Recipe::default()
@@ -466,7 +493,7 @@ async fn connect(
         return Ok((bus::connect(&choice).await?, None));
     }
     if let Ok(conn) = bus::connect(&BusChoice::Auto).await {
-        if conn.request_name(dbus::BUS_NAME).await.is_ok() {
+        if bus::own_name(&conn).await.is_ok() {
             return Ok((conn, None));
         }
     }
@@ -496,7 +523,7 @@ fn announce(
 ) {
     println!(
         "wcetd: serving {} on {}",
-        dbus::BUS_NAME,
+        wcetd::bus::BUS_NAME,
         private.map_or("the bus".to_string(), |p| p.address().to_string())
     );
     if let Some(p) = private {
@@ -508,13 +535,13 @@ fn announce(
     for (n, service) in services {
         let device = service.device();
         let root = if *n == default {
-            format!(" (and {})", dbus::OBJECT_PATH)
+            format!(" (and {})", wcetd::bus::OBJECT_PATH)
         } else {
             String::new()
         };
         println!(
             "wcetd: GPU {n} at {}{root}: {} ({} backend, {} SMs, partitions {:?})",
-            dbus::device_path(*n),
+            wcetd::bus::device_path(*n),
             device.name,
             device.backend,
             device.total_sms,
@@ -537,6 +564,8 @@ fn announce(
 /// How long shutdown waits for a GPU worker to end its cancelled job: well inside systemd's
 /// default stop timeout (90 s), long enough for a batch of launches to finish.
 const WORKER_STOP: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long shutting down waits for the bus to confirm the name is released.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// SIGTERM (the service manager) and SIGINT (a terminal), caught from the moment they are installed.
 struct ShutdownSignals {

@@ -60,6 +60,12 @@ impl BoundEntry {
     }
 }
 
+/// Whether a bound stated at `exceedance` per launch promises less than `than`, beyond the
+/// rounding of the stated probability (a relative 1e-9).
+pub fn weaker_than(exceedance: f64, than: f64) -> bool {
+    exceedance > than * (1.0 + 1e-9)
+}
+
 /// What the exceedance a table's bounds are stated at rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExceedanceBasis {
@@ -132,22 +138,30 @@ impl BoundTable {
     }
 
     /// Raise the bound at `sms` to a launch timed there after the table was made (rule 1: never
-    /// below a time observed at that size), and, on a monotone kernel, every smaller size's to it
-    /// too, so that more SMs never have a larger bound. Returns whether anything changed.
+    /// below a time observed at that size), as [`Self::raise_to`] does, and record it as the
+    /// largest launch measured there. Returns whether any bound changed.
     pub fn raise_to_launch(&mut self, sms: u32, launch_ns: u64) -> bool {
+        let raised = self.raise_to(sms, launch_ns);
+        if let Some(at) = self.entries.iter_mut().find(|e| e.sms == sms) {
+            at.observed_max_ns = at.observed_max_ns.max(launch_ns);
+        }
+        raised
+    }
+
+    /// Raise the bound at `sms` to at least `ns`, and, on a monotone kernel, every smaller
+    /// size's too, so that more SMs never have a larger bound. Returns whether anything changed.
+    pub fn raise_to(&mut self, sms: u32, ns: u64) -> bool {
         let Some(i) = self.entries.iter().position(|e| e.sms == sms) else {
             return false;
         };
         let mut raised = false;
         let upto = if self.monotone { 0 } else { i };
         for entry in &mut self.entries[upto..=i] {
-            if entry.bound_ns < launch_ns {
-                entry.bound_ns = launch_ns;
+            if entry.bound_ns < ns {
+                entry.bound_ns = ns;
                 raised = true;
             }
         }
-        let at = &mut self.entries[i];
-        at.observed_max_ns = at.observed_max_ns.max(launch_ns);
         raised
     }
 

@@ -30,8 +30,8 @@ pub mod verify;
 
 use std::collections::BTreeMap;
 
-pub use bound::{BoundEntry, BoundTable, ExceedanceBasis, Provenance};
-pub use law::{Law, Point};
+pub use bound::{weaker_than, BoundEntry, BoundTable, ExceedanceBasis, Provenance};
+pub use law::Point;
 pub use method::{Method, MethodConfig};
 
 use crate::kernels::Geometry;

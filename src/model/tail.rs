@@ -169,7 +169,7 @@ impl std::fmt::Display for TailKind {
 }
 
 /// Fewest samples a tail model is fitted to; below, a stated margin over the largest.
-const MIN_SAMPLES: usize = 100;
+pub const MIN_SAMPLES: usize = 100;
 const MIN_EXCEEDANCES: usize = 10;
 /// Exceedances closer than this many launches belong to one cluster.
 const DECLUSTER_RUN: usize = 10;
@@ -195,7 +195,7 @@ pub fn is_heavy(obs: &Observations, config: &super::MethodConfig) -> bool {
     matches!(kind, TailKind::HeavyTail | TailKind::GpdUpperShape)
 }
 
-/// The tail bound of `obs`: the ratio model ([`ratio_bound`]) and an additive excess under it.
+/// The tail bound of `obs`: the ratio model ([`ratio_bounds`]) and an additive excess under it.
 ///
 /// Rare delays of a fixed length (an interrupt, a firmware or memory-system event) add the same
 /// nanoseconds to a launch of any length: on an H100, 2-6 µs on about 1.6e-4 of launches, at every

@@ -18,7 +18,7 @@ use super::{Event, Result, Service, ServiceError};
 use crate::gpu::{DeviceInfo, Interference, PartitionSize};
 use crate::model::BoundEntry;
 use crate::observe::{
-    Judged, Loaded, ObservationFile, Observations, Quantiles, MAX_TIMES_PER_REPORT, MAX_TIME_NS,
+    Judged, Loaded, ObservationFile, Quantiles, ReportedTimes, MAX_TIMES_PER_REPORT, MAX_TIME_NS,
 };
 use crate::store::Store;
 
@@ -136,7 +136,7 @@ struct SaveRequest {
 
 /// Monitoring's share of the service's state.
 pub(super) struct MonitorState {
-    observations: Mutex<Observations>,
+    observations: Mutex<ReportedTimes>,
     /// Per kernel, the floor of every series: read by every bound query, so kept apart from the
     /// histograms and written only when a floor rises.
     floors: RwLock<HashMap<String, Vec<Floor>>>,
@@ -146,8 +146,9 @@ pub(super) struct MonitorState {
     events: broadcast::Sender<MonitorEvent>,
     /// Generation of the observations, bumped by every report.
     changed: watch::Sender<u64>,
-    /// The generation last saved (or tried: a failed save is logged, not retried forever).
-    saved: watch::Sender<u64>,
+    /// The generation the last save covered, and why it failed if it did (a failed save is
+    /// retried at the next save interval, and makes `Health` degraded until one succeeds).
+    saved: watch::Sender<SaveOutcome>,
     wake: (Mutex<SaveRequest>, Condvar),
     /// Held while saving: the saver thread and the save at shutdown write the same temporary
     /// file, so they must take turns. `true` once the save at shutdown is done: no save starts
@@ -155,6 +156,15 @@ pub(super) struct MonitorState {
     saving: Mutex<bool>,
     /// Per kernel: when an overrun last queued a recalibration, and its job.
     recalibrations: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Why the observations file was moved aside at start, if it was.
+    moved_aside: Option<String>,
+}
+
+/// What the last save of the observations covered.
+#[derive(Debug, Clone, Default)]
+struct SaveOutcome {
+    generation: u64,
+    error: Option<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -182,6 +192,10 @@ impl MonitorState {
                 "loaded production observations"
             );
         }
+        let moved_aside = match &loaded {
+            Loaded::Quarantined(why) => Some(format!("{} ({why})", file.path().display())),
+            _ => None,
+        };
         let state = MonitorState {
             observations: Mutex::new(observations),
             floors: RwLock::new(floors),
@@ -190,13 +204,14 @@ impl MonitorState {
             config,
             events: broadcast::channel(1024).0,
             changed: watch::channel(0).0,
-            saved: watch::channel(0).0,
+            saved: watch::channel(SaveOutcome::default()).0,
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
             saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
+            moved_aside,
         };
         // What survived a corrupt file is written to a clean one soon.
-        if loaded == Loaded::Quarantined {
+        if matches!(loaded, Loaded::Quarantined(_)) {
             state.request_save(false);
         }
         state
@@ -234,12 +249,29 @@ impl MonitorState {
     /// Only with `saving` held.
     fn save_now(&self) {
         let generation = *self.changed.borrow();
-        if let Err(e) = self.file.save(&self.observations, &self.device_uuid) {
-            tracing::error!(path = %self.file.path().display(), error = %e,
-                "saving production observations failed; they are kept in memory and saved again at the next change");
-        }
-        self.saved.send_replace(generation);
+        let error = match self.file.save(&self.observations, &self.device_uuid) {
+            Ok(()) => None,
+            Err(e) => {
+                tracing::error!(path = %self.file.path().display(), error = %e,
+                    "saving production observations failed; they are kept in memory and the save is retried");
+                // Retried at the next interval, not at once: a full disk is not fixed by trying
+                // in a loop.
+                lock(&self.wake.0).dirty = true;
+                Some(e.to_string())
+            }
+        };
+        self.saved.send_replace(SaveOutcome { generation, error });
         crate::store::release_freed_memory();
+    }
+
+    /// The observations file moved aside at start, with why (for `Health`).
+    pub(super) fn moved_aside(&self) -> Option<String> {
+        self.moved_aside.clone()
+    }
+
+    /// Why the last save of the observations failed, while it has not succeeded since.
+    pub(super) fn save_error(&self) -> Option<String> {
+        self.saved.borrow().error.clone()
     }
 }
 
@@ -312,17 +344,12 @@ impl Service {
             calibration: served.as_ref().map_or("", |b| b.1.as_str()),
             bound_ns,
         };
-        // An untagged time is filed under the first tag the daemon calibrates (`isolated` by
-        // default): its floor then raises that tag's bound as well as GetBound's, which is the
-        // conservative reading when the scheduler does not say what ran beside the kernel.
-        let series_tag = tag.unwrap_or_else(|| {
-            self.inner
-                .config
-                .interference
-                .first()
-                .copied()
-                .unwrap_or(Interference::Isolated)
-        });
+        // An untagged time is filed as isolated, whatever the daemon calibrates first: an
+        // isolated floor holds up the isolated, the contended and GetBound's bounds alike
+        // ([`Self::observed_floor`]), the conservative reading when the scheduler does not say
+        // what ran beside the kernel. (Filed as contended, it left the isolated bound, which
+        // admission uses for a task alone, below it.)
+        let series_tag = tag.unwrap_or(Interference::Isolated);
         let m = self.monitor();
         let now = Utc::now();
         let recorded = lock(&m.observations).record((kernel, sms, series_tag), judged, times, now);
@@ -354,26 +381,7 @@ impl Service {
             });
         }
         if overran {
-            let bound_ns = bound_ns.unwrap_or(0);
-            tracing::warn!(
-                kernel,
-                sms,
-                observed_ns = recorded.max_ns,
-                bound_ns,
-                overruns = recorded.overruns,
-                "a reported launch time exceeds the bound served; the bound is raised to it"
-            );
-            let _ = m.events.send(MonitorEvent::BoundExceeded {
-                kernel: kernel.to_string(),
-                sms,
-                observed_ns: recorded.max_ns,
-                bound_ns,
-            });
-            let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
-            let _ = self.inner.events.send(Event::BoundsChanged {
-                kernels: vec![kernel.to_string()],
-            });
-            self.recalibrate_after_overrun(kernel);
+            self.announce_overrun(kernel, sms, &recorded, bound_ns.unwrap_or(0));
         }
         Ok(ReportOutcome {
             overruns: recorded.overruns,
@@ -381,6 +389,39 @@ impl Service {
             bound_ns: bound_ns.unwrap_or(0),
             save_generation: urgent.then_some(generation),
         })
+    }
+
+    /// Overruns of the bound served (`bound_ns`) by a report: logged, signalled
+    /// (`BoundExceeded`, `OverrunKernels`, `BoundsChanged`), and a recalibration queued if
+    /// configured. The bound itself was raised by the floor already.
+    fn announce_overrun(
+        &self,
+        kernel: &str,
+        sms: u32,
+        recorded: &crate::observe::Recorded,
+        bound_ns: u64,
+    ) {
+        let observed_ns = recorded.max_ns;
+        tracing::warn!(
+            kernel,
+            sms,
+            observed_ns,
+            bound_ns,
+            overruns = recorded.overruns,
+            "a reported launch time exceeds the bound served; the bound is raised to it"
+        );
+        let m = self.monitor();
+        let _ = m.events.send(MonitorEvent::BoundExceeded {
+            kernel: kernel.to_string(),
+            sms,
+            observed_ns,
+            bound_ns,
+        });
+        let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
+        let _ = self.inner.events.send(Event::BoundsChanged {
+            kernels: vec![kernel.to_string()],
+        });
+        self.recalibrate_after_overrun(kernel);
     }
 
     /// Whether a floor of `floor_ns` at `sms` raises some bound served: it is above a calibrated
@@ -683,15 +724,21 @@ impl Service {
             [one] => one.quantiles(),
             several => {
                 let mut all = several[0].histogram.histogram();
-                for e in &several[1..] {
-                    let _ = all.add(e.histogram.histogram());
-                }
-                let q = |p: f64| all.value_at_quantile(p).min(out.max_ns);
-                Quantiles {
-                    p50_ns: q(0.5),
-                    p99_ns: q(0.99),
-                    p999_ns: q(0.999),
-                }
+                // The histograms resize themselves, so adding cannot run out of range; if it
+                // ever did, the quantiles would miss times, so the maximum stands in for them.
+                let merged = several[1..]
+                    .iter_mut()
+                    .all(|e| all.add(e.histogram.histogram()).is_ok());
+                let quantiles = if merged {
+                    Quantiles::of(&all)
+                } else {
+                    Quantiles {
+                        p50_ns: u64::MAX,
+                        p99_ns: u64::MAX,
+                        p999_ns: u64::MAX,
+                    }
+                };
+                quantiles.capped(out.max_ns)
             }
         };
         Ok(Some(out))
@@ -746,18 +793,31 @@ impl Service {
         self.monitor().changed.subscribe()
     }
 
-    /// Wait until observations of `generation` or later are on disk (or a save of them failed,
-    /// which is logged), at most `limit`.
-    pub async fn observations_saved(&self, generation: u64, limit: Duration) {
+    /// Wait until observations of `generation` or later are on disk, at most `limit`. A save
+    /// that failed, or did not finish in time, is an error: the times are recorded and the raised
+    /// bound is served, but a crash now would lose them, and the reporter must know.
+    pub async fn observations_saved(&self, generation: u64, limit: Duration) -> Result<()> {
         let mut saved = self.monitor().saved.subscribe();
-        if tokio::time::timeout(limit, saved.wait_for(|&g| g >= generation))
-            .await
-            .is_err()
+        let outcome = match tokio::time::timeout(
+            limit,
+            saved.wait_for(|s| s.generation >= generation),
+        )
+        .await
         {
-            tracing::warn!(
-                generation,
-                "observations not saved in time; answering the report anyway"
-            );
+            Ok(Ok(outcome)) => outcome.clone(),
+            Ok(Err(_)) | Err(_) => {
+                tracing::warn!(generation, "observations not saved in time");
+                return Err(ServiceError::Failed(format!(
+                    "the report is recorded and its bound raised, but not saved to disk within {} s; it is saved when the disk allows (see Health)",
+                    limit.as_secs()
+                )));
+            }
+        };
+        match outcome.error {
+            None => Ok(()),
+            Some(e) => Err(ServiceError::Failed(format!(
+                "the report is recorded and its bound raised, but saving it failed ({e}), so a crash would lose the raise; the save is retried (see Health)"
+            ))),
         }
     }
 
@@ -820,6 +880,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A raise that could not be saved is not answered as durable: the reporter gets `Failed`,
+    /// `Health` says why, and the save is retried until it succeeds.
+    #[test]
+    fn a_raise_that_could_not_be_saved_is_an_error_until_a_retry_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = calibrated(dir.path());
+        let file = service.monitor().file.path().to_path_buf();
+        // The temporary file's name taken by a directory: every save fails, as on a full disk.
+        let blocker = crate::store::temporary_path(&file);
+        std::fs::create_dir(&blocker).unwrap();
+        let at64 = service.bound("hotspot", 64, None).unwrap();
+        let outcome = service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
+        let generation = outcome
+            .save_generation
+            .expect("an overrun is saved at once");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let saved =
+            runtime.block_on(service.observations_saved(generation, Duration::from_secs(10)));
+        assert!(
+            matches!(&saved, Err(ServiceError::Failed(m)) if m.contains("not saved") || m.contains("saving it failed")),
+            "{saved:?}"
+        );
+        assert!(
+            service
+                .health()
+                .contains("production observations not saved"),
+            "{}",
+            service.health()
+        );
+        // The bound stays raised meanwhile, and the retry clears the state once the disk allows.
+        assert!(service.bound("hotspot", 64, None).unwrap() >= at64 + 100);
+        std::fs::remove_dir(&blocker).unwrap();
+        let mut outcomes = service.monitor().saved.subscribe();
+        runtime
+            .block_on(async {
+                tokio::time::timeout(
+                    Duration::from_secs(30),
+                    outcomes.wait_for(|s| s.error.is_none()),
+                )
+                .await
+            })
+            .expect("retried within the save interval")
+            .unwrap();
+        assert_eq!(service.health(), "ok");
+        assert!(std::fs::read_to_string(&file).unwrap().contains("hotspot"));
     }
 
     #[test]

@@ -48,7 +48,7 @@ impl Daemon {
         use futures_util::StreamExt;
         let dbus = zbus::fdo::DBusProxy::new(&self.conn).await.unwrap();
         let mut changes = dbus.receive_name_owner_changed().await.unwrap();
-        let name = zbus::names::BusName::try_from(wcetd::dbus::BUS_NAME).unwrap();
+        let name = zbus::names::BusName::try_from(wcetd::bus::BUS_NAME).unwrap();
         let deadline = Instant::now() + WAIT;
         while !dbus.name_has_owner(name.clone()).await.unwrap() {
             if let Ok(Some(status)) = self.child.try_wait() {

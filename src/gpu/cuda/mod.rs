@@ -15,8 +15,8 @@
 mod driver;
 mod green;
 mod manifest;
-pub mod nvml;
-pub mod nvrtc;
+mod nvml;
+mod nvrtc;
 mod placement;
 mod run;
 pub mod suite;
@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
 
-pub use self::green::{candidate_sizes, split_granularity};
 pub use self::placement::PlacementReport;
 
 use self::driver::{check, Current, Library, MappedFlag};

@@ -1,0 +1,98 @@
+//! `admit` and `suggest`: task sets checked by the daemon's `org.wcetd.Admission1`.
+
+use super::*;
+
+pub(crate) async fn admit(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    shared: bool,
+    accept: Accept,
+) -> anyhow::Result<()> {
+    let tasks = taskset::load(file)?
+        .iter()
+        .map(taskset::TaskSpec::to_task)
+        .collect::<anyhow::Result<Vec<_>>>()
+        .with_context(|| format!("task set {}", file.display()))?;
+    let answer = admission_bus::admit(conn, object(), &tasks, shared, accept.policy())
+        .await
+        .map_err(|e| explain(e).context(format!("{}", file.display())))?;
+    print_verdict(json, &answer, None)
+}
+
+/// The verdict (with the suggested sizes, if any): exit status 1 when not admitted.
+pub(crate) fn print_verdict(
+    json: bool,
+    answer: &admission_bus::Detailed,
+    suggested: Option<&[(String, u32)]>,
+) -> anyhow::Result<()> {
+    if json {
+        let tasks: Vec<serde_json::Value> = answer
+            .tasks
+            .iter()
+            .map(|t| {
+                serde_json::json!({"name": t.name, "response_ns": t.response_ns, "deadline_ns": t.deadline_ns,
+                    "partition_sms": t.partition_sms, "slack_ns": t.slack_ns, "exceedance": t.exceedance,
+                    "interference": t.interference, "stale": t.stale})
+            })
+            .collect();
+        let mut v = serde_json::json!({"admitted": answer.admitted, "layout": answer.layout,
+            "used_sms": answer.used_sms, "total_sms": answer.total_sms, "reasons": answer.reasons,
+            "accepted": answer.accepted, "configured_exceedance": answer.configured_exceedance, "tasks": tasks});
+        if let Some(s) = suggested {
+            v["suggested"] = s
+                .iter()
+                .map(|(n, m)| serde_json::json!({"name": n, "sms": m}))
+                .collect();
+        }
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        if let Some(s) = suggested {
+            for (name, sms) in s {
+                println!("suggested: {name} on {sms} SMs");
+            }
+        }
+        print!("{}", admission_bus::render(answer));
+    }
+    if answer.admitted {
+        Ok(())
+    } else {
+        Err(NotAdmitted.into())
+    }
+}
+
+pub(crate) async fn suggest(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    accept: Accept,
+) -> anyhow::Result<()> {
+    let specs = taskset::load(file)?;
+    let free: Vec<_> = specs
+        .iter()
+        .map(|t| admission_bus::unsized_to_wire(&t.to_unsized()))
+        .collect();
+    let proxy = admission_bus::Admission1Proxy::builder(conn)
+        .path(object())
+        .build()
+        .await?;
+    let sizes = proxy
+        .suggest(&free)
+        .await
+        .map_err(|e| explain(e).context(format!("{}", file.display())))?;
+    let tasks: Vec<_> = specs
+        .iter()
+        .zip(&sizes)
+        .map(|(t, (_, sms))| wcetd::admission::Task {
+            name: t.name.clone(),
+            kernels: t.kernels.clone(),
+            sms: *sms,
+            period_ns: t.period_ns,
+            deadline_ns: t.deadline_ns,
+        })
+        .collect();
+    let answer = admission_bus::admit(conn, object(), &tasks, false, accept.policy())
+        .await
+        .map_err(explain)?;
+    print_verdict(json, &answer, Some(&sizes))
+}

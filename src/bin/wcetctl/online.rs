@@ -1,0 +1,770 @@
+//! Commands that talk to the daemon over the bus: bounds, curves, jobs, recalibration, imports,
+//! exports, observations and status.
+
+use super::*;
+
+pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
+    let state_dir = cli
+        .state_dir
+        .clone()
+        .unwrap_or_else(store::default_state_dir);
+    let conn = reach_daemon(cli.bus_address.as_deref(), &state_dir).await?;
+    let bounds = bounds_proxy(&conn).await?;
+    let json = cli.json;
+    match cli.command {
+        Command::List => print_list(json, bounds.list_kernels().await.map_err(explain)?),
+        Command::Bound {
+            kernel,
+            sms,
+            interference,
+        } => print_bound(json, &bounds, &kernel, sms, interference).await,
+        Command::Curve {
+            kernel,
+            interference,
+        } => print_curve(json, &bounds, &kernel, interference).await,
+        Command::MinPartition {
+            kernel,
+            deadline_ns,
+        } => min_partition(json, &bounds, &kernel, deadline_ns).await,
+        Command::Recalibrate {
+            kernels,
+            interference,
+            no_wait,
+        } => recalibrate(json, &conn, &kernels, &interference, no_wait).await,
+        Command::Jobs => jobs(json, &conn).await,
+        Command::Cancel { job } => cancel(json, &conn, job).await,
+        Command::Import {
+            samples,
+            geometry,
+            interference,
+            source,
+        } => {
+            let set = read_samples(&samples)?;
+            let geometry = read_geometry(geometry.as_deref())?;
+            let source = source.unwrap_or_else(|| samples.display().to_string());
+            import(json, &conn, &set, &geometry, interference, &source).await
+        }
+        Command::Kernels {
+            action: KernelsAction::Reload,
+        } => reload_kernels(json, &conn).await,
+        Command::Export { kernels } => export(&conn, &kernels).await,
+        Command::Observed { kernel, sms } => observed(json, &conn, &kernel, sms).await,
+        Command::Watch {
+            interval,
+            once,
+            count,
+        } => watch(json, &conn, interval, if once { Some(1) } else { count }).await,
+        Command::ImportCalibration { file, force } => {
+            import_calibration(json, &conn, &file, force).await
+        }
+        Command::Status => status_all(json, &conn, &bounds).await,
+        Command::Admit {
+            file,
+            shared,
+            accept,
+        } => admit(json, &conn, &file, shared, accept).await,
+        Command::Suggest { file, accept } => suggest(json, &conn, &file, accept).await,
+        _ => unreachable!("offline commands are handled before connecting"),
+    }
+}
+
+/// The fewest SMs whose bound meets `deadline_ns`, with that bound.
+pub(crate) async fn min_partition(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    deadline_ns: u64,
+) -> anyhow::Result<()> {
+    let sms = bounds
+        .min_partition(kernel, deadline_ns)
+        .await
+        .map_err(explain)?;
+    let bound = bounds.get_bound(kernel, sms).await.map_err(explain)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kernel": kernel, "deadline_ns": deadline_ns, "sms": sms, "bound_ns": bound})
+        );
+    } else {
+        println!("{kernel}: {sms} SMs (bound {bound} ns <= deadline {deadline_ns} ns)");
+    }
+    Ok(())
+}
+
+pub(crate) async fn cancel(json: bool, conn: &zbus::Connection, job: u64) -> anyhow::Result<()> {
+    calibration_proxy(conn)
+        .await?
+        .cancel_job(job)
+        .await
+        .map_err(explain)?;
+    if json {
+        println!("{}", serde_json::json!({"job": job, "cancel": "requested"}));
+    } else {
+        println!("job {job}: cancellation requested; its kernels keep their old bounds");
+    }
+    Ok(())
+}
+
+/// The bundle of `kernels` (every calibrated one when empty) on standard output.
+pub(crate) async fn export(conn: &zbus::Connection, kernels: &[String]) -> anyhow::Result<()> {
+    let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
+    let bundle = calibration_proxy(conn)
+        .await?
+        .export_calibration(&names)
+        .await
+        .map_err(explain)?;
+    println!("{bundle}");
+    Ok(())
+}
+
+pub(crate) async fn observed(
+    json: bool,
+    conn: &zbus::Connection,
+    kernel: &str,
+    sms: Option<u32>,
+) -> anyhow::Result<()> {
+    let rows = wcetd::monitor_view::observed(conn, object(), kernel, sms).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        print!("{}", wcetd::monitor_view::render(&rows));
+    }
+    Ok(())
+}
+
+pub(crate) async fn watch(
+    json: bool,
+    conn: &zbus::Connection,
+    interval: f64,
+    count: Option<u64>,
+) -> anyhow::Result<()> {
+    if !(interval.is_finite() && interval > 0.0) {
+        bail!("--interval {interval}; accepted: seconds above 0");
+    }
+    let every = std::time::Duration::from_secs_f64(interval);
+    wcetd::monitor_view::watch(conn, object(), every, count, json).await
+}
+
+/// Connect where the daemon should be and check that it is there (or can be started by the bus);
+/// a failure says what was tried and how to point wcetctl elsewhere.
+pub(crate) async fn reach_daemon(
+    explicit: Option<&str>,
+    state_dir: &Path,
+) -> anyhow::Result<zbus::Connection> {
+    let choice = bus::client_address(explicit, state_dir);
+    let tried = match (&choice, explicit) {
+        (bus::BusChoice::Address(a), Some(_)) => format!("--bus-address {a}"),
+        (bus::BusChoice::Address(a), None) if std::env::var_os("WCETD_BUS_ADDRESS").is_some_and(|v| !v.is_empty()) => {
+            format!("$WCETD_BUS_ADDRESS ({a})")
+        }
+        (bus::BusChoice::Address(a), None) => format!(
+            "the private bus recorded in {} ({a})",
+            bus::address_file(state_dir).display()
+        ),
+        _ => format!(
+            "no --bus-address, no $WCETD_BUS_ADDRESS, no private bus recorded in {}; then the session bus, then the system bus",
+            bus::address_file(state_dir).display()
+        ),
+    };
+    let hint = "start the daemon (`systemctl start wcetd`, or `wcetd` for a private bus), or point wcetctl at its bus with --bus-address ADDR, $WCETD_BUS_ADDRESS or --state-dir DIR (where a private bus address is recorded)";
+    let conn = bus::connect(&choice)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach a bus: {e:#}; tried {tried}; {hint}"))?;
+    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
+    let name = zbus::names::BusName::try_from(wcetd::bus::BUS_NAME)?;
+    let owned = dbus.name_has_owner(name.clone()).await.unwrap_or(false);
+    let activatable = || async {
+        dbus.list_activatable_names()
+            .await
+            .map(|names| names.iter().any(|n| n.as_str() == wcetd::bus::BUS_NAME))
+            .unwrap_or(false)
+    };
+    if !owned && !activatable().await {
+        anyhow::bail!(
+            "no daemon owns {} on the bus (tried {tried}); {hint}",
+            wcetd::bus::BUS_NAME
+        );
+    }
+    Ok(conn)
+}
+
+pub(crate) async fn jobs(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
+    let jobs = calibration_proxy(conn)
+        .await?
+        .list_jobs()
+        .await
+        .map_err(explain)?;
+    if json {
+        let v: Vec<_> = jobs
+            .iter()
+            .map(|(id, state, p, message, kernels)| {
+                serde_json::json!({"job": id, "state": state, "progress": p, "message": message, "kernels": kernels})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    if jobs.is_empty() {
+        println!("no jobs since the daemon started");
+    }
+    for (id, state, p, message, kernels) in jobs {
+        println!(
+            "job {id:<4} {state:<9} {:>3.0}%  {message}  [{}]",
+            p * 100.0,
+            kernels.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// A bus error as the daemon phrased it: its name and its message, nothing else.
+pub(crate) fn explain(e: zbus::Error) -> anyhow::Error {
+    match e {
+        zbus::Error::MethodError(name, Some(msg), _) => anyhow::anyhow!("{msg} ({name})"),
+        zbus::Error::FDO(e) => {
+            let name = zbus::DBusError::name(&*e).to_string();
+            anyhow::anyhow!(
+                "{} ({name})",
+                zbus::DBusError::description(&*e).unwrap_or("")
+            )
+        }
+        e => anyhow::anyhow!(e),
+    }
+}
+
+pub(crate) fn print_list(json: bool, kernels: Vec<String>) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(&kernels)?);
+    } else {
+        kernels.iter().for_each(|k| println!("{k}"));
+    }
+    Ok(())
+}
+
+/// `GetBoundInfo`, or `GetBoundInfoTagged` for one interference.
+pub(crate) async fn bound_info(
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    sms: u32,
+    interference: Option<Interference>,
+) -> anyhow::Result<std::collections::HashMap<String, zbus::OwnedVariant>> {
+    match interference {
+        Some(tag) => bounds
+            .get_bound_info_tagged(kernel, sms, &tag.to_string())
+            .await
+            .map_err(explain),
+        None => bounds.get_bound_info(kernel, sms).await.map_err(explain),
+    }
+}
+
+pub(crate) async fn print_bound(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    sms: u32,
+    interference: Option<Interference>,
+) -> anyhow::Result<()> {
+    let info = bound_info(bounds, kernel, sms, interference).await?;
+    let mut sorted: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for (k, v) in info {
+        sorted.insert(k, variant_json(&v));
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&sorted)?);
+    } else {
+        for (k, v) in &sorted {
+            println!(
+                "{k:>22}  {}",
+                v.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| v.to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn variant_json(v: &zbus::OwnedVariant) -> serde_json::Value {
+    if let Ok(x) = u64::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = u32::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = bool::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = f64::try_from(v) {
+        return x.into();
+    }
+    if let Ok(x) = <&str>::try_from(v) {
+        return x.into();
+    }
+    if let Ok(Ok(x)) = v.try_clone().map(<Vec<String>>::try_from) {
+        return x.into();
+    }
+    serde_json::Value::String(v.to_string())
+}
+
+pub(crate) async fn print_curve(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    interference: Option<Interference>,
+) -> anyhow::Result<()> {
+    const COLUMNS: [&str; 11] = [
+        "interference",
+        "exceedance",
+        "stale",
+        "provenance",
+        "basis",
+        "observed_max_ns",
+        "samples",
+        "typical_ns",
+        "mean_ns",
+        "predicted_typical_ns",
+        "prediction",
+    ];
+    let sizes = bounds.partition_sizes().await.map_err(explain)?;
+    let mut rows = Vec::new();
+    for sms in &sizes {
+        let info = bound_info(bounds, kernel, *sms, interference).await?;
+        let bound = info
+            .get("bound_ns")
+            .and_then(|v| u64::try_from(v).ok())
+            .unwrap_or(0);
+        let values: Vec<serde_json::Value> = COLUMNS
+            .iter()
+            .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
+            .collect();
+        rows.push((*sms, bound, values));
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(sms, bound, values)| {
+                let mut o = serde_json::json!({"sms": sms, "bound_ns": bound});
+                for (k, v) in COLUMNS.iter().zip(values) {
+                    o[*k] = v.clone();
+                }
+                o
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!(
+        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+        "SMs",
+        "bound_ns",
+        "interference",
+        "exceedance",
+        "stale",
+        "provenance",
+        "basis",
+        "observed_max_ns",
+        "samples",
+        "typical_ns",
+        "mean_ns",
+        "predicted_ns"
+    );
+    // JSON values ignore width and alignment, so render them as text first.
+    let text = |v: &serde_json::Value| {
+        v.as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| v.to_string())
+    };
+    let mut label = String::new();
+    for (sms, bound, v) in &rows {
+        let t: Vec<String> = v.iter().map(text).collect();
+        let exceedance = v[1].as_f64().map_or(t[1].clone(), |e| format!("{e:.0e}"));
+        println!(
+            "{sms:>5}  {bound:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+            t[0], exceedance, t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
+        );
+        label.clone_from(&t[10]);
+    }
+    println!("basis: what the bound rests on (measured; verified: the fitted curve checked by the sweep there; fitted)\ntypical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
+    Ok(())
+}
+
+pub(crate) async fn recalibrate(
+    json: bool,
+    conn: &zbus::Connection,
+    kernels: &[String],
+    interference: &[Interference],
+    no_wait: bool,
+) -> anyhow::Result<()> {
+    use futures_util::StreamExt;
+    let calibration = calibration_proxy(conn).await?;
+    let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
+    // Listen before the job exists, so that neither its end nor a Ctrl-C can be missed.
+    let mut finished = calibration.receive_job_finished().await?;
+    let mut progress = calibration.receive_job_progress().await?;
+    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let job = if interference.is_empty() {
+        calibration.recalibrate(&names).await
+    } else {
+        let tags: Vec<String> = interference.iter().map(ToString::to_string).collect();
+        let options = std::collections::HashMap::from([("interference", tags.into())]);
+        calibration.recalibrate_with(&names, options).await
+    }
+    .map_err(explain)?;
+    if no_wait {
+        if json {
+            println!("{}", serde_json::json!({"job": job, "state": "queued"}));
+        } else {
+            println!("job {job} queued; follow it with `wcetctl jobs`, stop it with `wcetctl cancel {job}`");
+        }
+        return Ok(());
+    }
+    let bar = (!json && std::io::stderr().is_terminal()).then(|| progress_bar(job));
+    let (mut state, _, mut message) = calibration.get_job(job).await.map_err(explain)?;
+    let mut cancelling = false;
+    while !matches!(state.as_str(), "done" | "failed" | "cancelled") {
+        tokio::select! {
+            Some(signal) = finished.next() => {
+                let args = signal.args()?;
+                if args.job == job {
+                    (state, message) = (args.state, args.message);
+                }
+            }
+            Some(signal) = progress.next() => {
+                let args = signal.args()?;
+                if let (Some(b), true) = (&bar, args.job == job) {
+                    b.set_position((args.progress * 1000.0) as u64);
+                    // GetJob's message names the kernel, size and interference being measured.
+                    if let Ok((_, _, now)) = calibration.get_job(job).await {
+                        b.set_message(now);
+                    }
+                }
+            }
+            _ = interrupt.recv() => {
+                // Said above the bar, which stays where it is.
+                let say = |what: &str| match &bar {
+                    Some(b) => b.suspend(|| eprintln!("wcetctl: {what}")),
+                    None => eprintln!("wcetctl: {what}"),
+                };
+                if cancelling {
+                    say(&format!("job {job} is being cancelled; `wcetctl jobs` shows when it has stopped"));
+                    return Err(Interrupted.into());
+                }
+                cancelling = true;
+                say(&format!("Ctrl-C: cancelling job {job} (its kernels keep their old bounds); Ctrl-C again to exit without waiting"));
+                // Refused only when the job has just finished: its JobFinished says how.
+                let _ = calibration.cancel_job(job).await;
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"job": job, "state": state, "message": message})
+        );
+    } else {
+        println!("job {job}: {state}: {message}");
+    }
+    match state.as_str() {
+        "done" => Ok(()),
+        "cancelled" if cancelling => Err(Interrupted.into()),
+        _ => bail!("job {job} ended {state}"),
+    }
+}
+
+/// A bar for one job: how far, how long it has run, when it should end, and what it measures now.
+pub(crate) fn progress_bar(job: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(1000);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "job {prefix} [{bar:30}] {percent:>3}% {elapsed} ETA {eta}  {wide_msg}",
+        )
+        .expect("static progress template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(job.to_string());
+    bar.set_message("queued");
+    bar
+}
+
+/// One `ImportSamples` call per kernel, each waited for; a progress bar over the samples sent.
+pub(crate) async fn import(
+    json: bool,
+    conn: &zbus::Connection,
+    set: &samples::SampleSet,
+    geometry: &BTreeMap<String, Geometry>,
+    interference: Interference,
+    source: &str,
+) -> anyhow::Result<()> {
+    let calibration = calibration_proxy(conn).await?;
+    let total: u64 = set
+        .values()
+        .flat_map(|s| s.values())
+        .map(|t| t.len() as u64)
+        .sum();
+    let bar = (!json && total > 100_000).then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg:24} [{bar:30}] {pos}/{len} samples, ETA {eta}",
+            )
+            .expect("progress template"),
+        );
+        bar
+    });
+    let mut results = Vec::new();
+    let mut failed = 0;
+    for (kernel, sizes) in set {
+        let pairs: Vec<(u32, u64)> = sizes
+            .iter()
+            .flat_map(|(&m, times)| times.iter().map(move |&t| (m, t)))
+            .collect();
+        let mut options = std::collections::HashMap::new();
+        options.insert("source", zbus::Variant::from(source));
+        options.insert(
+            "interference",
+            zbus::Variant::from(interference.to_string()),
+        );
+        if let Some(g) = geometry.get(kernel) {
+            options.insert("blocks", g.blocks.into());
+            options.insert("blocks_per_sm", g.blocks_per_sm.into());
+        }
+        if let Some(b) = &bar {
+            b.set_message(kernel.clone());
+        }
+        let job = calibration
+            .import_samples(kernel, &pairs, options)
+            .await
+            .map_err(explain)
+            .with_context(|| format!("importing {kernel}"))?;
+        let (state, message) = wcetd::client::wait_for_job(&calibration, job, |_| {}).await?;
+        if let Some(b) = &bar {
+            b.inc(pairs.len() as u64);
+        }
+        failed += usize::from(state != "done");
+        results.push(serde_json::json!({"kernel": kernel, "job": job, "samples": pairs.len(), "state": state, "message": message}));
+        if !json {
+            let line = format!(
+                "{kernel}: {} samples, job {job} {state}: {message}",
+                pairs.len()
+            );
+            match &bar {
+                Some(b) => b.println(line),
+                None => println!("{line}"),
+            }
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(results));
+    }
+    if failed > 0 {
+        bail!("{failed} of {} kernels were not imported", set.len());
+    }
+    Ok(())
+}
+
+pub(crate) async fn import_calibration(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    force: bool,
+) -> anyhow::Result<()> {
+    let text = if file == Path::new("-") {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        text
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let mut options = std::collections::HashMap::new();
+    if force {
+        options.insert("force", zbus::Variant::from(true));
+    }
+    let kernels = calibration_proxy(conn)
+        .await?
+        .import_calibration_with(&text, options)
+        .await
+        .map_err(explain)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"imported": kernels, "stale": force})
+        );
+    } else {
+        println!(
+            "imported {}; they are checked on this card as a job (`wcetctl jobs`), and recalibrated where a launch exceeds its bound",
+            kernels.join(", ")
+        );
+    }
+    Ok(())
+}
+
+pub(crate) async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
+    let calibration = calibration_proxy(conn).await?;
+    let (added, removed, rejected) = calibration.reload_kernels().await.map_err(explain)?;
+    if json {
+        let rejected: Vec<_> = rejected
+            .iter()
+            .map(|(f, r)| serde_json::json!({"file": f, "reason": r}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"added": added, "removed": removed, "rejected": rejected})
+        );
+    } else {
+        println!(
+            "added:   {}",
+            if added.is_empty() {
+                "-".into()
+            } else {
+                added.join(", ")
+            }
+        );
+        println!(
+            "removed: {}",
+            if removed.is_empty() {
+                "-".into()
+            } else {
+                removed.join(", ")
+            }
+        );
+        for (file, reason) in &rejected {
+            println!("rejected {file}: {reason}");
+        }
+    }
+    if !rejected.is_empty() {
+        return Err(Rejected(format!("{} manifest(s) rejected", rejected.len())).into());
+    }
+    Ok(())
+}
+
+/// `status` of the GPU `--gpu` names, or of every GPU the daemon serves.
+pub(crate) async fn status_all(
+    json: bool,
+    conn: &zbus::Connection,
+    bounds: &BoundsProxy<'_>,
+) -> anyhow::Result<()> {
+    let devices = match (OBJECT.get(), bounds.devices().await) {
+        (None, Ok(devices)) if devices.len() > 1 => devices,
+        _ => {
+            let one = status(json, bounds).await?;
+            if json {
+                println!("{one}");
+            }
+            return Ok(());
+        }
+    };
+    // Several GPUs: a section each, or one JSON array of (gpu, path, uuid, status).
+    let mut all = Vec::new();
+    for (n, path, uuid) in devices {
+        let proxy = BoundsProxy::builder(conn)
+            .path(path.to_string())
+            .build()
+            .await?;
+        if !json {
+            println!("GPU {n}  {path}  {uuid}");
+        }
+        let one = status(json, &proxy).await?;
+        if json {
+            all.push(serde_json::json!({"gpu": n, "path": path.to_string(), "uuid": uuid, "status": one}));
+        } else {
+            println!();
+        }
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(all));
+    }
+    Ok(())
+}
+
+/// One GPU's status: printed as a table, or returned as JSON when `json`.
+pub(crate) async fn status(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+) -> anyhow::Result<serde_json::Value> {
+    let device = bounds.device().await?;
+    let backend = bounds.backend().await?;
+    let total = bounds.total_sms().await?;
+    let sizes = bounds.partition_sizes().await?;
+    let health = bounds.health().await?;
+    let stale = bounds.stale_kernels().await?;
+    let smallest = sizes.first().copied().unwrap_or(0);
+    // A daemon without Monitor1 (older than it) has nothing to say here.
+    let path = bounds.inner().path().to_string();
+    let overrun = match wcetd::monitor_view::monitor_at(bounds.inner().connection(), &path).await {
+        Ok(m) => m.overrun_kernels().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
+    // Per kernel: which bounds exist and what the safer of them guarantees (the same at every size).
+    let mut kernels = BTreeMap::new();
+    for k in bounds.list_kernels().await? {
+        let info = bounds.get_bound_info(&k, smallest).await.ok();
+        let get = |key: &str| info.as_ref().and_then(|i| i.get(key)).map(variant_json);
+        kernels.insert(
+            k.clone(),
+            serde_json::json!({
+                "calibrated": info.is_some(),
+                "stale": stale.contains(&k),
+                "overrun": overrun.contains(&k),
+                "interference_available": get("interference_available").unwrap_or_else(|| serde_json::json!([])),
+                "exceedance": get("exceedance"),
+                "tail": get("tail"),
+            }),
+        );
+    }
+    if json {
+        let calibrated: BTreeMap<_, _> = kernels
+            .iter()
+            .map(|(k, v)| (k.clone(), v["calibrated"].clone()))
+            .collect();
+        return Ok(
+            serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
+                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels,
+                "overrun_kernels": overrun}),
+        );
+    }
+    println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
+    if !overrun.is_empty() {
+        println!(
+            "overruns    {} (a reported launch exceeded a bound since calibration; see wcetctl observed)",
+            overrun.join(", ")
+        );
+    }
+    // As wide as the longest name: manifests' kernels are often longer than the suite's.
+    let w = kernels.keys().map(String::len).max().unwrap_or(0).max(10);
+    println!(
+        "  {:<w$} {:<19} {:<19} {:>10}  tail",
+        "kernel", "state", "bounds", "exceedance"
+    );
+    for (k, v) in &kernels {
+        let state = if v["stale"] == true {
+            "stale"
+        } else if v["overrun"] == true {
+            "calibrated, OVERRUN"
+        } else if v["calibrated"] == true {
+            "calibrated"
+        } else {
+            "not calibrated"
+        };
+        let tags: Vec<&str> = v["interference_available"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
+            .unwrap_or_default();
+        let exceedance = v["exceedance"]
+            .as_f64()
+            .map_or("-".to_string(), |e| format!("{e:.0e}"));
+        let tags = if tags.is_empty() {
+            "-".into()
+        } else {
+            tags.join(",")
+        };
+        let tail = v["tail"].as_str().unwrap_or("-");
+        println!("  {k:<w$} {state:<19} {tags:<19} {exceedance:>10}  {tail}");
+    }
+    Ok(serde_json::Value::Null)
+}

@@ -1,0 +1,687 @@
+//! Commands that run without a daemon: fitting, simulating, campaigns on a device
+//! opened directly, evaluation against held-out samples, plots, and predictions.
+
+use super::*;
+
+/// [`Datasets`], read and checked.
+pub(crate) struct Loaded {
+    pub(crate) calibration: samples::SampleSet,
+    pub(crate) held: samples::SampleSet,
+    pub(crate) geometry: BTreeMap<String, Geometry>,
+    pub(crate) sizes: CalibrationSizes,
+}
+
+impl Datasets {
+    pub(crate) fn load(&self) -> anyhow::Result<Loaded> {
+        let calibration = read_samples(&self.samples)?;
+        let held = match &self.holdout {
+            Some(p) => read_samples(p)?,
+            None => calibration.clone(),
+        };
+        let sizes = calibration_sizes(&self.calibrate_at)?;
+        if let CalibrationSizes::Fixed(asked) = &sizes {
+            sizes_every_kernel_has(&calibration, asked, &self.samples)?;
+        }
+        Ok(Loaded {
+            calibration,
+            held,
+            geometry: read_geometry(self.geometry.as_deref())?,
+            sizes,
+        })
+    }
+}
+
+/// `--calibrate-at` sizes must be measured for every kernel of the file: a kernel without one
+/// would be calibrated on fewer sizes than asked, and scored as if it had them all.
+pub(crate) fn sizes_every_kernel_has(
+    calibration: &samples::SampleSet,
+    asked: &[u32],
+    file: &Path,
+) -> anyhow::Result<()> {
+    let short: Vec<String> = calibration
+        .iter()
+        .filter_map(|(kernel, by_size)| {
+            let missing: Vec<String> = asked
+                .iter()
+                .filter(|m| !by_size.contains_key(m))
+                .map(u32::to_string)
+                .collect();
+            (!missing.is_empty()).then(|| format!("{kernel} (no {})", missing.join(", ")))
+        })
+        .collect();
+    if short.is_empty() {
+        return Ok(());
+    }
+    let common: Vec<String> = calibration
+        .values()
+        .map(|by_size| {
+            by_size
+                .keys()
+                .copied()
+                .collect::<std::collections::BTreeSet<u32>>()
+        })
+        .reduce(|a, b| &a & &b)
+        .unwrap_or_default()
+        .iter()
+        .map(u32::to_string)
+        .collect();
+    bail!(
+        "--calibrate-at: {} of {} kernels in {} have no samples at some asked size: {}; accepted: sizes every kernel has ({})",
+        short.len(),
+        calibration.len(),
+        file.display(),
+        short.join(", "),
+        if common.is_empty() { "none".to_string() } else { common.join(", ") }
+    )
+}
+
+/// `kernels check`: each file loaded as the daemon would load it.
+pub(crate) fn check_manifests(json: bool, files: &[PathBuf]) -> anyhow::Result<()> {
+    if files.is_empty() {
+        bail!("no files given; accepted: one or more kernel manifest (.toml) paths");
+    }
+    // Each file alone, then the names together as the daemon takes them: a built-in's name, or
+    // one an earlier file has, is refused.
+    // A file named twice is one manifest, not two that take each other's name.
+    let mut files = files.to_vec();
+    let mut seen = std::collections::HashSet::new();
+    files.retain(|f| seen.insert(f.clone()));
+    let loaded: Vec<Result<wcetd::manifest::Manifest, String>> =
+        files.iter().map(|f| wcetd::manifest::load(f)).collect();
+    let (_, taken) = wcetd::kernels::Catalogue::with_manifests(
+        loaded
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect(),
+    );
+    let mut bad = 0;
+    let mut out = Vec::new();
+    for (file, result) in files.iter().zip(loaded) {
+        let shown = file.display().to_string();
+        let result = match taken.iter().find(|(f, _)| *f == shown) {
+            Some((_, why)) if result.is_ok() => Err(why.clone()),
+            _ => result,
+        };
+        bad += usize::from(result.is_err());
+        match (&result, json) {
+            (Ok(m), false) => println!(
+                "{}: ok: {} ({} of {}, {} blocks of {} threads, {} args)",
+                file.display(),
+                m.name,
+                m.entry,
+                m.module.display(),
+                m.blocks(),
+                m.threads_per_block(),
+                m.args.len()
+            ),
+            (Err(why), false) => println!("{}: rejected: {why}", file.display()),
+            (Ok(m), true) => {
+                out.push(serde_json::json!({"file": file, "ok": true, "kernel": m.name}))
+            }
+            (Err(why), true) => {
+                out.push(serde_json::json!({"file": file, "ok": false, "reason": why}))
+            }
+        }
+    }
+    if json {
+        println!("{}", serde_json::Value::Array(out));
+    }
+    if bad > 0 {
+        let why = format!("{bad} of {} manifest(s) rejected", files.len());
+        return Err(Rejected(why).into());
+    }
+    Ok(())
+}
+
+/// An input file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
+pub(crate) fn open_input(path: &Path) -> anyhow::Result<Box<dyn std::io::Read>> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file = std::io::BufReader::new(file);
+    Ok(if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(flate2::read::GzDecoder::new(file))
+    } else {
+        Box::new(file)
+    })
+}
+
+pub(crate) fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
+    samples::read_samples(open_input(path)?).with_context(|| format!("reading {}", path.display()))
+}
+
+pub(crate) fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometry>> {
+    let Some(path) = path else {
+        return Ok(BTreeMap::new());
+    };
+    samples::read_geometry(open_input(path)?).with_context(|| format!("reading {}", path.display()))
+}
+
+pub(crate) fn fit(
+    json: bool,
+    samples_path: &Path,
+    geometry: Option<&Path>,
+    sizes: &[u32],
+    method: Method,
+) -> anyhow::Result<()> {
+    if sizes.contains(&0) {
+        bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
+    }
+    let mut sizes = sizes.to_vec();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let set = read_samples(samples_path)?;
+    let config = MethodConfig::default();
+    let fits = offline::fit(&set, &read_geometry(geometry)?, &sizes, method, &config)
+        .with_context(|| format!("fitting {}", samples_path.display()))?;
+    // What each kernel's samples support goes to standard error, so the CSV stays clean.
+    for f in &fits {
+        eprintln!(
+            "wcetctl: {}: bounds stated at exceedance {:.1e} per launch ({}, {} samples)",
+            f.kernel,
+            f.exceedance,
+            f.basis.as_str(),
+            f.samples.values().sum::<usize>()
+        );
+        for w in &f.warnings {
+            eprintln!("wcetctl: warning: {}: {w}", f.kernel);
+        }
+    }
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&offline::fit_json(&fits))?
+        );
+    } else {
+        print!("{}", offline::bounds_csv(&fits));
+    }
+    Ok(())
+}
+
+pub(crate) fn simulate(
+    json: bool,
+    profile: &str,
+    seed: u64,
+    launches: u32,
+    contended: bool,
+    geometry_out: Option<&Path>,
+) -> anyhow::Result<()> {
+    let tag = if contended {
+        Interference::Contended
+    } else {
+        Interference::Isolated
+    };
+    let (set, geometry) = offline::simulate(&DeviceProfile::load(profile)?, seed, launches, tag)?;
+    if json {
+        // The samples themselves: {kernel: {sms: [time_ns, ...]}}, launch order kept.
+        println!(
+            "{}",
+            serde_json::json!({"interference": tag.to_string(), "samples": set})
+        );
+    } else {
+        samples::write_samples(std::io::stdout().lock(), &set)?;
+    }
+    if let Some(path) = geometry_out {
+        let mut text = String::from("kernel,blocks,blocks_per_sm\n");
+        for (k, g) in geometry {
+            text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn campaign(
+    json: bool,
+    device: &DeviceArgs,
+    settings: &wcetd::sweep::SweepSettings,
+    names: &[String],
+    (delay_probe, probe_sizes): (u32, &[u32]),
+    out: &Path,
+) -> anyhow::Result<()> {
+    let kernels = chosen_kernels(names)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let mut gpu = device.open()?;
+    let bar = indicatif::ProgressBar::new(1);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:32} [{bar:30}] {pos}/{len} launches, ETA {eta}",
+        )
+        .expect("static template"),
+    );
+    let sweep = wcetd::sweep::run(
+        gpu.as_mut(),
+        &kernels,
+        settings,
+        &mut |done, total, what| {
+            bar.set_length(total);
+            bar.set_position(done);
+            bar.set_message(what.to_string());
+        },
+    )?;
+    bar.finish_and_clear();
+    if delay_probe > 0 {
+        write_delay_probes(gpu.as_mut(), delay_probe, probe_sizes, out)?;
+    }
+    write_sweep(&sweep, settings, out)?;
+    eprintln!(
+        "wcetctl: {} launches of {} kernels on {} ({}), written to {}",
+        sweep.rows.len(),
+        kernels.len(),
+        sweep.stamp.gpu,
+        sweep.stamp.backend,
+        out.display()
+    );
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"launches": sweep.rows.len(), "kernels": kernels.iter().map(|k| k.name.clone()).collect::<Vec<_>>(),
+                "out": out.display().to_string(), "stamp": sweep.stamp})
+        );
+    }
+    Ok(())
+}
+
+/// The built-in kernels named (all of them when none is), or which name is unknown.
+pub(crate) fn chosen_kernels(names: &[String]) -> anyhow::Result<Vec<wcetd::kernels::KernelSpec>> {
+    let suite = wcetd::kernels::builtin_suite();
+    if names.is_empty() {
+        return Ok(suite);
+    }
+    names
+        .iter()
+        .map(|n| {
+            suite
+                .iter()
+                .find(|k| k.name == *n)
+                .cloned()
+                .with_context(|| {
+                    format!(
+                        "unknown kernel `{n}`; accepted: {}",
+                        wcetd::kernels::BUILTIN_NAMES.join(", ")
+                    )
+                })
+        })
+        .collect()
+}
+
+/// `launches` launches of the delay probe at each of `sizes` (the whole device when none),
+/// one CSV each: `delays.csv` for the whole device, `delays-<sms>.csv` for a partition.
+pub(crate) fn write_delay_probes(
+    gpu: &mut dyn wcetd::gpu::Gpu,
+    launches: u32,
+    sizes: &[u32],
+    out: &Path,
+) -> anyhow::Result<()> {
+    let whole = gpu.info().total_sms;
+    let sizes = if sizes.is_empty() {
+        vec![whole]
+    } else {
+        sizes.to_vec()
+    };
+    for sms in sizes {
+        let times = gpu.delay_probe(sms, launches)?;
+        let mut text = String::from("time_ns\n");
+        for t in times {
+            text.push_str(&format!("{t}\n"));
+        }
+        let name = if sms == whole {
+            "delays.csv".into()
+        } else {
+            format!("delays-{sms}.csv")
+        };
+        std::fs::write(out.join(name), text)?;
+    }
+    Ok(())
+}
+
+/// A sweep's samples (one CSV per interference), geometry and stamp, under `out`.
+pub(crate) fn write_sweep(
+    sweep: &wcetd::sweep::Sweep,
+    settings: &wcetd::sweep::SweepSettings,
+    out: &Path,
+) -> anyhow::Result<()> {
+    for &tag in &settings.interference {
+        let path = out.join(format!("samples-{tag}.csv"));
+        let file =
+            std::fs::File::create(&path).with_context(|| format!("writing {}", path.display()))?;
+        wcetd::sweep::write_rows(std::io::BufWriter::new(file), &sweep.rows, tag)?;
+    }
+    let mut geometry = String::from("kernel,blocks,blocks_per_sm\n");
+    for (k, g) in &sweep.geometry {
+        geometry.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+    }
+    std::fs::write(out.join("geometry.csv"), geometry)?;
+    std::fs::write(
+        out.join("stamp.json"),
+        serde_json::to_string_pretty(&sweep.stamp)? + "\n",
+    )?;
+    Ok(())
+}
+
+pub(crate) fn probe(json: bool, device: &DeviceArgs) -> anyhow::Result<()> {
+    let gpu = device.open()?;
+    let reports = gpu.placement();
+    if json {
+        println!("{}", serde_json::to_string_pretty(reports)?);
+        return Ok(());
+    }
+    if reports.is_empty() {
+        println!("{}: no placement to probe on this backend", gpu.info().name);
+        return Ok(());
+    }
+    println!(
+        "{:>5} {:>7} {:>9} {:>10}  result",
+        "asked", "granted", "rest", "ran on"
+    );
+    for r in reports {
+        println!(
+            "{:>5} {:>7} {:>9} {:>10}  {}",
+            r.requested_sms,
+            r.granted_sms,
+            r.rest_sms,
+            format!("{}+{}", r.sm_ids.len(), r.rest_ids.len()),
+            r.problem()
+                .unwrap_or_else(|| "disjoint and complete".into())
+        );
+    }
+    Ok(())
+}
+
+/// The method's configuration, with the device's rare delays and sustained slowdowns when a
+/// delay-probe file is given.
+pub(crate) fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfig> {
+    let mut config = MethodConfig::default();
+    let Some(path) = delays else {
+        return Ok(config);
+    };
+    let mut reader = csv::Reader::from_reader(open_input(path)?);
+    let mut times = Vec::new();
+    for (i, row) in reader.deserialize::<(u64,)>().enumerate() {
+        let (t,) = row.with_context(|| {
+            format!(
+                "{}, row {}: accepted: a `time_ns` column of whole nanoseconds",
+                path.display(),
+                i + 2
+            )
+        })?;
+        times.push(t);
+    }
+    if let Some(found) = wcetd::model::throttle::sustained_slowdown([times.as_slice()]) {
+        eprintln!("wcetctl: delay probe: {}", found.note());
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+    }
+    let times = wcetd::model::throttle::without_runs(&times);
+    if let Some(d) = wcetd::model::tail::device_delay(&times, config.exceedance) {
+        eprintln!("wcetctl: {}", d.note);
+        config.device_delay_ns = d.ns;
+        config.device_delay_exceedance = d.exceedance;
+    }
+    Ok(config)
+}
+
+pub(crate) fn evaluate(
+    json: bool,
+    data: &Datasets,
+    methods: &[Method],
+    plot_dir: Option<&Path>,
+    budget: SampleBudget,
+) -> anyhow::Result<()> {
+    let methods = if methods.is_empty() {
+        Method::ALL.to_vec()
+    } else {
+        methods.to_vec()
+    };
+    let Loaded {
+        calibration,
+        held,
+        geometry,
+        sizes,
+    } = data.load()?;
+    let config = method_config(data.delays.as_deref())?;
+    let evals = offline::evaluate_all(
+        &calibration,
+        &held,
+        &geometry,
+        &sizes,
+        &methods,
+        &config,
+        budget,
+    );
+    if let Some(dir) = plot_dir {
+        std::fs::create_dir_all(dir)?;
+        for kernel in calibration.keys().filter(|k| held.contains_key(*k)) {
+            let mine: Vec<_> = evals.iter().filter(|e| &e.kernel == kernel).collect();
+            offline::plot(
+                kernel,
+                &held[kernel],
+                &mine,
+                &dir.join(format!("{kernel}.svg")),
+            )?;
+        }
+    }
+    let pooled = offline::pooled(&evals, &methods);
+    if json {
+        let overall: Vec<_> = pooled
+            .iter()
+            .map(|(m, s, f)| serde_json::json!({"method": m, "score": s, "failed_kernels": f}))
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"kernels": evals, "overall": overall})
+            )?
+        );
+        return Ok(());
+    }
+    let mut rows: Vec<_> = evals
+        .iter()
+        .map(|e| (e.kernel.clone(), e.method, e.score.clone()))
+        .collect();
+    rows.extend(
+        pooled
+            .iter()
+            .map(|(m, s, _)| ("ALL".to_string(), *m, s.clone())),
+    );
+    print!("{}", offline::score_table(&rows));
+    for e in evals.iter().filter(|e| e.error.is_some()) {
+        println!(
+            "note: {} / {}: {}",
+            e.kernel,
+            e.method,
+            e.error.as_deref().unwrap_or("")
+        );
+    }
+    let mut seen = Vec::new();
+    for e in &evals {
+        if !seen.contains(&e.kernel) {
+            println!("calibrated {} at {:?}", e.kernel, e.calibrated_at);
+            seen.push(e.kernel.clone());
+        }
+    }
+    Ok(())
+}
+
+/// One plot per kernel: into a directory (`KERNEL.svg` each), or one file for one kernel.
+pub(crate) fn plot(
+    json: bool,
+    kernels: &[String],
+    data: &Datasets,
+    out: &Path,
+) -> anyhow::Result<()> {
+    let Loaded {
+        calibration,
+        held,
+        geometry,
+        sizes,
+    } = data.load()?;
+    let both: Vec<String> = calibration
+        .keys()
+        .filter(|k| held.contains_key(*k))
+        .cloned()
+        .collect();
+    let chosen: Vec<String> = if kernels.is_empty() {
+        both.clone()
+    } else {
+        kernels.to_vec()
+    };
+    if let Some(k) = chosen.iter().find(|k| !both.contains(k)) {
+        bail!(
+            "kernel `{k}` is not in both sample files; accepted: {}",
+            both.join(", ")
+        );
+    }
+    let single_file = match offline::PlotFormat::of(out) {
+        Some(format) => {
+            format.check()?;
+            if chosen.len() != 1 {
+                bail!(
+                    "-o {} is one file but {} kernels are to be plotted; accepted: a directory (one KERNEL.svg each), or one kernel",
+                    out.display(),
+                    chosen.len()
+                );
+            }
+            true
+        }
+        None => {
+            std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+            false
+        }
+    };
+    let mut written = Vec::new();
+    for kernel in &chosen {
+        let single: samples::SampleSet = [(kernel.clone(), calibration[kernel].clone())].into();
+        let evals = offline::evaluate_all(
+            &single,
+            &held,
+            &geometry,
+            &sizes,
+            &Method::ALL,
+            &MethodConfig::default(),
+            SampleBudget::default(),
+        );
+        let refs: Vec<_> = evals.iter().collect();
+        let path = if single_file {
+            out.to_path_buf()
+        } else {
+            out.join(format!("{kernel}.svg"))
+        };
+        offline::plot(kernel, &held[kernel], &refs, &path)?;
+        written.push(path.display().to_string());
+    }
+    if json {
+        println!("{}", serde_json::json!({"written": written}));
+    } else {
+        written.iter().for_each(|p| println!("wrote {p}"));
+    }
+    Ok(())
+}
+
+pub(crate) fn project(
+    json: bool,
+    source: &Path,
+    target: &str,
+    configs: Option<&Path>,
+) -> anyhow::Result<()> {
+    use wcetd::model::predict::{self, runs};
+    let runs = runs::read_runs_file(source)?;
+    let target = predict::device::load(target)?;
+    let configs = match configs {
+        Some(p) => runs::read_configs_file(p)?,
+        None => runs.iter().map(|r| r.config.clone()).collect(),
+    };
+    let rows = predict::project(&runs, &target, &configs)
+        .with_context(|| format!("learning from {}", source.display()))?;
+    let mut unseen: Vec<&str> = rows
+        .iter()
+        .filter(|(_, _, b)| *b == predict::Basis::Static)
+        .map(|(c, _, _)| c.kernel.as_str())
+        .collect();
+    unseen.dedup();
+    if !unseen.is_empty() {
+        eprintln!(
+            "note: no runs of {} in {}: predicted from their static counts alone",
+            unseen.join(", "),
+            source.display()
+        );
+    }
+    if json {
+        let v: Vec<_> = rows
+            .iter()
+            .map(|(c, ms, basis)| {
+                serde_json::json!({"kernel": c.kernel, "N": c.n, "rows": c.rows, "cols": c.cols,
+                    "predicted_ms": ms, "basis": if *basis == predict::Basis::Static { "static" } else { "measured" }})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", predict::projection_csv(&rows));
+    }
+    Ok(())
+}
+
+pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Result<()> {
+    let d = wcetd::model::predict::device::load(device)?;
+    let work = wcetd::workload::builtin(kernel)?;
+    let sizes: Vec<u32> = if sizes.is_empty() {
+        (1..=d.sms / 2).map(|t| 2 * t).chain([d.sms]).collect()
+    } else if sizes.contains(&0) {
+        bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
+    } else {
+        sizes.to_vec()
+    };
+    let curve = wcetd::model::predict::partition_curve(&work, &d, &sizes);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"kernel": kernel, "device": d.name, "basis": work.basis,
+                "knee_sms": curve.knee(), "predicted_typical_ns": curve.points})
+        );
+        return Ok(());
+    }
+    println!(
+        "{kernel} on {} (a prediction of the typical time, never a bound)\nbasis: {}",
+        d.name, work.basis
+    );
+    println!("{:>5}  {:>20}", "SMs", "predicted_typical_ns");
+    for (m, t) in &curve.points {
+        println!("{m:>5}  {:>20}", t.round() as u64);
+    }
+    if let Some(k) = curve.knee() {
+        println!("knee: {k} SMs (within 5% of the whole device)");
+    }
+    Ok(())
+}
+
+pub(crate) fn prediction_study(
+    json: bool,
+    data: &Path,
+    devices: &Path,
+    as_labelled: bool,
+    rows: bool,
+    l2_over_dram: Option<f64>,
+) -> anyhow::Result<()> {
+    use wcetd::model::predict::{runs, study, DeviceDescription};
+    let a = runs::read_runs_file(&data.join("runs_4070.csv"))?;
+    let b = runs::read_runs_file(&data.join("runs_titanx.csv"))?;
+    let mut da = DeviceDescription::load(&devices.join("rtx4070.toml"))?;
+    let mut db = DeviceDescription::load(&devices.join("titanx.toml"))?;
+    if let Some(x) = l2_over_dram {
+        if !(x.is_finite() && x > 0.0) {
+            bail!("--l2-over-dram {x}; accepted: a positive multiple of the DRAM bandwidth");
+        }
+        for d in [&mut da, &mut db] {
+            d.l2_bandwidth_gbps = Some(x * d.mem_bandwidth_gbps);
+        }
+    }
+    let outcomes = study::run_all((&a, &da), (&b, &db), !as_labelled)?;
+    if json {
+        let v: Vec<_> = outcomes
+            .iter()
+            .map(|o| serde_json::json!({"experiment": o.experiment, "rows": o.rows.len(), "wcetd": o.wcetd(), "roofline": o.roofline()}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    print!("{}", study::report(&outcomes, rows));
+    Ok(())
+}
