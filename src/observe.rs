@@ -585,16 +585,58 @@ impl ObservationFile {
 
     /// The stored observations. A file that does not parse, or holds a histogram that does not
     /// decode, is moved aside with a log line; of a file that parses, every floor, maximum and
-    /// total is kept (they keep bounds safe) and only the undecodable histograms are lost.
+    /// total is kept (they keep bounds safe) and only the undecodable histograms are lost. Where
+    /// something was kept, the damaged file is copied aside rather than moved, so that until the
+    /// caller has saved what was kept (the monitor asks for a save at once) a crash loses
+    /// nothing: the next start recovers the same floors from it again.
     pub fn load(&self) -> (ReportedTimes, Loaded) {
+        match self.parse() {
+            Ok(None) => (ReportedTimes::default(), Loaded::Fresh),
+            Ok(Some((obs, problems))) if problems.is_empty() => (obs, Loaded::Clean),
+            Ok(Some((obs, problems))) => {
+                let why = problems.join("; ");
+                if obs.series_count() > 0 {
+                    crate::store::quarantine_copy(&self.path, "observations", &why);
+                } else {
+                    crate::store::quarantine(&self.path, "observations", &why);
+                }
+                (obs, Loaded::Quarantined(why))
+            }
+            Err(why) => {
+                crate::store::quarantine(&self.path, "observations", &why);
+                (ReportedTimes::default(), Loaded::Quarantined(why))
+            }
+        }
+    }
+
+    /// What [`Self::load`] keeps of the file, leaving the file as it is: for reading another
+    /// fingerprint's floors, whose file this daemon does not own and never rewrites.
+    pub fn read(&self) -> ReportedTimes {
+        match self.parse() {
+            Ok(Some((obs, problems))) => {
+                if !problems.is_empty() {
+                    tracing::warn!(path = %self.path.display(), "observations partly unreadable, read what is whole: {}", problems.join("; "));
+                }
+                obs
+            }
+            Ok(None) => ReportedTimes::default(),
+            Err(why) => {
+                tracing::warn!(path = %self.path.display(), "observations unreadable: {why}");
+                ReportedTimes::default()
+            }
+        }
+    }
+
+    /// The file's series and what was wrong with it; `None` when there is no file (or it cannot
+    /// be opened), an error when nothing of it can be used.
+    #[allow(clippy::type_complexity)]
+    fn parse(&self) -> Result<Option<(ReportedTimes, Vec<String>)>, String> {
         let file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return (ReportedTimes::default(), Loaded::Fresh)
-            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {
                 tracing::error!(path = %self.path.display(), error = %e, "observations unreadable; starting without them");
-                return (ReportedTimes::default(), Loaded::Fresh);
+                return Ok(None);
             }
         };
         let (stored, mut problems) =
@@ -608,27 +650,18 @@ impl ObservationFile {
                         );
                         (s, vec![why])
                     }
-                    None => return self.moved_aside(ReportedTimes::default(), e.to_string()),
+                    None => return Err(e.to_string()),
                 },
             };
         if stored.format != FORMAT_VERSION {
-            let why = format!(
+            return Err(format!(
                 "format {} is not the supported {FORMAT_VERSION}",
                 stored.format
-            );
-            return self.moved_aside(ReportedTimes::default(), why);
+            ));
         }
         let (obs, undecodable) = from_stored(stored.series);
         problems.extend(undecodable);
-        if problems.is_empty() {
-            return (obs, Loaded::Clean);
-        }
-        self.moved_aside(obs, problems.join("; "))
-    }
-
-    fn moved_aside(&self, obs: ReportedTimes, why: String) -> (ReportedTimes, Loaded) {
-        crate::store::quarantine(&self.path, "observations", &why);
-        (obs, Loaded::Quarantined(why))
+        Ok(Some((obs, problems)))
     }
 
     /// What a damaged file still holds whole: [`Self::save`] writes the header and first series
@@ -959,7 +992,16 @@ mod tests {
         );
         assert_eq!(s.epochs[0].count(), 0);
         assert_eq!(aside(), 1);
-        assert!(!file.path().exists());
+        // Copied aside, not moved: a crash before the clean save recovers the floors again.
+        let (again, _) = file.load();
+        assert_eq!(
+            again.kernel("k").unwrap()[&(8, Interference::Isolated)].floor_ns,
+            s.floor_ns
+        );
+        assert_eq!(aside(), 2);
+        // Another fingerprint's file is only read: left in place, nothing set aside.
+        assert_eq!(file.read().series_count(), 4);
+        assert_eq!(aside(), 2);
         // Truncated in the third series: the two written whole before it keep their floors.
         let third = text.match_indices('\n').nth(1).unwrap().0 + 10;
         std::fs::write(file.path(), &text[..third]).unwrap();
@@ -976,12 +1018,13 @@ mod tests {
                 obs.kernel("k").unwrap()[&(sms, Interference::Isolated)].floor_ns
             );
         }
-        assert_eq!(aside(), 2);
+        assert_eq!(aside(), 3);
         // Truncated in the header: nothing to keep, moved aside.
         std::fs::write(file.path(), &text[..20]).unwrap();
         let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
-        assert_eq!(aside(), 3);
+        assert_eq!(aside(), 4);
+        assert!(!file.path().exists());
     }
 
     #[test]

@@ -637,6 +637,17 @@ impl Service {
             Some(_) => cal.table.stated_exceedance(),
             None => weakest_guarantee(&snap, kernel),
         };
+        // Untagged, the bound promises either condition: it is stale when either's calibration
+        // is, not only the one whose bound was larger.
+        let stale_other = [Interference::Isolated, Interference::Contended]
+            .into_iter()
+            .filter(|&t| tag.is_none() && t != interference)
+            .find(|&t| snap.tables(t).get(kernel).is_some_and(|k| self.is_stale(k)));
+        if let Some(other) = stale_other {
+            notes.push(format!(
+                "stale: the {other} calibration, which this untagged bound also answers for, is stale (GetBoundTagged states each)"
+            ));
+        }
         if exceedance > cal.table.stated_exceedance().0 {
             notes.push(format!(
                 "stated at {exceedance:e} per launch, the other interference's guarantee: untagged, the bound serves either condition, so it promises the weaker (GetBoundTagged states each)"
@@ -661,7 +672,7 @@ impl Service {
             kernel: kernel.to_string(),
             entry,
             requested_sms: sms,
-            stale: self.is_stale(cal),
+            stale: self.is_stale(cal) || stale_other.is_some(),
             calibration_id: cal.id.clone(),
             calibrated_at: cal.calibrated_at,
             method: cal.table.method.to_string(),
@@ -1341,7 +1352,9 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
 /// served lower after it. An isolated floor holds up the contended bound too.
 fn keep_observed_floors(store: &Store, old: &mut Calibration) {
     let file = crate::observe::ObservationFile::new(store.dir(), old.fingerprint());
-    let (observations, _) = file.load();
+    // Read only: that file belongs to the other fingerprint, which this daemon never rewrites,
+    // so a damaged one is left where it is rather than moved aside.
+    let observations = file.read();
     for (kernel, sms, tag, series) in observations.iter() {
         let tags: &[Interference] = match tag {
             Interference::Isolated => &[Interference::Isolated, Interference::Contended],
@@ -2042,16 +2055,43 @@ mod tests {
         assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
     }
 
-    /// A service on the simulated H200 with short campaigns, no delay probe and no initial job.
-    fn short_campaign_service(state: &std::path::Path) -> Service {
+    /// Short campaigns, no delay probe and no initial job.
+    fn short_campaigns() -> ServiceConfig {
         let mut config = ServiceConfig::default();
         config.recipe.campaign.launches = 40;
         config.recipe.campaign.screen_launches = 200;
         config.recipe.campaign.heavy_tail_launches = 400;
         config.recipe.delay_probe_launches = 0;
         config.initial_calibration = false;
+        config
+    }
+
+    /// A service with [`short_campaigns`] on the simulated H200.
+    fn short_campaign_service(state: &std::path::Path) -> Service {
         let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-        Service::start(Box::new(gpu), Store::open(state).unwrap(), config).0
+        Service::start(
+            Box::new(gpu),
+            Store::open(state).unwrap(),
+            short_campaigns(),
+        )
+        .0
+    }
+
+    /// Calibrate srad in `state` as [`srad_calibrated`] does, stop, and `edit` the stored file as
+    /// JSON: a calibration as an earlier run (at another clock, of other code) left it.
+    fn srad_calibrated_then_edited(
+        state: &std::path::Path,
+        edit: impl FnOnce(&mut serde_json::Value),
+    ) {
+        let calibrated = srad_calibrated(state);
+        let path = Store::open(state)
+            .unwrap()
+            .path_for(&calibrated.device().fingerprint);
+        drop(calibrated);
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        edit(&mut v);
+        std::fs::write(&path, v.to_string()).unwrap();
     }
 
     /// [`short_campaign_service`] with srad calibrated, isolated and contended.
@@ -2240,16 +2280,10 @@ mod tests {
     #[test]
     fn the_untagged_bound_is_the_larger_after_clock_scaling() {
         let dir = tempfile::tempdir().unwrap();
-        let calibrated = srad_calibrated(dir.path());
-        let path = Store::open(dir.path())
-            .unwrap()
-            .path_for(&calibrated.device().fingerprint);
-        drop(calibrated);
         // As if the contended campaign had run while the card was held at 1500 MHz.
-        let mut v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-        v["contended"]["srad"]["campaign"]["environment"]["sm_clock_mhz_max"] = 1500.into();
-        std::fs::write(&path, v.to_string()).unwrap();
+        srad_calibrated_then_edited(dir.path(), |v| {
+            v["contended"]["srad"]["campaign"]["environment"]["sm_clock_mhz_max"] = 1500.into();
+        });
         let config = ServiceConfig {
             initial_calibration: false,
             ..ServiceConfig::default()
@@ -2273,6 +2307,42 @@ mod tests {
         }
     }
 
+    /// Untagged, a bound answers for both conditions: it is stale when either calibration is,
+    /// even where the current one's bound is the larger and is the one served.
+    #[test]
+    fn the_untagged_bound_is_stale_when_either_calibration_is() {
+        let dir = tempfile::tempdir().unwrap();
+        // The isolated calibration timed other code than the catalogue has now.
+        srad_calibrated_then_edited(dir.path(), |v| {
+            v["kernels"]["srad"]["code"] = "other code".into();
+        });
+        let config = ServiceConfig {
+            initial_calibration: false,
+            ..ServiceConfig::default()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+        let m = service.device().partition_sizes[0];
+        let isolated = service
+            .bound_info("srad", m, Some(Interference::Isolated))
+            .unwrap();
+        let contended = service
+            .bound_info("srad", m, Some(Interference::Contended))
+            .unwrap();
+        assert!(isolated.stale && !contended.stale);
+        assert!(
+            contended.entry.bound_ns > isolated.entry.bound_ns,
+            "contended is served"
+        );
+        let untagged = service.bound_info("srad", m, None).unwrap();
+        assert_eq!(untagged.interference, Interference::Contended);
+        assert!(untagged.stale, "{:?}", untagged.notes);
+        assert!(untagged
+            .notes
+            .iter()
+            .any(|n| n.contains("the isolated calibration")));
+    }
+
     /// After a clock-policy change, this card's previous calibration is served stale (not a newer
     /// one of another card), still at least every time production reported under it.
     #[test]
@@ -2284,11 +2354,7 @@ mod tests {
         before.save_observations();
         drop(before);
         // A newer calibration of another card in the same directory.
-        let mut config = ServiceConfig::default();
-        config.recipe.campaign.launches = 40;
-        config.recipe.campaign.screen_launches = 200;
-        config.recipe.delay_probe_launches = 0;
-        config.initial_calibration = false;
+        let config = short_campaigns();
         let other_card = SimOptions {
             device_index: 1,
             ..SimOptions::default()
@@ -2343,12 +2409,7 @@ mod tests {
     #[test]
     fn an_untagged_time_raises_the_isolated_bound_whatever_is_calibrated_first() {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = ServiceConfig::default();
-        config.recipe.campaign.launches = 40;
-        config.recipe.campaign.screen_launches = 200;
-        config.recipe.campaign.heavy_tail_launches = 400;
-        config.recipe.delay_probe_launches = 0;
-        config.initial_calibration = false;
+        let mut config = short_campaigns();
         config.interference = vec![Interference::Contended, Interference::Isolated];
         let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
         let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;

@@ -315,8 +315,7 @@ impl Store {
             return;
         };
         for entry in entries.filter_map(Result::ok) {
-            let name = entry.file_name();
-            if name.to_string_lossy().starts_with(".tmp-") {
+            if left_by_a_dead_process(&entry.file_name().to_string_lossy()) {
                 tracing::warn!(file = %entry.path().display(), "removing a temporary file left by an interrupted write");
                 let _ = fs::remove_file(entry.path());
             }
@@ -421,6 +420,25 @@ pub fn temporary_path(path: &Path) -> PathBuf {
     ))
 }
 
+/// Whether `name` is a temporary file ([`temporary_path`]) whose writer is gone. Another
+/// thread of this process (one store per GPU) or another live daemon (sharing a metrics
+/// directory) may be writing one now: removing it would fail that write's rename.
+fn left_by_a_dead_process(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix(".tmp-") else {
+        return false;
+    };
+    let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
+        return true;
+    };
+    if pid == std::process::id() as i32 || pid <= 0 {
+        return pid <= 0;
+    }
+    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0
+        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    !alive
+}
+
 /// Remove the temporary files of `path` that earlier processes left (a crash while writing it),
 /// for files outside the state directory, which [`Store::open`] cleans.
 pub fn remove_stale_temporaries_of(path: &Path) {
@@ -430,7 +448,7 @@ pub fn remove_stale_temporaries_of(path: &Path) {
     let suffix = format!("-{}.partial", path_name(path));
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with(".tmp-") && name.ends_with(&suffix) {
+        if name.ends_with(&suffix) && left_by_a_dead_process(&name) {
             tracing::warn!(file = %entry.path().display(), "removing a temporary file left by an interrupted write");
             let _ = fs::remove_file(entry.path());
         }
@@ -440,15 +458,7 @@ pub fn remove_stale_temporaries_of(path: &Path) {
 /// Move a file that cannot be read aside, to `<name>.corrupt-<UTC time>`, so it is kept for
 /// inspection and never loaded again; `what` names it in the log line.
 pub fn quarantine(path: &Path, what: &str, why: &str) {
-    let stamp = Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
-    let mut aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
-    // Two files quarantined within a millisecond must not overwrite each other.
-    for n in 1.. {
-        if !aside.exists() {
-            break;
-        }
-        aside = PathBuf::from(format!("{}.corrupt-{stamp}-{n}", path.display()));
-    }
+    let aside = aside_path(path);
     match fs::rename(path, &aside) {
         Ok(()) => tracing::error!(
             path = %path.display(), moved_to = %aside.display(), reason = why,
@@ -457,6 +467,35 @@ pub fn quarantine(path: &Path, what: &str, why: &str) {
         Err(e) => tracing::error!(path = %path.display(), reason = why, error = %e,
             "{what} file is corrupt and could not be moved aside"),
     }
+}
+
+/// Like [`quarantine`], but keep the damaged file where it is and copy it aside: for a file
+/// part of which was recovered, so that until the recovered part is saved cleanly over it, a
+/// crash can recover it again.
+pub fn quarantine_copy(path: &Path, what: &str, why: &str) {
+    let aside = aside_path(path);
+    match fs::copy(path, &aside) {
+        Ok(_) => tracing::error!(
+            path = %path.display(), copied_to = %aside.display(), reason = why,
+            "{what} file is damaged; a copy is kept aside, what was whole is kept and will be written back cleanly"
+        ),
+        Err(e) => tracing::error!(path = %path.display(), reason = why, error = %e,
+            "{what} file is damaged and could not be copied aside"),
+    }
+}
+
+/// `PATH.corrupt-<time>`, with a number added where that exists: two files set aside within a
+/// millisecond must not overwrite each other.
+fn aside_path(path: &Path) -> PathBuf {
+    let stamp = Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
+    let mut aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
+    for n in 1.. {
+        if !aside.exists() {
+            break;
+        }
+        aside = PathBuf::from(format!("{}.corrupt-{stamp}-{n}", path.display()));
+    }
+    aside
 }
 
 /// Give memory freed by a large transient job (a save, a metrics file) back to the system, so
@@ -549,12 +588,23 @@ mod tests {
             name.starts_with(".tmp-") && name.ends_with("-wcetd.prom.partial"),
             "{name}"
         );
-        let left = dir.path().join(".tmp-1-wcetd.prom.partial");
-        let other = dir.path().join(".tmp-1-other.prom.partial");
-        std::fs::write(&left, "half").unwrap();
-        std::fs::write(&other, "half").unwrap();
+        // Left by a process that has exited: removed. Being written by this process or by a
+        // live one (pid 1): kept, since removing it would fail that write.
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        exited.wait().unwrap();
+        let left = dir
+            .path()
+            .join(format!(".tmp-{}-wcetd.prom.partial", exited.id()));
+        let other = dir
+            .path()
+            .join(format!(".tmp-{}-other.prom.partial", exited.id()));
+        let live = dir.path().join(".tmp-1-wcetd.prom.partial");
+        for f in [&left, &other, &live, &tmp] {
+            std::fs::write(f, "half").unwrap();
+        }
         remove_stale_temporaries_of(&path);
-        assert!(!left.exists() && other.exists());
+        assert!(!left.exists() && other.exists() && live.exists() && tmp.exists());
+        std::fs::remove_file(&live).unwrap();
         write_atomically(&path, |f| f.write_all(b"x 1\n")).unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
     }

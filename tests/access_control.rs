@@ -22,9 +22,14 @@ fn have(tool: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// `busctl call` on `address`, as `nobody` when `unprivileged`; bounded by `timeout` so a stuck
-/// bus fails the test instead of hanging it.
+/// `busctl call` of the daemon's object on `address`, as `nobody` when `unprivileged`.
 fn busctl(address: &str, unprivileged: bool, args: &[&str]) -> Output {
+    busctl_call(address, unprivileged, &[&[NAME, PATH], args].concat())
+}
+
+/// `busctl call ARGS` on `address`, as `nobody` when `unprivileged`; bounded by `timeout` so a
+/// stuck bus fails the test instead of hanging it.
+fn busctl_call(address: &str, unprivileged: bool, args: &[&str]) -> Output {
     let mut cmd = Command::new("timeout");
     cmd.arg("20");
     if unprivileged {
@@ -40,8 +45,6 @@ fn busctl(address: &str, unprivileged: bool, args: &[&str]) -> Output {
         "--no-pager",
         &format!("--address={address}"),
         "call",
-        NAME,
-        PATH,
     ]);
     cmd.args(args).output().expect("running busctl")
 }
@@ -153,25 +156,9 @@ async fn nobody_is_refused_recalibrate_and_root_is_not() {
         // private bus's policy), not even the daemon's own user asking to replace it (the daemon
         // owns it without ALLOW_REPLACEMENT).
         let request_name = |unprivileged: bool| {
-            let mut cmd = Command::new("timeout");
-            cmd.arg("20");
-            if unprivileged {
-                cmd.args([
-                    "setpriv",
-                    "--reuid=nobody",
-                    "--regid=nogroup",
-                    "--clear-groups",
-                ]);
-            }
-            cmd.args([
-                "busctl",
-                "--no-pager",
-                &format!("--address={}", fx.address()),
-            ])
-            .args(["call", "org.freedesktop.DBus", "/org/freedesktop/DBus"])
-            .args(["org.freedesktop.DBus", "RequestName", "su", NAME, "6"])
-            .output()
-            .expect("running busctl")
+            let bus = ["org.freedesktop.DBus", "/org/freedesktop/DBus"];
+            let call = ["org.freedesktop.DBus", "RequestName", "su", NAME, "6"];
+            busctl_call(fx.address(), unprivileged, &[&bus[..], &call].concat())
         };
         let taken = request_name(true);
         assert!(

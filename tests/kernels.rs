@@ -208,13 +208,7 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
     let path = write_manifest(kdir.path(), "app.scale");
     let flags = ["--no-initial-calibration", "--kernel-dir", &kdir_arg];
     let mut d = Daemon::start(&flags).await;
-    let job = d
-        .calibration()
-        .await
-        .recalibrate(&["app.scale"])
-        .await
-        .unwrap();
-    assert_eq!(d.wait_job(job).await.0, "done");
+    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
     let stale = |info: &HashMap<String, OwnedValue>| bool::try_from(&info["stale"]).unwrap();
     let info = d
         .bounds()
@@ -260,13 +254,7 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
     let health = bounds.health().await.unwrap();
     assert!(health.contains("stale bounds for app.scale"), "{health}");
 
-    let job = d
-        .calibration()
-        .await
-        .recalibrate(&["app.scale"])
-        .await
-        .unwrap();
-    assert_eq!(d.wait_job(job).await.0, "done");
+    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
     let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
     assert!(!stale(&info));
 }

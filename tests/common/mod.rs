@@ -78,6 +78,12 @@ impl Daemon {
             .expect("job did not finish in time")
             .expect("job state")
     }
+
+    /// Recalibrate `kernels` and wait for the job; returns (state, message).
+    pub async fn recalibrate(&self, kernels: &[&str]) -> (String, String) {
+        let job = self.calibration().await.recalibrate(kernels).await.unwrap();
+        self.wait_job(job).await
+    }
 }
 
 impl Drop for Daemon {

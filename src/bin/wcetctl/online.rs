@@ -306,25 +306,33 @@ pub(crate) fn variant_json(v: &zbus::OwnedVariant) -> serde_json::Value {
     serde_json::Value::String(v.to_string())
 }
 
+/// `wcetctl curve`'s columns after SMs and bound_ns: the GetBoundInfo key, the header, and the
+/// width (negative: left-aligned). JSON has these and [`PREDICTION_LABEL`].
+const CURVE_COLUMNS: [(&str, &str, i32); 10] = [
+    ("interference", "interference", -12),
+    ("exceedance", "exceedance", 10),
+    ("stale", "stale", -5),
+    ("provenance", "provenance", -12),
+    ("basis", "basis", -12),
+    ("observed_max_ns", "observed_max_ns", 15),
+    ("samples", "samples", 7),
+    ("typical_ns", "typical_ns", 12),
+    ("mean_ns", "mean_ns", 12),
+    ("predicted_typical_ns", "predicted_ns", 12),
+];
+const PREDICTION_LABEL: &str = "prediction";
+
 pub(crate) async fn print_curve(
     json: bool,
     bounds: &BoundsProxy<'_>,
     kernel: &str,
     interference: Option<Interference>,
 ) -> anyhow::Result<()> {
-    const COLUMNS: [&str; 11] = [
-        "interference",
-        "exceedance",
-        "stale",
-        "provenance",
-        "basis",
-        "observed_max_ns",
-        "samples",
-        "typical_ns",
-        "mean_ns",
-        "predicted_typical_ns",
-        "prediction",
-    ];
+    let keys: Vec<&str> = CURVE_COLUMNS
+        .iter()
+        .map(|c| c.0)
+        .chain([PREDICTION_LABEL])
+        .collect();
     let sizes = bounds.partition_sizes().await.map_err(explain)?;
     let mut rows = Vec::new();
     for sms in &sizes {
@@ -333,7 +341,7 @@ pub(crate) async fn print_curve(
             .get("bound_ns")
             .and_then(|v| u64::try_from(v).ok())
             .unwrap_or(0);
-        let values: Vec<serde_json::Value> = COLUMNS
+        let values: Vec<serde_json::Value> = keys
             .iter()
             .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
             .collect();
@@ -344,7 +352,7 @@ pub(crate) async fn print_curve(
             .iter()
             .map(|(sms, bound, values)| {
                 let mut o = serde_json::json!({"sms": sms, "bound_ns": bound});
-                for (k, v) in COLUMNS.iter().zip(values) {
+                for (k, v) in keys.iter().zip(values) {
                     o[*k] = v.clone();
                 }
                 o
@@ -353,36 +361,36 @@ pub(crate) async fn print_curve(
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!(
-        "{kernel}\n{:>5}  {:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
+    let pad = |text: &str, width: i32| match width {
+        w if w < 0 => format!("{text:<0$}", (-w) as usize),
+        w => format!("{text:>0$}", w as usize),
+    };
+    let line = |sms: &str, bound: &str, cells: Vec<String>| {
+        let cells: Vec<String> = CURVE_COLUMNS
+            .iter()
+            .zip(cells)
+            .map(|(c, text)| pad(&text, c.2))
+            .collect();
+        println!("{sms:>5}  {bound:>14}  {}", cells.join("  "));
+    };
+    println!("{kernel}");
+    line(
         "SMs",
         "bound_ns",
-        "interference",
-        "exceedance",
-        "stale",
-        "provenance",
-        "basis",
-        "observed_max_ns",
-        "samples",
-        "typical_ns",
-        "mean_ns",
-        "predicted_ns"
+        CURVE_COLUMNS.iter().map(|c| c.1.into()).collect(),
     );
-    // JSON values ignore width and alignment, so render them as text first.
-    let text = |v: &serde_json::Value| {
-        v.as_str()
-            .map(str::to_string)
-            .unwrap_or_else(|| v.to_string())
-    };
     let mut label = String::new();
     for (sms, bound, v) in &rows {
-        let t: Vec<String> = v.iter().map(text).collect();
-        let exceedance = v[1].as_f64().map_or(t[1].clone(), |e| format!("{e:.0e}"));
-        println!(
-            "{sms:>5}  {bound:>14}  {:<12}  {:>10}  {:<5}  {:<12}  {:<12}  {:>15}  {:>7}  {:>12}  {:>12}  {:>12}",
-            t[0], exceedance, t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9]
-        );
-        label.clone_from(&t[10]);
+        // JSON values ignore width and alignment, so render them as text first.
+        let mut cells: Vec<String> = v
+            .iter()
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+            .collect();
+        label = cells.pop().unwrap_or_default();
+        if let Some(e) = v[1].as_f64() {
+            cells[1] = format!("{e:.0e}");
+        }
+        line(&sms.to_string(), &bound.to_string(), cells);
     }
     println!("basis: what the bound rests on (measured; verified: the fitted curve checked by the sweep there; fitted)\ntypical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
     Ok(())
