@@ -32,8 +32,8 @@ pub enum CalibrateError {
 
 /// Refuse to time (or to keep the times of) a manifest whose module or fill files are no longer
 /// the bytes it was loaded with: the calibration would record the loaded code's digest over
-/// other code's times. Checked before the campaign and after it, so a change while it ran is
-/// caught too.
+/// other code's times. Checked before a campaign (or a bundle's arrival check) and after it, so
+/// a change while it ran is caught too.
 fn same_code_as_loaded(kernel: &KernelSpec) -> Result<(), CalibrateError> {
     match kernel.manifest().and_then(|m| m.changed_on_disk()) {
         Some(why) => Err(CalibrateError::CodeChanged {
@@ -363,6 +363,7 @@ pub fn check_on_arrival(
     interference: crate::gpu::Interference,
     cancel: &AtomicBool,
 ) -> Result<Vec<(u32, u64, u64)>, CalibrateError> {
+    same_code_as_loaded(kernel)?;
     let mut checked = Vec::new();
     for entry in &table.entries {
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
@@ -378,6 +379,7 @@ pub fn check_on_arrival(
         let longest = batch.times_ns.iter().copied().max().unwrap_or(0);
         checked.push((entry.sms, longest, entry.bound_ns));
     }
+    same_code_as_loaded(kernel)?;
     Ok(checked)
 }
 

@@ -624,6 +624,16 @@ impl Service {
             notes.push(format!(
                 "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
             ));
+        } else if let Some(m) = self.catalogue().get(kernel).and_then(KernelSpec::manifest) {
+            // The same code under another path (a manifest moved or renamed): `source` says
+            // where it was measured from, the note where it is now.
+            let now = m.path.display().to_string();
+            if cal.origin == Origin::Manifest && cal.source != now {
+                notes.push(format!(
+                    "measured from the manifest at {}, the same code the catalogue now loads from {now}",
+                    cal.source
+                ));
+            }
         }
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
         let observed =

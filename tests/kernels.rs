@@ -259,6 +259,37 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
     assert!(!stale(&info));
 }
 
+/// A manifest moved to another file is the same code: its bounds stay current, `source` still
+/// says where they were measured from, and a note says where the manifest is now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_manifest_keeps_its_bounds_and_says_where_it_was_measured() {
+    let kdir = tempfile::tempdir().unwrap();
+    let kdir_arg = kdir.path().to_str().unwrap().to_string();
+    let path = write_manifest(kdir.path(), "app.scale");
+    let flags = ["--no-initial-calibration", "--kernel-dir", &kdir_arg];
+    let mut d = Daemon::start(&flags).await;
+    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    let moved = kdir.path().join("renamed.toml");
+    std::fs::rename(&path, &moved).unwrap();
+    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
+    d.wait_for_name().await;
+    let info = d
+        .bounds()
+        .await
+        .get_bound_info_tagged("app.scale", 64, "isolated")
+        .await
+        .unwrap();
+    assert!(!bool::try_from(&info["stale"]).unwrap());
+    assert_eq!(info_str(&info, "source"), path.display().to_string());
+    let notes = info_str(&info, "notes");
+    assert!(
+        notes.contains(&format!("now loads from {}", moved.display())),
+        "{notes}"
+    );
+}
+
 /// A simulated campaign's samples of srad, renamed `kernel`, as a file for `wcetctl import`.
 fn campaign_samples(dir: &std::path::Path, kernel: &str) -> std::path::PathBuf {
     let out = dir.join("campaign");
