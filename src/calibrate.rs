@@ -279,6 +279,9 @@ pub struct Imported {
     pub interference: crate::gpu::Interference,
     /// Free text: where the samples came from.
     pub source: String,
+    /// [`KernelSpec::code_digest`] of the kernel the catalogue had under the name when the
+    /// samples were handed in ("" for a kernel it does not have): what they are samples of.
+    pub code: String,
 }
 
 /// Bounds from imported samples, with the same method and rules as measured ones, at every size
@@ -346,7 +349,7 @@ pub fn from_samples(
         table,
         origin: Origin::Imported,
         source: imported.source.clone(),
-        code: String::new(),
+        code: imported.code.clone(),
     })
 }
 

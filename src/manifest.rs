@@ -101,9 +101,9 @@ impl Manifest {
     pub fn changed_on_disk(&self) -> Option<String> {
         let now = std::fs::read(&self.module)
             .map_err(|e| format!("module {} cannot be read: {e}", self.module.display()))
-            .and_then(|bytes| code_digest(None, &bytes, &self.args));
+            .and_then(|bytes| code_digests("", &bytes, &self.args));
         match now {
-            Ok(digest) if digest == self.inputs_sha256 => None,
+            Ok((_, inputs)) if inputs == self.inputs_sha256 => None,
             Ok(_) => Some(format!(
                 "the module {} or a fill file of `{}` changed since it was loaded",
                 self.module.display(),
@@ -262,8 +262,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         .as_ref()
         .map(|c| output_check(c, &args, dir))
         .transpose()?;
-    let code_sha256 = code_digest(Some(text), &bytes, &args)?;
-    let inputs_sha256 = code_digest(None, &bytes, &args)?;
+    let (code_sha256, inputs_sha256) = code_digests(text, &bytes, &args)?;
     Ok(Manifest {
         path: path.to_path_buf(),
         summary: raw
@@ -287,19 +286,24 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
     })
 }
 
-/// [`Manifest::code_sha256`] (with the manifest's text) or [`Manifest::inputs_sha256`]
-/// (without): each part length-prefixed, so that no two different sets of parts hash the same
+/// [`Manifest::code_sha256`] (the manifest's text, then the inputs) and
+/// [`Manifest::inputs_sha256`] (the module's and fill files' bytes alone), from one read of each
+/// fill file: each part length-prefixed, so that no two different sets of parts hash the same
 /// bytes.
-fn code_digest(text: Option<&str>, module: &[u8], args: &[Arg]) -> Result<String, String> {
-    let mut h = Sha256::new();
-    let mut part = |bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
+fn code_digests(text: &str, module: &[u8], args: &[Arg]) -> Result<(String, String), String> {
+    let mut code = Sha256::new();
+    let mut inputs = Sha256::new();
+    let mut part = |bytes: &[u8], with_inputs: bool| {
+        let len = (bytes.len() as u64).to_le_bytes();
+        code.update(len);
+        code.update(bytes);
+        if with_inputs {
+            inputs.update(len);
+            inputs.update(bytes);
+        }
     };
-    if let Some(text) = text {
-        part(text.as_bytes());
-    }
-    part(module);
+    part(text.as_bytes(), false);
+    part(module, true);
     for a in args {
         if let Arg::Buffer {
             fill: Fill::File(path),
@@ -308,10 +312,10 @@ fn code_digest(text: Option<&str>, module: &[u8], args: &[Arg]) -> Result<String
         {
             let bytes = std::fs::read(path)
                 .map_err(|e| format!("fill file {} cannot be read: {e}", path.display()))?;
-            part(&bytes);
+            part(&bytes, true);
         }
     }
-    Ok(hex(&h.finalize()))
+    Ok((hex(&code.finalize()), hex(&inputs.finalize())))
 }
 
 fn describe_toml(e: &toml::de::Error, text: &str) -> String {

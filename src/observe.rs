@@ -609,21 +609,15 @@ impl ObservationFile {
         }
     }
 
-    /// What [`Self::load`] keeps of the file, leaving the file as it is: for reading another
-    /// fingerprint's floors, whose file this daemon does not own and never rewrites.
-    pub fn read(&self) -> ReportedTimes {
+    /// What [`Self::load`] keeps of the file, and what could not be read of it, leaving the
+    /// file as it is: for reading another fingerprint's floors, whose file this daemon does not
+    /// own and never rewrites.
+    pub fn read(&self) -> (ReportedTimes, Option<String>) {
         match self.parse() {
-            Ok(Some((obs, problems))) => {
-                if !problems.is_empty() {
-                    tracing::warn!(path = %self.path.display(), "observations partly unreadable, read what is whole: {}", problems.join("; "));
-                }
-                obs
-            }
-            Ok(None) => ReportedTimes::default(),
-            Err(why) => {
-                tracing::warn!(path = %self.path.display(), "observations unreadable: {why}");
-                ReportedTimes::default()
-            }
+            Ok(Some((obs, problems))) if problems.is_empty() => (obs, None),
+            Ok(Some((obs, problems))) => (obs, Some(problems.join("; "))),
+            Ok(None) => (ReportedTimes::default(), None),
+            Err(why) => (ReportedTimes::default(), Some(why)),
         }
     }
 
@@ -634,10 +628,8 @@ impl ObservationFile {
         let file = match std::fs::File::open(&self.path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                tracing::error!(path = %self.path.display(), error = %e, "observations unreadable; starting without them");
-                return Ok(None);
-            }
+            // Unreadable (permissions, say) is not absent: the caller must not save over it.
+            Err(e) => return Err(format!("cannot be opened: {e}")),
         };
         let (stored, mut problems) =
             match serde_json::from_reader::<_, StoredFile>(std::io::BufReader::new(file)) {
@@ -1000,7 +992,7 @@ mod tests {
         );
         assert_eq!(aside(), 2);
         // Another fingerprint's file is only read: left in place, nothing set aside.
-        assert_eq!(file.read().series_count(), 4);
+        assert_eq!(file.read().0.series_count(), 4);
         assert_eq!(aside(), 2);
         // Truncated in the third series: the two written whole before it keep their floors.
         let third = text.match_indices('\n').nth(1).unwrap().0 + 10;

@@ -458,7 +458,7 @@ impl Service {
         let catalogue = self.catalogue();
         let mut names = catalogue.names();
         for (name, k) in snap.kernels.iter().chain(&snap.contended) {
-            if k.origin != Origin::Manifest || catalogue.get(name).is_some() {
+            if served(&catalogue, name, k) {
                 names.push(name.clone());
             }
         }
@@ -497,6 +497,15 @@ impl Service {
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
+        // What is served, and what is stale, changed for these now, not when a job ends: a
+        // client caching bounds, StaleKernels or Health must hear of it at once.
+        let touched: Vec<String> = added.iter().chain(&removed).cloned().collect();
+        if !touched.is_empty() {
+            let _ = self
+                .inner
+                .events
+                .send(Event::BoundsChanged { kernels: touched });
+        }
         if !added.is_empty() {
             match self.recalibrate(&added) {
                 Ok(job) => tracing::info!(
@@ -520,10 +529,15 @@ impl Service {
         // The hot path of every query: no list is built unless the answer is an error.
         let snap = self.snapshot();
         let catalogue = self.catalogue();
-        let served = |k: &KernelCalibration| k.origin != Origin::Manifest;
         let known = catalogue.get(kernel).is_some()
-            || snap.kernels.get(kernel).is_some_and(served)
-            || snap.contended.get(kernel).is_some_and(served);
+            || snap
+                .kernels
+                .get(kernel)
+                .is_some_and(|k| served(&catalogue, kernel, k))
+            || snap
+                .contended
+                .get(kernel)
+                .is_some_and(|k| served(&catalogue, kernel, k));
         if known {
             Ok(())
         } else {
@@ -880,6 +894,13 @@ impl Service {
             geometry: options.geometry,
             interference: tag,
             source: options.source,
+            // Taken now, not when the job runs: a reload in between must not make samples of
+            // the old code pass for the new.
+            code: self
+                .catalogue()
+                .get(kernel)
+                .map(KernelSpec::code_digest)
+                .unwrap_or_default(),
         };
         let work = Work::Import(Box::new(imported));
         let id = self.enqueue(work, vec![kernel.to_string()], vec![tag])?;
@@ -926,20 +947,15 @@ impl Service {
     /// the kernels.
     pub fn import_calibration(&self, text: &str, force: bool) -> Result<Vec<String>> {
         let bundle = crate::bundle::parse(text).map_err(ServiceError::InvalidArgs)?;
-        let here = &self.inner.device.fingerprint;
         let stale = self.refuse_bundle(&bundle, force)?;
         let source = format!(
             "bundle from {} exported {}",
             bundle.host,
             bundle.exported_at.to_rfc3339()
         );
-        let runnable = self
-            .inner
-            .catalogue
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
         let mut names = Vec::new();
+        // Each keeps the exporting card's fingerprint (served stale) unless the job's arrival
+        // check passes on this card, which is when it becomes this device's (`check_bundle`).
         let calibrations = bundle
             .calibrations
             .into_iter()
@@ -947,18 +963,6 @@ impl Service {
                 let mut cal = e.calibration;
                 cal.origin = Origin::Bundle;
                 cal.source = source.clone();
-                if let (false, Some(spec)) = (stale, runnable.get(&e.kernel)) {
-                    // Same configuration: served as this device's, once checked on this card. A
-                    // kernel this daemon cannot run (known from an earlier import) cannot be
-                    // checked: it keeps the exporting card's fingerprint and is served stale.
-                    cal.campaign.environment.fingerprint = here.clone();
-                    // An older exporter recorded no code: the check runs this catalogue's, so
-                    // that is what the bounds are of once it passes. A recorded digest stays,
-                    // and other code than ours is served stale.
-                    if cal.code.is_empty() {
-                        cal.code = spec.code_digest();
-                    }
-                }
                 if !names.contains(&e.kernel) {
                     names.push(e.kernel.clone());
                 }
@@ -1156,11 +1160,12 @@ impl Service {
     /// device (rule 3).
     pub fn stale_kernels(&self) -> Vec<String> {
         let snap = self.snapshot();
+        let catalogue = self.catalogue();
         let mut names: Vec<String> = snap
             .kernels
             .iter()
             .chain(&snap.contended)
-            .filter(|(_, k)| self.is_stale(k))
+            .filter(|(n, k)| served(&catalogue, n, k) && self.is_stale(k))
             .map(|(n, _)| n.clone())
             .collect();
         names.sort();
@@ -1172,6 +1177,15 @@ impl Service {
     pub fn configured_exceedance(&self) -> f64 {
         self.inner.config.recipe.method_config.exceedance
     }
+}
+
+/// Whether `k`, the calibration stored under `name`, is served. Everything of a kernel in the
+/// catalogue is; of a kernel gone from it (a manifest removed, or withdrawn at a reload), only
+/// what was never of a catalogue kernel: imported samples or a bundle of a kernel known only
+/// from imports (they record no code). A calibration of a manifest's code, measured or imported,
+/// waits in the store until the manifest comes back.
+fn served(catalogue: &Catalogue, name: &str, k: &KernelCalibration) -> bool {
+    catalogue.get(name).is_some() || (k.origin != Origin::Manifest && k.code.is_empty())
 }
 
 /// `bound_ns` measured at `calibrated_mhz`, stretched to a clock of `current_mhz` (rounded up).
@@ -1205,7 +1219,7 @@ fn initial_health(
     }
     if !moved_aside.is_empty() {
         why.push(format!(
-            "files moved aside at start, what they held is not served: {}",
+            "damaged files set aside at start, what could not be read of them is not served: {}",
             moved_aside.join("; ")
         ));
     }
@@ -1364,7 +1378,18 @@ fn keep_observed_floors(store: &Store, old: &mut Calibration) {
     let file = crate::observe::ObservationFile::new(store.dir(), old.fingerprint());
     // Read only: that file belongs to the other fingerprint, which this daemon never rewrites,
     // so a damaged one is left where it is rather than moved aside.
-    let observations = file.read();
+    let (observations, unread) = file.read();
+    if let Some(why) = &unread {
+        tracing::error!(path = %file.path().display(), "launch times reported under the previous fingerprint could not all be read: {why}");
+        for t in [Interference::Isolated, Interference::Contended] {
+            for cal in old.tables_mut(t).values_mut() {
+                cal.table.notes.push(format!(
+                    "launch times reported from production under the previous fingerprint could not all be read ({}: {why}); this stale bound may be below some of them",
+                    file.path().display()
+                ));
+            }
+        }
+    }
     for (kernel, sms, tag, series) in observations.iter() {
         let tags: &[Interference] = match tag {
             Interference::Isolated => &[Interference::Isolated, Interference::Contended],
@@ -1717,25 +1742,12 @@ fn is_lost(e: &calibrate::CalibrateError) -> bool {
 /// Bounds from imported samples, published as a calibration's are.
 fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEnd {
     match calibrate::from_samples(imported, &inner.device, &inner.config.recipe) {
-        Ok(mut cal) => {
-            // The samples are of the kernel the catalogue has under the name now: a later edit
-            // of its manifest makes them stale, as it does measured bounds.
-            let catalogue = inner
-                .catalogue
-                .read()
-                .unwrap_or_else(PoisonError::into_inner);
-            cal.code = catalogue
-                .get(&imported.kernel)
-                .map(KernelSpec::code_digest)
-                .unwrap_or_default();
-            drop(catalogue);
-            commit(
-                store,
-                inner,
-                vec![(imported.interference, imported.kernel.clone(), cal)],
-                "imported",
-            )
-        }
+        Ok(cal) => commit(
+            store,
+            inner,
+            vec![(imported.interference, imported.kernel.clone(), cal)],
+            "imported",
+        ),
         Err(e) => fail(
             inner,
             format!("importing {}: {e}; bounds unchanged", imported.kernel),
@@ -1846,8 +1858,16 @@ fn check_bundle(
         let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
         match over.first() {
             None => {
+                // Same configuration and held here: served as this device's. An older exporter
+                // recorded no code; the check ran this catalogue's, so that is what the bounds
+                // are of now. A recorded digest stays, and other code than ours is served stale.
+                let mut cal = cal.clone();
+                cal.campaign.environment.fingerprint = inner.device.fingerprint.clone();
+                if cal.code.is_empty() {
+                    cal.code = kernel.code_digest();
+                }
                 out.notes.push(format!("{name} ({tag}): held on this card"));
-                out.publish.push((*tag, name.clone(), cal.clone()));
+                out.publish.push((*tag, name.clone(), cal));
             }
             Some((m, t, b)) => {
                 out.notes.push(format!(
@@ -2277,7 +2297,7 @@ mod tests {
         }
         let health = service.health();
         assert!(
-            health.starts_with("degraded: files moved aside at start")
+            health.starts_with("degraded: damaged files set aside at start")
                 && health.contains("srad (isolated) at 8 SMs: bound 1000 ns below a launch"),
             "{health}"
         );

@@ -14,6 +14,7 @@ use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::gpu::{DeviceInfo, Fingerprint, Interference};
 use crate::launch_times::SpillFile;
@@ -315,7 +316,7 @@ impl Store {
             return;
         };
         for entry in entries.filter_map(Result::ok) {
-            if left_by_a_dead_process(&entry.file_name().to_string_lossy()) {
+            if abandoned(&entry.path()) {
                 tracing::warn!(file = %entry.path().display(), "removing a temporary file left by an interrupted write");
                 let _ = fs::remove_file(entry.path());
             }
@@ -340,6 +341,9 @@ pub fn write_atomically(
     let result = (|| {
         let writing = || format!("writing {}", tmp.display());
         let file = File::create(&tmp).map_err(at(writing()))?;
+        // Held until the file is closed: tells a cleaner in any process that it is being written
+        // (`abandoned`). A lock that cannot be taken only costs that protection.
+        let _ = file.try_lock();
         let mut out = std::io::BufWriter::new(file);
         fill(&mut out).map_err(at(writing()))?;
         let file = out
@@ -420,23 +424,30 @@ pub fn temporary_path(path: &Path) -> PathBuf {
     ))
 }
 
-/// Whether `name` is a temporary file ([`temporary_path`]) whose writer is gone. Another
-/// thread of this process (one store per GPU) or another live daemon (sharing a metrics
-/// directory) may be writing one now: removing it would fail that write's rename.
-fn left_by_a_dead_process(name: &str) -> bool {
+/// Whether `path` is a temporary file ([`temporary_path`]) that nobody is writing: not locked
+/// (a writer holds a lock on it until it is renamed), and either its writer's pid is gone or it
+/// has not been touched for a minute. The lock is what protects a writer another PID namespace
+/// or host (a shared metrics directory) hides from `kill`; the pid and age cover the instant
+/// between a writer's creating the file and locking it, and a writer that could not lock.
+fn abandoned(path: &Path) -> bool {
+    let name = path_name(path);
     let Some(rest) = name.strip_prefix(".tmp-") else {
         return false;
     };
-    let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-        return true;
+    let unlocked = File::open(path).is_ok_and(|f| f.try_lock().is_ok());
+    let writer_gone = match rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) {
+        Some(pid) if pid == std::process::id() as i32 => false,
+        // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
+        Some(pid) if pid > 0 => {
+            let probed = unsafe { libc::kill(pid, 0) };
+            probed != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        }
+        _ => true,
     };
-    if pid == std::process::id() as i32 || pid <= 0 {
-        return pid <= 0;
-    }
-    // SAFETY: signal 0 sends nothing; it only asks whether the process exists.
-    let alive = unsafe { libc::kill(pid, 0) } == 0
-        || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-    !alive
+    let untouched = fs::metadata(path)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age > Duration::from_secs(60)));
+    unlocked && (writer_gone || untouched)
 }
 
 /// Remove the temporary files of `path` that earlier processes left (a crash while writing it),
@@ -448,7 +459,7 @@ pub fn remove_stale_temporaries_of(path: &Path) {
     let suffix = format!("-{}.partial", path_name(path));
     for entry in entries.filter_map(Result::ok) {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if name.ends_with(&suffix) && left_by_a_dead_process(&name) {
+        if name.ends_with(&suffix) && abandoned(&entry.path()) {
             tracing::warn!(file = %entry.path().display(), "removing a temporary file left by an interrupted write");
             let _ = fs::remove_file(entry.path());
         }
@@ -588,8 +599,8 @@ mod tests {
             name.starts_with(".tmp-") && name.ends_with("-wcetd.prom.partial"),
             "{name}"
         );
-        // Left by a process that has exited: removed. Being written by this process or by a
-        // live one (pid 1): kept, since removing it would fail that write.
+        // Left by a process that has exited: removed. Being written by this process, by a live
+        // one (pid 1) or under a lock: kept, since removing it would fail that write.
         let mut exited = std::process::Command::new("true").spawn().unwrap();
         exited.wait().unwrap();
         let left = dir
@@ -599,11 +610,22 @@ mod tests {
             .path()
             .join(format!(".tmp-{}-other.prom.partial", exited.id()));
         let live = dir.path().join(".tmp-1-wcetd.prom.partial");
-        for f in [&left, &other, &live, &tmp] {
+        // A writer in another PID namespace looks gone to `kill`; its lock says otherwise.
+        let hidden = dir.path().join(format!(
+            ".tmp-{}-wcetd.prom.partial",
+            exited.id() + 1_000_000
+        ));
+        for f in [&left, &other, &live, &tmp, &hidden] {
             std::fs::write(f, "half").unwrap();
         }
+        let writing = File::open(&hidden).unwrap();
+        writing.try_lock().unwrap();
         remove_stale_temporaries_of(&path);
         assert!(!left.exists() && other.exists() && live.exists() && tmp.exists());
+        assert!(hidden.exists(), "a locked temporary was removed");
+        drop(writing);
+        remove_stale_temporaries_of(&path);
+        assert!(!hidden.exists());
         std::fs::remove_file(&live).unwrap();
         write_atomically(&path, |f| f.write_all(b"x 1\n")).unwrap();
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);

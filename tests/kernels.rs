@@ -290,6 +290,50 @@ async fn a_moved_manifest_keeps_its_bounds_and_says_where_it_was_measured() {
     );
 }
 
+/// Samples imported for a manifest's kernel are of its code: when the manifest is removed they
+/// wait in the store as measured bounds do, not served under a name the catalogue no longer
+/// has, and the reload says so at once with `BoundsChanged`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_of_a_removed_manifest_are_not_served_and_the_reload_signals_it() {
+    let kdir = tempfile::tempdir().unwrap();
+    let kdir_arg = kdir.path().to_str().unwrap().to_string();
+    let path = write_manifest(kdir.path(), "app.scale");
+    let d = Daemon::start(&["--no-initial-calibration", "--kernel-dir", &kdir_arg]).await;
+    let data = tempfile::tempdir().unwrap();
+    let samples = campaign_samples(data.path(), "app.scale");
+    let (ok, stdout, stderr) = wcetctl(
+        d.bus.address(),
+        &["import", "--samples", samples.to_str().unwrap()],
+    );
+    assert!(ok, "{stdout}{stderr}");
+    let bounds = d.bounds().await;
+    assert!(bounds.get_bound("app.scale", 64).await.unwrap() > 0);
+    let mut changed = bounds.receive_bounds_changed().await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let (_, removed, _) = d.calibration().await.reload_kernels().await.unwrap();
+    assert_eq!(removed, vec!["app.scale".to_string()]);
+    let signal = tokio::time::timeout(WAIT, changed.next())
+        .await
+        .expect("BoundsChanged after the reload")
+        .expect("signal stream open");
+    assert_eq!(
+        signal.args().unwrap().kernels,
+        vec!["app.scale".to_string()]
+    );
+    let gone = bounds.get_bound("app.scale", 64).await.unwrap_err();
+    assert_eq!(error_name(&gone), "org.wcetd.Error.UnknownKernel");
+    assert!(!bounds
+        .stale_kernels()
+        .await
+        .unwrap()
+        .contains(&"app.scale".to_string()));
+    // Back with the same code: served again.
+    std::fs::write(&path, text).unwrap();
+    d.calibration().await.reload_kernels().await.unwrap();
+    assert!(bounds.get_bound("app.scale", 64).await.unwrap() > 0);
+}
+
 /// A simulated campaign's samples of srad, renamed `kernel`, as a file for `wcetctl import`.
 fn campaign_samples(dir: &std::path::Path, kernel: &str) -> std::path::PathBuf {
     let out = dir.join("campaign");

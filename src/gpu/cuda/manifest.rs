@@ -76,6 +76,7 @@ pub(super) fn prepare(
     }
     Ok(Prepared {
         kernel: m.name.clone(),
+        code: String::new(),
         sms,
         ctx: main.ctx,
         bufs,

@@ -28,6 +28,9 @@ const GATE_NS: u64 = 50_000;
 /// A kernel's configured problem on one partition: device buffers after setup, the timed step.
 pub(super) struct Prepared {
     pub kernel: String,
+    /// [`KernelSpec::code_digest`] of what was prepared: after a reload the same name can be
+    /// other code (another entry, grid or buffers), which must not run on the old preparation.
+    pub code: String,
     pub sms: u32,
     pub ctx: sys::CUcontext,
     pub bufs: Vec<DeviceBuffer>,
@@ -172,6 +175,7 @@ fn prepare_builtin(
     let func = lib.function(plan.step.entry)?;
     Ok(Prepared {
         kernel: name.to_string(),
+        code: String::new(),
         sms,
         ctx: main.ctx,
         geometry: Geometry {
@@ -281,13 +285,15 @@ impl CudaGpu {
     fn run_batch(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
         let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
         let session = &mut self.session;
+        let code = kernel.code_digest();
         let ready = session
             .prepared
             .as_ref()
-            .is_some_and(|p| p.kernel == kernel.name && p.sms == request.sms);
+            .is_some_and(|p| p.kernel == kernel.name && p.code == code && p.sms == request.sms);
         if !ready {
             session.prepared = None;
-            let prepared = prepare(session, dev, total, target, kernel, request.sms)?;
+            let mut prepared = prepare(session, dev, total, target, kernel, request.sms)?;
+            prepared.code = code;
             session.prepared = Some(prepared);
         }
         library(&mut session.libraries, SUPPORT, SUPPORT_SOURCE, target)?;
