@@ -26,6 +26,39 @@ fn write_manifest(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
     path
 }
 
+/// The flags of a daemon serving the manifests in `kdir`, with no initial calibration.
+fn manifest_flags(kdir: &std::path::Path) -> Vec<String> {
+    [
+        "--no-initial-calibration",
+        "--kernel-dir",
+        kdir.to_str().unwrap(),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// A daemon with `app.scale`'s manifest in a kernel directory of its own: (the directory, the
+/// manifest, the daemon).
+async fn daemon_with_manifest() -> (tempfile::TempDir, std::path::PathBuf, Daemon) {
+    let kdir = tempfile::tempdir().unwrap();
+    let path = write_manifest(kdir.path(), "app.scale");
+    let flags = manifest_flags(kdir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start(&flags).await;
+    (kdir, path, d)
+}
+
+/// Kill `d`'s daemon, do `meanwhile`, and start it again on the same bus and state.
+async fn restart(d: &mut Daemon, kdir: &std::path::Path, meanwhile: impl FnOnce()) {
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    meanwhile();
+    let flags = manifest_flags(kdir);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
+    d.wait_for_name().await;
+}
+
 /// Wait for the next `JobFinished` on `stream`; returns (job, state, message).
 async fn next_finished(stream: &mut zbus::MessageStream) -> (u64, String, String) {
     let msg = tokio::time::timeout(WAIT, stream.next())
@@ -203,11 +236,7 @@ async fn a_bad_sim_table_is_rejected_at_load() {
 /// bounds are served stale (and say why) until it is recalibrated, never as current.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_manifest_is_served_stale_until_recalibrated() {
-    let kdir = tempfile::tempdir().unwrap();
-    let kdir_arg = kdir.path().to_str().unwrap().to_string();
-    let path = write_manifest(kdir.path(), "app.scale");
-    let flags = ["--no-initial-calibration", "--kernel-dir", &kdir_arg];
-    let mut d = Daemon::start(&flags).await;
+    let (kdir, path, mut d) = daemon_with_manifest().await;
     assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
     let stale = |info: &HashMap<String, OwnedValue>| bool::try_from(&info["stale"]).unwrap();
     let info = d
@@ -218,13 +247,7 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
         .unwrap();
     assert!(!stale(&info));
     // Samples imported under the name are of the code it has now: current until it changes.
-    let data = tempfile::tempdir().unwrap();
-    let samples = campaign_samples(data.path(), "app.scale");
-    let (ok, stdout, stderr) = wcetctl(
-        d.bus.address(),
-        &["import", "--samples", samples.to_str().unwrap()],
-    );
-    assert!(ok, "{stdout}{stderr}");
+    import_campaign_samples(&d, "app.scale");
     let isolated = |b: wcetd::client::BoundsProxy<'static>| async move {
         b.get_bound_info_tagged("app.scale", 64, "isolated")
             .await
@@ -237,10 +260,7 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
     // The same name, ten times the blocks.
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replace("grid = [4096,", "grid = [40960,")).unwrap();
-    d.child.kill().unwrap();
-    d.child.wait().unwrap();
-    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
-    d.wait_for_name().await;
+    restart(&mut d, kdir.path(), || {}).await;
     let bounds = d.bounds().await;
     let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
     assert!(stale(&info), "the old code's bounds are served as current");
@@ -263,18 +283,13 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
 /// says where they were measured from, and a note says where the manifest is now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_moved_manifest_keeps_its_bounds_and_says_where_it_was_measured() {
-    let kdir = tempfile::tempdir().unwrap();
-    let kdir_arg = kdir.path().to_str().unwrap().to_string();
-    let path = write_manifest(kdir.path(), "app.scale");
-    let flags = ["--no-initial-calibration", "--kernel-dir", &kdir_arg];
-    let mut d = Daemon::start(&flags).await;
+    let (kdir, path, mut d) = daemon_with_manifest().await;
     assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
-    d.child.kill().unwrap();
-    d.child.wait().unwrap();
     let moved = kdir.path().join("renamed.toml");
-    std::fs::rename(&path, &moved).unwrap();
-    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
-    d.wait_for_name().await;
+    restart(&mut d, kdir.path(), || {
+        std::fs::rename(&path, &moved).unwrap()
+    })
+    .await;
     let info = d
         .bounds()
         .await
@@ -295,17 +310,8 @@ async fn a_moved_manifest_keeps_its_bounds_and_says_where_it_was_measured() {
 /// has, and the reload says so at once with `BoundsChanged`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn samples_of_a_removed_manifest_are_not_served_and_the_reload_signals_it() {
-    let kdir = tempfile::tempdir().unwrap();
-    let kdir_arg = kdir.path().to_str().unwrap().to_string();
-    let path = write_manifest(kdir.path(), "app.scale");
-    let d = Daemon::start(&["--no-initial-calibration", "--kernel-dir", &kdir_arg]).await;
-    let data = tempfile::tempdir().unwrap();
-    let samples = campaign_samples(data.path(), "app.scale");
-    let (ok, stdout, stderr) = wcetctl(
-        d.bus.address(),
-        &["import", "--samples", samples.to_str().unwrap()],
-    );
-    assert!(ok, "{stdout}{stderr}");
+    let (_kdir, path, d) = daemon_with_manifest().await;
+    import_campaign_samples(&d, "app.scale");
     let bounds = d.bounds().await;
     assert!(bounds.get_bound("app.scale", 64).await.unwrap() > 0);
     let mut changed = bounds.receive_bounds_changed().await.unwrap();
@@ -332,6 +338,17 @@ async fn samples_of_a_removed_manifest_are_not_served_and_the_reload_signals_it(
     std::fs::write(&path, text).unwrap();
     d.calibration().await.reload_kernels().await.unwrap();
     assert!(bounds.get_bound("app.scale", 64).await.unwrap() > 0);
+}
+
+/// Import [`campaign_samples`] as `kernel`'s with `wcetctl import`, which waits for the job.
+fn import_campaign_samples(d: &Daemon, kernel: &str) {
+    let data = tempfile::tempdir().unwrap();
+    let samples = campaign_samples(data.path(), kernel);
+    let (ok, stdout, stderr) = wcetctl(
+        d.bus.address(),
+        &["import", "--samples", samples.to_str().unwrap()],
+    );
+    assert!(ok, "{stdout}{stderr}");
 }
 
 /// A simulated campaign's samples of srad, renamed `kernel`, as a file for `wcetctl import`.
