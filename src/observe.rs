@@ -631,20 +631,21 @@ impl ObservationFile {
             // Unreadable (permissions, say) is not absent: the caller must not save over it.
             Err(e) => return Err(format!("cannot be opened: {e}")),
         };
-        let (stored, mut problems) =
-            match serde_json::from_reader::<_, StoredFile>(std::io::BufReader::new(file)) {
-                Ok(s) => (s, Vec::new()),
-                Err(e) => match self.complete_lines() {
-                    Some(s) => {
-                        let why = format!(
-                            "{e}; the {} series written whole before the damage are kept",
+        let (stored, mut problems) = match serde_json::from_reader::<_, StoredFile>(
+            std::io::BufReader::new(file),
+        ) {
+            Ok(s) => (s, Vec::new()),
+            Err(e) => match self.complete_lines() {
+                Some((s, damaged)) => {
+                    let why = format!(
+                            "{e}; the {} series on whole lines are kept, {damaged} damaged lines are not",
                             s.series.len()
                         );
-                        (s, vec![why])
-                    }
-                    None => return Err(e.to_string()),
-                },
-            };
+                    (s, vec![why])
+                }
+                None => return Err(e.to_string()),
+            },
+        };
         if stored.format != FORMAT_VERSION {
             return Err(format!(
                 "format {} is not the supported {FORMAT_VERSION}",
@@ -656,11 +657,11 @@ impl ObservationFile {
         Ok(Some((obs, problems)))
     }
 
-    /// What a damaged file still holds whole: [`Self::save`] writes the header and first series
-    /// on the first line and one series per line after it, so every line before the damage
-    /// that parses is a complete series, and every floor in it keeps a bound up. `None` when
-    /// not even the header can be read.
-    fn complete_lines(&self) -> Option<StoredFile> {
+    /// What a damaged file still holds whole, and how many lines are not: [`Self::save`] writes
+    /// the header and first series on the first line and one series per line after it, so
+    /// every line that parses is a complete series, before the damage or after it, and every
+    /// floor in it keeps a bound up. `None` when not even the header can be read.
+    fn complete_lines(&self) -> Option<(StoredFile, usize)> {
         use std::io::BufRead;
         let file = std::fs::File::open(&self.path).ok()?;
         let mut lines = std::io::BufReader::new(file).lines();
@@ -676,13 +677,14 @@ impl ObservationFile {
                 .unwrap_or(line);
             serde_json::from_str::<StoredSeries>(line).ok()
         };
+        let mut damaged = 0;
         for line in std::iter::once(Ok(rest.to_string())).chain(lines) {
             match line.ok().as_deref().and_then(whole) {
                 Some(series) => stored.series.push(series),
-                None => break,
+                None => damaged += 1,
             }
         }
-        Some(stored)
+        Some((stored, damaged))
     }
 }
 
@@ -999,7 +1001,7 @@ mod tests {
         std::fs::write(file.path(), &text[..third]).unwrap();
         let (back, how) = file.load();
         assert!(
-            matches!(&how, Loaded::Quarantined(why) if why.contains("the 2 series written whole")),
+            matches!(&how, Loaded::Quarantined(why) if why.contains("the 2 series on whole lines")),
             "{how:?}"
         );
         let kept: Vec<u32> = back.kernel("k").unwrap().keys().map(|k| k.0).collect();
@@ -1011,11 +1013,24 @@ mod tests {
             );
         }
         assert_eq!(aside(), 3);
+        // Damaged in the second line only: the series on the lines after it are kept too.
+        let second = text.match_indices('\n').next().unwrap().0 + 10;
+        let mut bytes = text.clone().into_bytes();
+        bytes[second..second + 9].copy_from_slice(b"#GARBAGE#");
+        std::fs::write(file.path(), &bytes).unwrap();
+        let (back, how) = file.load();
+        assert!(
+            matches!(&how, Loaded::Quarantined(why) if why.contains("1 damaged lines")),
+            "{how:?}"
+        );
+        let kept: Vec<u32> = back.kernel("k").unwrap().keys().map(|k| k.0).collect();
+        assert_eq!(kept, [8, 32, 64]);
+        assert_eq!(aside(), 4);
         // Truncated in the header: nothing to keep, moved aside.
         std::fs::write(file.path(), &text[..20]).unwrap();
         let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
-        assert_eq!(aside(), 4);
+        assert_eq!(aside(), 5);
         assert!(!file.path().exists());
     }
 
