@@ -621,8 +621,8 @@ impl ObservationFile {
         }
     }
 
-    /// The file's series and what was wrong with it; `None` when there is no file (or it cannot
-    /// be opened), an error when nothing of it can be used.
+    /// The file's series and what was wrong with it; `None` when there is no file, an error when
+    /// nothing of it can be used (it does not parse, or exists but cannot be opened).
     #[allow(clippy::type_complexity)]
     fn parse(&self) -> Result<Option<(ReportedTimes, Vec<String>)>, String> {
         let file = match std::fs::File::open(&self.path) {
