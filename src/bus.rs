@@ -93,6 +93,12 @@ impl PrivateBus {
         std::fs::write(&config, bus_config(&socket))
             .with_context(|| format!("writing {}", config.display()))?;
         let mut command = Command::new("dbus-daemon");
+        // Its own process group: a signal to the daemon's group (Ctrl-C in a terminal, `timeout`)
+        // reaches the daemon alone, which then shuts down in order and stops the bus itself.
+        {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0);
+        }
         // The bus ends with the daemon however the daemon ends (SIGKILL included): asked of the
         // kernel in the child before exec. The thread that starts it is the one that runs the
         // daemon's main future, which lives as long as the process.

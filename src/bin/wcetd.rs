@@ -259,7 +259,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     check_ranges(&args)?;
     // Before anything is started: a SIGTERM that came while the daemon was still starting would
     // otherwise kill it with the default action, possibly in the middle of a save.
-    let shutdown = ShutdownSignals::install()?;
+    let mut shutdown = ShutdownSignals::install()?;
     let state_dir = args
         .state_dir
         .clone()
@@ -279,11 +279,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &state_dir,
         &first_jobs,
     );
-    let lost_why = tokio::select! {
-        _ = shutdown.wait() => None,
+    let mut lost_why = tokio::select! {
+        biased;
+        () = shutdown.wait() => None,
         why = any_device_lost(&services) => why.map(|w| format!("device lost ({w})")),
         () = name_lost => Some(format!("the bus took {} from this daemon", wcetd::bus::BUS_NAME)),
     };
+    // A loss that comes with a shutdown signal is that shutdown: a service manager that signals
+    // every process of the unit stops a private bus at the same instant, and the bus may be seen
+    // gone before the signal is. Exiting with failure then would look like a crash.
+    if lost_why.is_some()
+        && tokio::time::timeout(SIGNAL_WITH_LOSS, shutdown.wait())
+            .await
+            .is_ok()
+    {
+        lost_why = None;
+    }
     tracing::info!("shutting down");
     // Bounded: a bus that stopped answering must not keep the daemon from saving and exiting.
     let release = conn.release_name(wcetd::bus::BUS_NAME);
@@ -564,6 +575,9 @@ fn announce(
 /// How long shutdown waits for a GPU worker to end its cancelled job: well inside systemd's
 /// default stop timeout (90 s), long enough for a batch of launches to finish.
 const WORKER_STOP: std::time::Duration = std::time::Duration::from_secs(20);
+/// How long a lost bus name or device waits for a shutdown signal sent with it.
+const SIGNAL_WITH_LOSS: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// How long shutting down waits for the bus to confirm the name is released.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -583,7 +597,7 @@ impl ShutdownSignals {
     }
 
     /// Until either arrives (or has arrived since `install`).
-    async fn wait(mut self) {
+    async fn wait(&mut self) {
         tokio::select! {
             _ = self.term.recv() => {}
             _ = self.interrupt.recv() => {}
