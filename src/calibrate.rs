@@ -266,6 +266,7 @@ pub fn fit_measured(
         origin: measured.origin,
         source: measured.source,
         code: measured.code,
+        inherited_floors: Vec::new(),
     })
 }
 
@@ -350,6 +351,7 @@ pub fn from_samples(
         origin: Origin::Imported,
         source: imported.source.clone(),
         code: imported.code.clone(),
+        inherited_floors: Vec::new(),
     })
 }
 

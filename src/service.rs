@@ -650,8 +650,7 @@ impl Service {
             }
         }
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
-        let observed =
-            self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
+        let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
             .sizes
@@ -1399,6 +1398,11 @@ fn keep_observed_floors(store: &Store, old: &mut Calibration) {
             let Some(cal) = old.tables_mut(t).get_mut(kernel) else {
                 continue;
             };
+            cal.inherited_floors.push(crate::store::InheritedFloor {
+                sms,
+                ns: series.floor_ns,
+                at: series.floor_at,
+            });
             if cal.table.raise_to(sms, series.floor_ns) {
                 cal.table.notes.push(format!(
                     "raised to {} ns at {sms} SMs by a launch time reported from production under the previous fingerprint ({})",
@@ -2424,7 +2428,13 @@ mod tests {
                 notes.contains("this card's calibration under another configuration"),
                 "{notes}"
             );
+            // GetBoundInfo's `observed_floor_ns` names the floor that holds the bound up.
+            let floor = info.observed.expect("the inherited floor is named");
+            assert_eq!((floor.floor_ns, floor.sms), (seen, 32), "{tag:?}");
+            assert_eq!(floor.raised, info.entry.bound_ns == seen, "{tag:?}");
         }
+        let at_8 = after.bound_info("srad", 8, None).unwrap();
+        assert_eq!(at_8.observed.map(|f| (f.floor_ns, f.sms)), Some((seen, 32)));
         let smaller = after
             .bound("srad", 8, Some(Interference::Isolated))
             .unwrap();

@@ -86,6 +86,20 @@ pub struct KernelCalibration {
     /// kernel, or a calibration stored before 2026-11-23.
     #[serde(default)]
     pub code: String,
+    /// Only on a calibration served stale from another fingerprint: the launch times production
+    /// reported under that fingerprint, already raised into `table` when it was carried over.
+    /// Kept so that `GetBoundInfo` can name the floor; never stored (that fingerprint's
+    /// observations file is where they live).
+    #[serde(skip)]
+    pub inherited_floors: Vec<InheritedFloor>,
+}
+
+/// A launch time reported from production under the fingerprint a stale calibration came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InheritedFloor {
+    pub sms: u32,
+    pub ns: u64,
+    pub at: DateTime<Utc>,
 }
 
 /// How a calibration's samples were obtained.
@@ -222,8 +236,15 @@ impl Store {
         files.sort();
         let mut other_card = None;
         for (_, p) in files.into_iter().rev() {
-            let Some(cal) = self.load_file(&p) else {
-                continue;
+            // Read only: the file is another fingerprint's, whose own daemon sets it aside if it
+            // is damaged; here it is only skipped.
+            let cal = match self.read_file(&p) {
+                Ok(Some(cal)) => cal,
+                Ok(None) => continue,
+                Err(why) => {
+                    tracing::warn!(path = %p.display(), "another fingerprint's calibration is not usable, so it is not served stale: {why}");
+                    continue;
+                }
             };
             if cal.fingerprint().uuid == fingerprint.uuid {
                 return Some(cal);
@@ -243,13 +264,23 @@ impl Store {
         }
     }
 
+    /// The calibration in `path`, moved aside if it cannot be served (and `None` then).
     fn load_file(&self, path: &Path) -> Option<Calibration> {
+        self.read_file(path).unwrap_or_else(|why| {
+            self.quarantine(path, &why);
+            None
+        })
+    }
+
+    /// The calibration in `path`: `Ok(None)` when there is none (or it cannot be read, logged),
+    /// `Err` with why when it is there but cannot be served.
+    fn read_file(&self, path: &Path) -> Result<Option<Calibration>, String> {
         let bytes = match fs::read(path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => {
                 tracing::error!(path = %path.display(), error = %e, "calibration unreadable; ignoring it");
-                return None;
+                return Ok(None);
             }
         };
         let parse = || serde_json::from_slice::<Calibration>(&bytes);
@@ -259,26 +290,14 @@ impl Store {
         };
         match parsed {
             Ok(cal) if cal.format == FORMAT_VERSION => match under_their_launches(&cal) {
-                None => Some(cal),
-                Some(why) => {
-                    self.quarantine(path, &why);
-                    None
-                }
+                None => Ok(Some(cal)),
+                Some(why) => Err(why),
             },
-            Ok(cal) => {
-                self.quarantine(
-                    path,
-                    &format!(
-                        "format {} is not the supported {FORMAT_VERSION}",
-                        cal.format
-                    ),
-                );
-                None
-            }
-            Err(e) => {
-                self.quarantine(path, &e.to_string());
-                None
-            }
+            Ok(cal) => Err(format!(
+                "format {} is not the supported {FORMAT_VERSION}",
+                cal.format
+            )),
+            Err(e) => Err(e.to_string()),
         }
     }
 
@@ -641,6 +660,36 @@ mod tests {
             serde_json::Value::Array(items) => items.iter_mut().for_each(|x| strip(x, keys)),
             _ => {}
         }
+    }
+
+    /// Serving another fingerprint's calibration stale only reads the files of other
+    /// fingerprints: a damaged one is skipped and left where it is, not moved aside.
+    #[test]
+    fn another_fingerprints_damaged_file_is_skipped_and_left_alone() {
+        let info = |index| {
+            let options = SimOptions {
+                device_index: index,
+                ..SimOptions::default()
+            };
+            SimGpu::new(DeviceProfile::h200(), options).info().clone()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let good = Calibration::new(info(1));
+        store.save(&good).unwrap();
+        // Written after the good one, so it is the first tried.
+        let damaged = store.path_for(&info(2).fingerprint);
+        std::fs::write(&damaged, "{\"format\": ").unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+        let file = std::fs::File::options().write(true).open(&damaged).unwrap();
+        file.set_modified(later).unwrap();
+        let served = store.load_latest_other(&info(0).fingerprint);
+        assert_eq!(
+            served.map(|c| c.device.fingerprint),
+            Some(good.device.fingerprint)
+        );
+        assert_eq!(std::fs::read(&damaged).unwrap(), b"{\"format\": ");
+        assert!(store.quarantined().is_empty());
     }
 
     /// A store written before issue 13 (no verification sweep, no `top_sms`, the tail kind named

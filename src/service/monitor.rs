@@ -20,7 +20,7 @@ use crate::model::BoundEntry;
 use crate::observe::{
     Judged, Loaded, ObservationFile, Quantiles, ReportedTimes, MAX_TIMES_PER_REPORT, MAX_TIME_NS,
 };
-use crate::store::Store;
+use crate::store::{KernelCalibration, Store};
 
 /// How production monitoring runs.
 #[derive(Debug, Clone)]
@@ -469,7 +469,7 @@ impl Service {
         let mut entry = *cal.table.entry(partition).ok_or_else(not_calibrated)?;
         let mut notes = Vec::new();
         self.scale_for_clock(cal, &mut entry, &mut notes);
-        let floor = self.raise_to_observed(kernel, tag, cal.table.monotone, &mut entry, &mut notes);
+        let floor = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
         let floor_ns = floor.map_or(0, |f| f.floor_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))
     }
@@ -561,15 +561,35 @@ impl Service {
 
     /// Rule 1 for production: the bound served at `entry.sms` is at least every time reported
     /// where it applies. Says so in `notes` when that raises it.
+    /// A calibration served stale from another fingerprint also carries that fingerprint's
+    /// floors, already raised into its table; the higher of the two is the one named.
     pub(super) fn raise_to_observed(
         &self,
         kernel: &str,
         tag: Option<Interference>,
-        monotone: bool,
+        cal: &KernelCalibration,
         entry: &mut BoundEntry,
         notes: &mut Vec<String>,
     ) -> Option<ObservedFloor> {
-        let mut floor = self.observed_floor(kernel, tag, entry.sms, monotone)?;
+        let monotone = cal.table.monotone;
+        let inherited = cal
+            .inherited_floors
+            .iter()
+            .filter(|f| f.sms == entry.sms || (monotone && f.sms > entry.sms))
+            .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
+            .map(|f| ObservedFloor {
+                floor_ns: f.ns,
+                sms: f.sms,
+                at: f.at,
+                // Its note was written when it was carried over.
+                raised: f.ns >= entry.bound_ns,
+            });
+        let reported = self.observed_floor(kernel, tag, entry.sms, monotone);
+        let mut floor = match (reported, inherited) {
+            (Some(r), Some(i)) if i.floor_ns > r.floor_ns => return Some(i),
+            (None, Some(i)) => return Some(i),
+            (r, _) => r?,
+        };
         if floor.floor_ns > entry.bound_ns {
             let where_ = if floor.sms == entry.sms {
                 format!("at {} SMs", floor.sms)
