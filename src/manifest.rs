@@ -99,18 +99,46 @@ impl Manifest {
     /// made after such a change would time other code under this manifest's digest: a caller
     /// refuses to time it (or to keep it at a reload) until the manifest is loaded again.
     pub fn changed_on_disk(&self) -> Option<String> {
-        let now = std::fs::read(&self.module)
-            .map_err(|e| format!("module {} cannot be read: {e}", self.module.display()))
-            .and_then(|bytes| code_digests("", &bytes, &self.args));
-        match now {
-            Ok((_, inputs)) if inputs == self.inputs_sha256 => None,
-            Ok(_) => Some(format!(
-                "the module {} or a fill file of `{}` changed since it was loaded",
-                self.module.display(),
-                self.name
-            )),
-            Err(e) => Some(e),
+        let module = match std::fs::read(&self.module) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                return Some(format!(
+                    "module {} cannot be read: {e}",
+                    self.module.display()
+                ))
+            }
+        };
+        let inputs = match code_digests("", &module, &self.args) {
+            Ok((_, inputs)) => inputs,
+            Err(e) => return Some(e),
+        };
+        if inputs == self.inputs_sha256 {
+            return None;
         }
+        // Only the module's own digest is kept apart, so with it unchanged a fill file changed.
+        let what = if hex(&Sha256::digest(&module)) != self.module_sha256 {
+            format!("the module {}", self.module.display())
+        } else {
+            let fills: Vec<String> = self
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    Arg::Buffer {
+                        fill: Fill::File(path),
+                        ..
+                    } => Some(path.display().to_string()),
+                    _ => None,
+                })
+                .collect();
+            match fills.as_slice() {
+                [one] => format!("the fill file {one}"),
+                all => format!("one of the fill files {}", all.join(", ")),
+            }
+        };
+        Some(format!(
+            "{what} of `{}` changed since it was loaded",
+            self.name
+        ))
     }
 
     /// Blocks in the grid.
@@ -628,6 +656,34 @@ mod tests {
         let e = toml::from_str::<OnlyName>(text).unwrap_err();
         let said = describe_toml(&e, text);
         assert!(said.starts_with("line 6: "), "{said}");
+    }
+
+    /// A file changed on disk since loading is named: the module, or the fill file.
+    #[test]
+    fn changed_on_disk_names_the_file_that_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let fill = write(dir.path(), "x.bin", "0123");
+        let text = manifest("").replace("fill = \"random-f32\"", "fill = \"file:x.bin\"");
+        let m = load(&write(dir.path(), "saxpy.toml", &text)).unwrap();
+        assert_eq!(m.changed_on_disk(), None);
+        std::fs::write(&fill, "4567").unwrap();
+        let why = m.changed_on_disk().unwrap();
+        assert!(
+            why.starts_with(&format!(
+                "the fill file {} of `app.saxpy` changed",
+                fill.display()
+            )),
+            "{why}"
+        );
+        std::fs::write(&fill, "0123").unwrap();
+        assert_eq!(m.changed_on_disk(), None);
+        write(dir.path(), "saxpy.ptx", &format!("{PTX}// edited\n"));
+        let why = m.changed_on_disk().unwrap();
+        assert!(
+            why.starts_with("the module ") && why.contains("saxpy.ptx of `app.saxpy` changed"),
+            "{why}"
+        );
     }
 
     #[test]

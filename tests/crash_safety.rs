@@ -211,6 +211,8 @@ async fn device_fault_fails_the_job_keeps_old_bounds_and_degrades_health() {
         // Subscribe before starting the job so the signal cannot be missed.
         let rule = zbus::MatchRule::builder()
             .msg_type(zbus::message::Type::Signal)
+            // The default device is served at two paths, each signalling: one is heard.
+            .path(wcetd::bus::OBJECT_PATH)
             .interface(CALIBRATION)
             .member("JobFinished")
             .build()

@@ -72,6 +72,8 @@ async fn next_finished(stream: &mut zbus::MessageStream) -> (u64, String, String
 async fn job_finished_stream(conn: &zbus::Connection) -> zbus::MessageStream {
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
+        // The default device is served at two paths, each signalling: one is heard.
+        .path(wcetd::bus::OBJECT_PATH)
         .interface("org.wcetd.Calibration1")
         .member("JobFinished")
         .build()
@@ -196,6 +198,16 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
         "{rejected:?}"
     );
     std::fs::remove_file(kdir.path().join("aaa.toml")).unwrap();
+    // An edited manifest is listed as changed, not as new.
+    std::fs::write(&good, text.replace("grid = [4096,", "grid = [8192,")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["--bus-address", d.bus.address(), "kernels", "reload"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("added:   -\nchanged: app.scale\n"), "{said}");
+    let (_, state, message) = next_finished(&mut finished).await;
+    assert_eq!(state, "done", "{message}");
 
     // Removed from the directory: no longer served (its calibration stays in the store).
     std::fs::remove_file(&good).unwrap();

@@ -76,6 +76,8 @@ fn stored_monotone(state: &Path, kernel: &str) -> bool {
 async fn signals(conn: &zbus::Connection, member: &'static str) -> zbus::MessageStream {
     let rule = zbus::MatchRule::builder()
         .msg_type(zbus::message::Type::Signal)
+        // The default device is served at two paths, each signalling: one is heard.
+        .path(wcetd::bus::OBJECT_PATH)
         .interface(MONITOR)
         .member(member)
         .build()
@@ -321,6 +323,14 @@ async fn bad_reports_are_refused_and_record_nothing() {
                 times.len()
             );
         }
+        // Which time was wrong, by its index in the call and in words.
+        let zero = report(&conn, KERNEL, 64, &[1000, 0, 2000])
+            .await
+            .unwrap_err();
+        assert!(
+            zero.to_string().contains("times[1] (the 2nd) is 0 ns"),
+            "{zero}"
+        );
         let hour_and_more = [3_600_000_000_001u64];
         assert_eq!(
             error_name(&report(&conn, KERNEL, 64, &hour_and_more).await),

@@ -614,7 +614,16 @@ pub(crate) async fn import_calibration(
 
 pub(crate) async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
     let calibration = calibration_proxy(conn).await?;
+    // The bus answers new and changed kernels in one list; what was served before tells them
+    // apart (for the reader only: both are queued for calibration alike).
+    let before = bounds_proxy(conn)
+        .await?
+        .list_kernels()
+        .await
+        .map_err(explain)?;
     let (added, removed, rejected) = calibration.reload_kernels().await.map_err(explain)?;
+    let (changed, new): (Vec<String>, Vec<String>) =
+        added.iter().cloned().partition(|k| before.contains(k));
     if json {
         let rejected: Vec<_> = rejected
             .iter()
@@ -622,25 +631,19 @@ pub(crate) async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyho
             .collect();
         println!(
             "{}",
-            serde_json::json!({"added": added, "removed": removed, "rejected": rejected})
+            serde_json::json!({"added": added, "new": new, "changed": changed, "removed": removed, "rejected": rejected})
         );
     } else {
-        println!(
-            "added:   {}",
-            if added.is_empty() {
-                "-".into()
+        let list = |names: &[String]| {
+            if names.is_empty() {
+                "-".to_string()
             } else {
-                added.join(", ")
+                names.join(", ")
             }
-        );
-        println!(
-            "removed: {}",
-            if removed.is_empty() {
-                "-".into()
-            } else {
-                removed.join(", ")
-            }
-        );
+        };
+        println!("added:   {}", list(&new));
+        println!("changed: {}", list(&changed));
+        println!("removed: {}", list(&removed));
         for (file, reason) in &rejected {
             println!("rejected {file}: {reason}");
         }
