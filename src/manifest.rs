@@ -119,16 +119,9 @@ impl Manifest {
         let what = if hex(&Sha256::digest(&module)) != self.module_sha256 {
             format!("the module {}", self.module.display())
         } else {
-            let fills: Vec<String> = self
-                .args
+            let fills: Vec<String> = self.input_files()[1..]
                 .iter()
-                .filter_map(|a| match a {
-                    Arg::Buffer {
-                        fill: Fill::File(path),
-                        ..
-                    } => Some(path.display().to_string()),
-                    _ => None,
-                })
+                .map(|p| p.display().to_string())
                 .collect();
             match fills.as_slice() {
                 [one] => format!("the fill file {one}"),
@@ -139,6 +132,20 @@ impl Manifest {
             "{what} of `{}` changed since it was loaded",
             self.name
         ))
+    }
+
+    /// The files read again whenever the kernel is timed: the module, then every fill file.
+    pub fn input_files(&self) -> Vec<&Path> {
+        let fills = self.args.iter().filter_map(|a| match a {
+            Arg::Buffer {
+                fill: Fill::File(path),
+                ..
+            } => Some(path.as_path()),
+            _ => None,
+        });
+        std::iter::once(self.module.as_path())
+            .chain(fills)
+            .collect()
     }
 
     /// Blocks in the grid.

@@ -32,6 +32,7 @@ use std::path::PathBuf;
 
 pub use crate::request_error::{how_to_calibrate, Result, ServiceError};
 
+mod code_watch;
 mod monitor;
 pub use monitor::{
     MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome, SAVE_INTERVAL,
@@ -281,6 +282,9 @@ struct Inner {
     monitor: Arc<monitor::MonitorState>,
     /// Set by the GPU worker when its thread ends (also by a panic), for [`Service::stop_worker`].
     worker_exited: (Mutex<bool>, std::sync::Condvar),
+    /// Manifests whose module or fill files changed on disk since they were loaded, as the GPU
+    /// worker last found them ([`code_watch`]).
+    changed_on_disk: RwLock<code_watch::ChangedOnDisk>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -333,6 +337,7 @@ impl Service {
             catalogue: RwLock::new(Arc::new(catalogue)),
             monitor,
             worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
+            changed_on_disk: RwLock::default(),
         });
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
@@ -378,11 +383,23 @@ impl Service {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let mut why = Vec::new();
-        let stale = self.stale_kernels();
+        // Named with the command that makes them current: a kernel whose files changed on disk
+        // cannot be calibrated until it is reloaded.
+        let (edited, stale): (Vec<String>, Vec<String>) = self
+            .stale_kernels()
+            .into_iter()
+            .partition(|k| self.files_changed(k).is_some());
         if !stale.is_empty() {
             why.push(format!(
-                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate` or Recalibrate([])",
-                stale.join(", ")
+                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate {}`",
+                stale.join(", "),
+                stale.join(" ")
+            ));
+        }
+        if !edited.is_empty() {
+            why.push(format!(
+                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
+                edited.join(", ")
             ));
         }
         if let Some(e) = self.inner.monitor.save_error() {
@@ -422,7 +439,28 @@ impl Service {
     /// Rule 3: a bound holds for the conditions it was measured under, this device's
     /// fingerprint and the kernel's code as the catalogue has it now.
     fn is_stale(&self, k: &KernelCalibration) -> bool {
-        k.environment().fingerprint != self.inner.device.fingerprint || self.code_changed(k)
+        k.environment().fingerprint != self.inner.device.fingerprint
+            || self.code_changed(k)
+            || self.files_changed(&k.campaign.kernel).is_some()
+    }
+
+    /// Why the module or a fill file of the manifest loaded under `kernel` is no longer what it
+    /// was loaded with, as the GPU worker last found it: the application now runs other code
+    /// than the bounds were measured for.
+    fn files_changed(&self, kernel: &str) -> Option<String> {
+        let code = self
+            .catalogue()
+            .get(kernel)?
+            .manifest()?
+            .code_sha256
+            .clone();
+        self.inner
+            .changed_on_disk
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(kernel)
+            .filter(|(loaded, _)| *loaded == code)
+            .map(|(_, why)| why.clone())
     }
 
     /// Whether the kernel `k` measured is not the code the catalogue has under its name now: a
@@ -637,6 +675,10 @@ impl Service {
         if self.code_changed(cal) {
             notes.push(format!(
                 "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
+            ));
+        } else if let Some(why) = self.files_changed(kernel) {
+            notes.push(format!(
+                "stale: {why}, so it is not the code these bounds were measured for; reload the kernels (`wcetctl kernels reload`) to calibrate it"
             ));
         } else if let Some(m) = self.catalogue().get(kernel).and_then(KernelSpec::manifest) {
             // The same code under another path (a manifest moved or renamed): `source` says
@@ -1420,6 +1462,32 @@ fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
     inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
 }
 
+/// Between jobs: manifests whose files changed on disk (or were put back) change what is stale.
+fn watch_code(inner: &Inner, watch: &mut code_watch::CodeWatch) {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let flipped = watch.check(&catalogue, &inner.changed_on_disk);
+    if flipped.is_empty() {
+        return;
+    }
+    let changed = inner
+        .changed_on_disk
+        .read()
+        .unwrap_or_else(PoisonError::into_inner);
+    for name in &flipped {
+        match changed.get(name) {
+            Some((_, why)) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`wcetctl kernels reload`) to calibrate it"),
+            None => tracing::info!("the files of {name} are again those it was loaded with"),
+        }
+    }
+    drop(changed);
+    let _ = inner.events.send(Event::BoundsChanged { kernels: flipped });
+}
+
 fn worker_loop(
     mut gpu: Box<dyn Gpu>,
     store: Store,
@@ -1438,12 +1506,14 @@ fn worker_loop(
         }
     }
     let _exited = Exited(&inner);
+    let mut code_watch = code_watch::CodeWatch::default();
     loop {
         let job = match jobs.recv_timeout(CLOCK_POLL) {
             Ok(Some(job)) => job,
             Ok(None) => return,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 read_clock(gpu.as_mut(), &inner);
+                watch_code(&inner, &mut code_watch);
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -1472,6 +1542,7 @@ fn worker_loop(
             }
         });
         read_clock(gpu.as_mut(), &inner);
+        watch_code(&inner, &mut code_watch);
         tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
         let _ = inner.events.send(Event::JobFinished {
             job: job.id,

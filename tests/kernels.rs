@@ -519,3 +519,67 @@ fn kernels_check_exits_with_what_it_found() {
         "{text}"
     );
 }
+
+async fn next_change(changed: &mut wcetd::client::BoundsChangedStream) -> Vec<String> {
+    let signal = tokio::time::timeout(WAIT, changed.next())
+        .await
+        .expect("BoundsChanged in time")
+        .unwrap();
+    signal.args().unwrap().kernels.clone()
+}
+
+/// A module replaced on disk while the daemon runs is the code the application now launches:
+/// the bounds of the version loaded turn stale at once (signalled, in the notes and in Health,
+/// which says to reload), and current again when the file is put back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
+    let (kdir, _path, mut d) = daemon_with_manifest().await;
+    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
+    let bounds = d.bounds().await;
+    let mut changed = bounds.receive_bounds_changed().await.unwrap();
+    let stale = |info: &HashMap<String, OwnedValue>| bool::try_from(&info["stale"]).unwrap();
+    assert!(!stale(
+        &bounds.get_bound_info("app.scale", 64).await.unwrap()
+    ));
+
+    let ptx = kdir.path().join("scale.ptx");
+    std::fs::write(&ptx, PTX.replace("ret;", "ret;\n\tret;")).unwrap();
+    assert_eq!(
+        next_change(&mut changed).await,
+        vec!["app.scale".to_string()]
+    );
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    assert!(
+        stale(&info),
+        "bounds of the replaced module served as current"
+    );
+    let notes = info_str(&info, "notes");
+    assert!(
+        notes.contains(&format!(
+            "the module {} of `app.scale` changed since it was loaded",
+            ptx.display()
+        )),
+        "{notes}"
+    );
+    assert_eq!(
+        bounds.stale_kernels().await.unwrap(),
+        vec!["app.scale".to_string()]
+    );
+    let health = bounds.health().await.unwrap();
+    assert!(
+        health.contains("stale bounds for app.scale (a module or fill file changed on disk")
+            && health.contains("`wcetctl kernels reload`"),
+        "{health}"
+    );
+
+    std::fs::write(&ptx, PTX).unwrap();
+    assert_eq!(
+        next_change(&mut changed).await,
+        vec!["app.scale".to_string()]
+    );
+    assert!(!stale(
+        &bounds.get_bound_info("app.scale", 64).await.unwrap()
+    ));
+    assert_eq!(bounds.health().await.unwrap(), "ok");
+    d.child.kill().unwrap();
+}
