@@ -583,3 +583,42 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
     assert_eq!(bounds.health().await.unwrap(), "ok");
     d.child.kill().unwrap();
 }
+
+/// A module replaced while its kernel is being measured: the times are of two codes, so nothing
+/// of the campaign is published (checked again after the campaign, not only before it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_replaced_during_its_campaign_publishes_nothing() {
+    let kdir = tempfile::tempdir().unwrap();
+    write_manifest(kdir.path(), "app.scale");
+    let mut flags = manifest_flags(kdir.path());
+    flags.extend(["--sim-pace-us", "300", "--interference", "isolated"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start(&flags).await;
+    let cal = d.calibration().await;
+    let job = cal.recalibrate(&["app.scale"]).await.unwrap();
+    let ptx = kdir.path().join("scale.ptx");
+    let mut replaced = false;
+    let (state, message) = tokio::time::timeout(
+        WAIT,
+        wcetd::client::wait_for_job(&cal, job, |progress| {
+            // Launches have been timed: the check before the campaign has passed.
+            if progress > 0.0 && !replaced {
+                std::fs::write(&ptx, PTX.replace("ret;", "ret;\n\tret;")).unwrap();
+                replaced = true;
+            }
+        }),
+    )
+    .await
+    .expect("the job ends in time")
+    .unwrap();
+    assert!(replaced, "no progress was signalled before the job ended");
+    assert_eq!(state, "failed", "{message}");
+    assert!(message.contains("changed since it was loaded"), "{message}");
+    let none = d
+        .bounds()
+        .await
+        .get_bound_info_tagged("app.scale", 64, "isolated")
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&none), "org.wcetd.Error.NotCalibrated");
+}
