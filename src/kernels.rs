@@ -58,6 +58,22 @@ pub struct Builtin {
     pub problem_size: u32,
     /// Seed of the input generator, so every run measures the same input.
     pub input_seed: u64,
+    /// FNV-1a of the source, problem size and seed ([`KernelSpec::code_digest`]), computed once:
+    /// every `GetBoundInfo` compares it with the calibration's.
+    digest: u64,
+}
+
+impl Builtin {
+    fn new(source: &'static str, problem_size: u32, input_seed: u64) -> Builtin {
+        let digest =
+            crate::fnv::fnv1a(format!("{source}\0{problem_size}\0{input_seed}").as_bytes());
+        Builtin {
+            source,
+            problem_size,
+            input_seed,
+            digest,
+        }
+    }
 }
 
 impl KernelSpec {
@@ -80,9 +96,7 @@ impl KernelSpec {
     /// a kernel known only to the simulator.
     pub fn code_digest(&self) -> String {
         match &self.body {
-            KernelBody::Builtin(b) => crate::fnv::fnv1a_hex(
-                format!("{}\0{}\0{}", b.source, b.problem_size, b.input_seed).as_bytes(),
-            ),
+            KernelBody::Builtin(b) => format!("{:016x}", b.digest),
             KernelBody::Manifest(m) => m.code_sha256.clone(),
             KernelBody::Simulated => String::new(),
         }
@@ -103,11 +117,11 @@ macro_rules! kernel {
         KernelSpec {
             name: $name.to_string(),
             summary: $summary.to_string(),
-            body: KernelBody::Builtin(Builtin {
-                source: include_str!(concat!("../kernels/", $name, ".cu")),
-                problem_size: $size,
-                input_seed: 0x5eed,
-            }),
+            body: KernelBody::Builtin(Builtin::new(
+                include_str!(concat!("../kernels/", $name, ".cu")),
+                $size,
+                0x5eed,
+            )),
         }
     };
 }
@@ -227,6 +241,19 @@ impl Catalogue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The digest computed once is the one calibrations stored before recorded (FNV-1a of the
+    /// source, problem size and seed joined by NULs): changing it would make them all stale.
+    #[test]
+    fn a_builtin_digest_is_the_one_calibrations_recorded() {
+        for k in builtin_suite() {
+            let b = k.builtin().unwrap();
+            let text = format!("{}\0{}\0{}", b.source, b.problem_size, b.input_seed);
+            assert_eq!(k.code_digest(), crate::fnv::fnv1a_hex(text.as_bytes()));
+        }
+        let needle = find("needle").unwrap().code_digest();
+        assert_eq!(needle.len(), 16);
+    }
 
     #[test]
     fn waves_follow_the_ceiling_of_blocks_over_capacity() {
