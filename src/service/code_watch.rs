@@ -38,26 +38,29 @@ impl CodeWatch {
         catalogue: &Catalogue,
         changed: &RwLock<ChangedOnDisk>,
     ) -> Vec<String> {
-        let mut flipped = Vec::new();
         let manifests: Vec<_> = catalogue.iter().filter_map(|k| k.manifest()).collect();
         self.seen
             .retain(|name, _| manifests.iter().any(|m| &m.name == name));
-        let mut verdicts = changed.write().unwrap_or_else(PoisonError::into_inner);
-        verdicts.retain(|name, _| manifests.iter().any(|m| &m.name == name));
-        for m in manifests {
+        // Hashed without the lock: queries read it, and a large module takes a while.
+        let mut judged = Vec::new();
+        for m in manifests.iter() {
             let now = Seen {
                 code: m.code_sha256.clone(),
                 stats: m.input_files().into_iter().map(stat).collect(),
             };
-            if self.seen.get(&m.name) == Some(&now) {
-                continue;
+            if self.seen.get(&m.name) != Some(&now) {
+                judged.push((m, m.changed_on_disk()));
+                self.seen.insert(m.name.clone(), now);
             }
-            let verdict = m.changed_on_disk();
+        }
+        let mut verdicts = changed.write().unwrap_or_else(PoisonError::into_inner);
+        verdicts.retain(|name, _| manifests.iter().any(|m| &m.name == name));
+        let mut flipped = Vec::new();
+        for (m, verdict) in judged {
             let before = verdicts
                 .get(&m.name)
-                .filter(|(code, _)| *code == m.code_sha256)
-                .map(|(_, why)| why.clone());
-            if before.is_some() != verdict.is_some() {
+                .is_some_and(|(code, _)| *code == m.code_sha256);
+            if before != verdict.is_some() {
                 flipped.push(m.name.clone());
             }
             match verdict {
@@ -68,7 +71,6 @@ impl CodeWatch {
                     verdicts.remove(&m.name);
                 }
             }
-            self.seen.insert(m.name.clone(), now);
         }
         flipped
     }
