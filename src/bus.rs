@@ -35,21 +35,23 @@ pub async fn own_name(conn: &zbus::Connection) -> anyhow::Result<()> {
     }
 }
 
-/// Resolves when the bus says this connection no longer owns [`BUS_NAME`] (subscribe before
-/// owning it; it cannot be taken, so only the bus itself can end the ownership).
+/// Resolves, with what happened, when this connection no longer owns [`BUS_NAME`]: the bus said
+/// so, or the connection to it ended (subscribe before owning it; it cannot be taken, so only
+/// the bus itself can end the ownership).
 pub async fn name_lost(
     conn: &zbus::Connection,
-) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+) -> anyhow::Result<impl std::future::Future<Output = String>> {
     use futures_util::StreamExt;
     let proxy = zbus::fdo::DBusProxy::new(conn).await?;
     let mut lost = proxy.receive_name_lost().await?;
     Ok(async move {
         while let Some(signal) = lost.next().await {
             if signal.args().is_ok_and(|a| a.name.as_str() == BUS_NAME) {
-                return;
+                return format!("the bus took {BUS_NAME} from this daemon");
             }
         }
         // The stream ends with the connection: the name is gone with it.
+        format!("the connection to the bus ended (the bus stopped?), and {BUS_NAME} with it")
     })
 }
 

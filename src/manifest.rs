@@ -103,14 +103,15 @@ impl Manifest {
             Ok(bytes) => bytes,
             Err(e) => {
                 return Some(format!(
-                    "module {} cannot be read: {e}",
-                    self.module.display()
+                    "the module {} of `{}` cannot be read: {e}",
+                    self.module.display(),
+                    self.name
                 ))
             }
         };
         let inputs = match code_digests("", &module, &self.args) {
             Ok((_, inputs)) => inputs,
-            Err(e) => return Some(e),
+            Err(e) => return Some(format!("the {e} (of `{}`)", self.name)),
         };
         if inputs == self.inputs_sha256 {
             return None;

@@ -282,8 +282,8 @@ struct Inner {
     monitor: Arc<monitor::MonitorState>,
     /// Set by the GPU worker when its thread ends (also by a panic), for [`Service::stop_worker`].
     worker_exited: (Mutex<bool>, std::sync::Condvar),
-    /// Manifests whose module or fill files changed on disk since they were loaded, as the GPU
-    /// worker last found them ([`code_watch`]).
+    /// Manifests whose module or fill files changed on disk since they were loaded, as the
+    /// watcher last found them ([`code_watch`]).
     changed_on_disk: RwLock<code_watch::ChangedOnDisk>,
 }
 
@@ -339,6 +339,7 @@ impl Service {
             worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
             changed_on_disk: RwLock::default(),
         });
+        code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
         std::thread::Builder::new()
@@ -515,13 +516,17 @@ impl Service {
             Some(&before),
             &self.inner.device,
         );
-        let changed = |a: &Catalogue, b: &Catalogue| -> Vec<String> {
-            a.iter()
-                .filter(|k| b.get(&k.name).is_none_or(|old| old != *k))
-                .map(|k| k.name.clone())
-                .collect()
-        };
-        let added = changed(&next, &before);
+        // New, or other code than before: a manifest moved to another file with the same text,
+        // module and fill files is the same kernel, and keeps its bounds without a calibration.
+        let added: Vec<String> = next
+            .iter()
+            .filter(|k| {
+                before
+                    .get(&k.name)
+                    .is_none_or(|old| old.code_digest() != k.code_digest())
+            })
+            .map(|k| k.name.clone())
+            .collect();
         let removed: Vec<String> = before
             .iter()
             .filter(|k| next.get(&k.name).is_none())
@@ -672,24 +677,31 @@ impl Service {
             ))
         })?;
         let mut notes = cal.table.notes.clone();
-        if self.code_changed(cal) {
+        let code_changed = self.code_changed(cal);
+        if code_changed {
             notes.push(format!(
                 "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
             ));
-        } else if let Some(why) = self.files_changed(kernel) {
+        }
+        if let Some(why) = self.files_changed(kernel) {
             notes.push(format!(
-                "stale: {why}, so it is not the code these bounds were measured for; reload the kernels (`wcetctl kernels reload`) to calibrate it"
+                "stale: {why}; reload the kernels (`wcetctl kernels reload`), which calibrates it if it is not the code these bounds were measured for"
             ));
-        } else if let Some(m) = self.catalogue().get(kernel).and_then(KernelSpec::manifest) {
-            // The same code under another path (a manifest moved or renamed): `source` says
-            // where it was measured from, the note where it is now.
-            let now = m.path.display().to_string();
-            if cal.origin == Origin::Manifest && cal.source != now {
-                notes.push(format!(
-                    "measured from the manifest at {}, the same code the catalogue now loads from {now}",
-                    cal.source
-                ));
-            }
+        }
+        let manifest = self
+            .catalogue()
+            .get(kernel)
+            .and_then(KernelSpec::manifest)
+            .map(|m| m.path.display().to_string());
+        // The same code under another path (a manifest moved or renamed): `source` says where
+        // it was measured from, the note where it is now.
+        if let Some(now) = manifest
+            .filter(|now| !code_changed && cal.origin == Origin::Manifest && cal.source != *now)
+        {
+            notes.push(format!(
+                "measured from the manifest at {}, the same code the catalogue now loads from {now}",
+                cal.source
+            ));
         }
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
         let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
@@ -1462,32 +1474,6 @@ fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
     inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
 }
 
-/// Between jobs: manifests whose files changed on disk (or were put back) change what is stale.
-fn watch_code(inner: &Inner, watch: &mut code_watch::CodeWatch) {
-    let catalogue = Arc::clone(
-        &inner
-            .catalogue
-            .read()
-            .unwrap_or_else(PoisonError::into_inner),
-    );
-    let flipped = watch.check(&catalogue, &inner.changed_on_disk);
-    if flipped.is_empty() {
-        return;
-    }
-    let changed = inner
-        .changed_on_disk
-        .read()
-        .unwrap_or_else(PoisonError::into_inner);
-    for name in &flipped {
-        match changed.get(name) {
-            Some((_, why)) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`wcetctl kernels reload`) to calibrate it"),
-            None => tracing::info!("the files of {name} are again those it was loaded with"),
-        }
-    }
-    drop(changed);
-    let _ = inner.events.send(Event::BoundsChanged { kernels: flipped });
-}
-
 fn worker_loop(
     mut gpu: Box<dyn Gpu>,
     store: Store,
@@ -1506,14 +1492,12 @@ fn worker_loop(
         }
     }
     let _exited = Exited(&inner);
-    let mut code_watch = code_watch::CodeWatch::default();
     loop {
         let job = match jobs.recv_timeout(CLOCK_POLL) {
             Ok(Some(job)) => job,
             Ok(None) => return,
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 read_clock(gpu.as_mut(), &inner);
-                watch_code(&inner, &mut code_watch);
                 continue;
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
@@ -1542,7 +1526,6 @@ fn worker_loop(
             }
         });
         read_clock(gpu.as_mut(), &inner);
-        watch_code(&inner, &mut code_watch);
         tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
         let _ = inner.events.send(Event::JobFinished {
             job: job.id,

@@ -315,6 +315,14 @@ async fn a_moved_manifest_keeps_its_bounds_and_says_where_it_was_measured() {
         notes.contains(&format!("now loads from {}", moved.display())),
         "{notes}"
     );
+    // Moved back while running: a reload finds the same code, so nothing is new or changed and
+    // nothing is recalibrated.
+    std::fs::rename(&moved, &path).unwrap();
+    let (added, removed, rejected) = d.calibration().await.reload_kernels().await.unwrap();
+    assert!(
+        added.is_empty() && removed.is_empty() && rejected.is_empty(),
+        "{added:?} {removed:?} {rejected:?}"
+    );
 }
 
 /// Samples imported for a manifest's kernel are of its code: when the manifest is removed they
@@ -530,10 +538,16 @@ async fn next_change(changed: &mut wcetd::client::BoundsChangedStream) -> Vec<St
 
 /// A module replaced on disk while the daemon runs is the code the application now launches:
 /// the bounds of the version loaded turn stale at once (signalled, in the notes and in Health,
-/// which says to reload), and current again when the file is put back.
+/// which says to reload), even while a long job of another kernel runs, and even when the edit
+/// keeps the size and modification time; they are current again when the file is put back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
-    let (kdir, _path, mut d) = daemon_with_manifest().await;
+    let kdir = tempfile::tempdir().unwrap();
+    write_manifest(kdir.path(), "app.scale");
+    let mut flags = manifest_flags(kdir.path());
+    flags.extend(["--sim-pace-us", "300", "--interference", "isolated"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start(&flags).await;
     assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
     let bounds = d.bounds().await;
     let mut changed = bounds.receive_bounds_changed().await.unwrap();
@@ -542,12 +556,17 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
         &bounds.get_bound_info("app.scale", 64).await.unwrap()
     ));
 
+    // A long job of another kernel is running meanwhile.
+    let cal = d.calibration().await;
+    let long = cal.recalibrate(&["needle", "lud", "srad"]).await.unwrap();
     let ptx = kdir.path().join("scale.ptx");
     std::fs::write(&ptx, PTX.replace("ret;", "ret;\n\tret;")).unwrap();
     assert_eq!(
         next_change(&mut changed).await,
         vec!["app.scale".to_string()]
     );
+    let (state, ..) = cal.get_job(long).await.unwrap();
+    assert_eq!(state, "running", "seen only when the other job ended");
     let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
     assert!(
         stale(&info),
@@ -571,6 +590,7 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
             && health.contains("`wcetctl kernels reload`"),
         "{health}"
     );
+    cal.cancel_job(long).await.unwrap();
 
     std::fs::write(&ptx, PTX).unwrap();
     assert_eq!(
@@ -580,8 +600,19 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
     assert!(!stale(
         &bounds.get_bound_info("app.scale", 64).await.unwrap()
     ));
-    assert_eq!(bounds.health().await.unwrap(), "ok");
-    d.child.kill().unwrap();
+
+    // The same size, the modification time set back: the change time still moves.
+    let mtime = std::fs::metadata(&ptx).unwrap().modified().unwrap();
+    std::fs::write(&ptx, PTX.replace("ret;", "RET;")).unwrap();
+    let file = std::fs::File::options().write(true).open(&ptx).unwrap();
+    file.set_modified(mtime).unwrap();
+    assert_eq!(
+        next_change(&mut changed).await,
+        vec!["app.scale".to_string()]
+    );
+    assert!(stale(
+        &bounds.get_bound_info("app.scale", 64).await.unwrap()
+    ));
 }
 
 /// A module replaced while its kernel is being measured: the times are of two codes, so nothing

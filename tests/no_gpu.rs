@@ -153,3 +153,37 @@ fn a_state_directory_has_one_daemon_and_a_killed_one_leaves_no_bus() {
     let status = third.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// SIGHUP (the terminal a daemon was started from closed) is a clean stop: exit 0, and the
+/// private bus and its directory are gone.
+#[test]
+fn a_hangup_stops_the_daemon_cleanly() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemon = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+        .args([
+            "--backend",
+            "sim",
+            "--no-initial-calibration",
+            "--state-dir",
+        ])
+        .arg(dir.path().join("state"))
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env(
+            "DBUS_SYSTEM_BUS_ADDRESS",
+            "unix:path=/nonexistent/system_bus_socket",
+        )
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(daemon.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().contains("serving"));
+    let bus_dir = dir.path().join(format!("wcetd-{}", daemon.id()));
+    assert!(bus_dir.exists());
+    // SAFETY: SIGHUP to our own child, by pid.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGHUP) };
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!bus_dir.exists(), "the private bus directory is left");
+}

@@ -283,7 +283,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         biased;
         () = shutdown.wait() => None,
         why = any_device_lost(&services) => why.map(|w| format!("device lost ({w})")),
-        () = name_lost => Some(format!("the bus took {} from this daemon", wcetd::bus::BUS_NAME)),
+        why = name_lost => Some(why),
     };
     // A loss that comes with a shutdown signal is that shutdown: a service manager that signals
     // every process of the unit stops a private bus at the same instant, and the bus may be seen
@@ -581,10 +581,12 @@ const SIGNAL_WITH_LOSS: std::time::Duration = std::time::Duration::from_millis(2
 /// How long shutting down waits for the bus to confirm the name is released.
 const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// SIGTERM (the service manager) and SIGINT (a terminal), caught from the moment they are installed.
+/// Caught from the moment they are installed, each a clean stop: SIGTERM (a service manager),
+/// SIGINT (Ctrl-C) and SIGHUP (the terminal closed; wcetd has no configuration to reread).
 struct ShutdownSignals {
     term: tokio::signal::unix::Signal,
     interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
 }
 
 impl ShutdownSignals {
@@ -593,6 +595,7 @@ impl ShutdownSignals {
         Ok(ShutdownSignals {
             term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
             interrupt: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+            hangup: signal(SignalKind::hangup()).context("installing the SIGHUP handler")?,
         })
     }
 
@@ -601,6 +604,7 @@ impl ShutdownSignals {
         tokio::select! {
             _ = self.term.recv() => {}
             _ = self.interrupt.recv() => {}
+            _ = self.hangup.recv() => {}
         }
     }
 }

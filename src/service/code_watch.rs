@@ -1,16 +1,22 @@
 //! Watching the files a loaded manifest reads again whenever its kernel is timed (the module and
 //! the fill files). A module replaced in place is the code the application now launches, so the
 //! bounds measured for the version loaded are stale from that moment, not only from the next
-//! `ReloadKernels` or calibration attempt. The GPU worker checks between jobs and while idle;
-//! a file's size, modification time and inode are compared first, and its bytes are hashed
-//! only when one of them moved (a `touch` costs one hash, an unchanged file none).
+//! `ReloadKernels` or calibration attempt. A thread of its own checks every second, whatever
+//! the GPU worker is doing; a file's size, modification and change times and inode are compared
+//! first, and its bytes are hashed only when one of them moved (a `touch` costs one hash, an
+//! unchanged file none; the change time cannot be set back, so an edit that restores the
+//! modification time is still seen).
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{PoisonError, RwLock};
-use std::time::SystemTime;
+use std::sync::{Arc, PoisonError, RwLock, Weak};
+use std::time::Duration;
 
+use super::{Event, Inner};
 use crate::kernels::Catalogue;
+
+/// How often the files are looked at.
+const POLL: Duration = Duration::from_secs(1);
 
 /// Kernels whose files on disk are not those their manifest was loaded with: name to (the
 /// loaded manifest's code digest, why). The digest ties the verdict to that load: a reload that
@@ -26,7 +32,54 @@ pub(super) struct CodeWatch {
 #[derive(PartialEq)]
 struct Seen {
     code: String,
-    stats: Vec<Option<(u64, SystemTime, u64)>>,
+    stats: Vec<Option<Stat>>,
+}
+
+/// Size, modification time, change time (both in ns) and inode.
+type Stat = (u64, i128, i128, u64);
+
+/// Watch the catalogue of the service `inner` until the service is gone.
+pub(super) fn spawn(inner: Weak<Inner>) {
+    let watch = move || {
+        let mut watch = CodeWatch::default();
+        loop {
+            std::thread::sleep(POLL);
+            let Some(inner) = inner.upgrade() else { return };
+            watch_once(&inner, &mut watch);
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("wcetd-code-watch".into())
+        .spawn(watch)
+    {
+        tracing::error!("manifests' files are not watched ({e}): a module replaced in place is found stale only at the next reload or calibration");
+    }
+}
+
+/// One look: kernels whose files changed on disk (or were put back) change what is stale.
+fn watch_once(inner: &Inner, watch: &mut CodeWatch) {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let flipped = watch.check(&catalogue, &inner.changed_on_disk);
+    if flipped.is_empty() {
+        return;
+    }
+    let changed = inner
+        .changed_on_disk
+        .read()
+        .unwrap_or_else(PoisonError::into_inner);
+    for name in &flipped {
+        match changed.get(name) {
+            Some((_, why)) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`wcetctl kernels reload`) to calibrate it"),
+            None => tracing::info!("the files of {name} are again those it was loaded with"),
+        }
+    }
+    drop(changed);
+    let _ = inner.events.send(Event::BoundsChanged { kernels: flipped });
 }
 
 impl CodeWatch {
@@ -76,9 +129,15 @@ impl CodeWatch {
     }
 }
 
-/// (size, modification time, inode), or `None` when the file cannot be read.
-fn stat(path: &Path) -> Option<(u64, SystemTime, u64)> {
+/// The file's [`Stat`], or `None` when it cannot be read.
+fn stat(path: &Path) -> Option<Stat> {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(path).ok()?;
-    Some((meta.len(), meta.modified().ok()?, meta.ino()))
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    Some((
+        meta.len(),
+        ns(meta.mtime(), meta.mtime_nsec()),
+        ns(meta.ctime(), meta.ctime_nsec()),
+        meta.ino(),
+    ))
 }
