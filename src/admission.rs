@@ -115,6 +115,9 @@ pub struct KernelBound {
     /// Exceedance per launch the bound is stated at.
     pub exceedance: f64,
     pub stale: bool,
+    /// Stale because the kernel's module or fill files changed on disk since its manifest was
+    /// loaded: a reload, not a recalibration, is what makes it current.
+    pub files_changed: bool,
 }
 
 /// Where the analyses get per-launch bounds and the device's geometry from.
@@ -308,6 +311,7 @@ impl<'a> Lookup<'a> {
             out.segments.push(bound);
             let exceedance = used.iter().map(|b| b.exceedance).fold(0.0, f64::max);
             let stale = used.iter().any(|b| b.stale);
+            let reload = used.iter().any(|b| b.files_changed);
             out.exceedance = out.exceedance.max(exceedance);
             out.stale |= stale;
             let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
@@ -321,9 +325,15 @@ impl<'a> Lookup<'a> {
                 }
             }
             if stale {
-                let note = format!(
-                    "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
-                );
+                let note = if reload {
+                    format!(
+                        "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `wcetctl kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
+                    )
+                } else {
+                    format!(
+                        "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
+                    )
+                };
                 if self.policy.accept_stale {
                     self.accepted
                         .push(format!("{note}; accepted by accept_stale"));
@@ -680,6 +690,7 @@ mod tests {
         bounds: BTreeMap<(&'static str, u32), u64>,
         isolated_only: bool,
         stale: bool,
+        files_changed: bool,
         exceedance: f64,
     }
 
@@ -711,6 +722,7 @@ mod tests {
                 bound_ns,
                 exceedance: self.exceedance,
                 stale: self.stale,
+                files_changed: self.files_changed,
             })
         }
     }
@@ -726,6 +738,7 @@ mod tests {
             bounds: m,
             isolated_only: false,
             stale: false,
+            files_changed: false,
             exceedance: 1e-9,
         }
     }
@@ -834,6 +847,19 @@ mod tests {
         };
         let v = super::check_distinct(&stale, &set, consent).unwrap();
         assert!(v.admitted && v.accepted[0].contains("stale"), "{v:?}");
+        assert!(v.accepted[0].contains("`wcetctl recalibrate a`"), "{v:?}");
+        // Stale because its files changed on disk: a recalibration would be refused, so the
+        // advice is to reload.
+        let edited = Table {
+            stale: true,
+            files_changed: true,
+            ..table()
+        };
+        let v = check_distinct(&edited, &set).unwrap();
+        assert!(
+            !v.admitted && v.refused[0].contains("`wcetctl kernels reload`"),
+            "{v:?}"
+        );
         let heavy = Table {
             exceedance: 1e-4,
             ..table()

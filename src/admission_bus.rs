@@ -39,6 +39,7 @@ impl BoundSource for Service {
             bound_ns: info.entry.bound_ns,
             exceedance: info.guarantee.exceedance,
             stale: info.stale,
+            files_changed: info.files_changed,
         })
     }
 }

@@ -158,6 +158,9 @@ pub struct BoundInfo {
     pub calibration_id: String,
     pub calibrated_at: DateTime<Utc>,
     pub stale: bool,
+    /// Stale (also) because the kernel's module or fill files changed on disk since its manifest
+    /// was loaded: a reload makes it current, a recalibration alone is refused.
+    pub files_changed: bool,
     pub method: String,
     pub law: String,
     pub tail: String,
@@ -285,6 +288,8 @@ struct Inner {
     /// Manifests whose module or fill files changed on disk since they were loaded, as the
     /// watcher last found them ([`code_watch`]).
     changed_on_disk: RwLock<code_watch::ChangedOnDisk>,
+    /// The watcher could not be started: Health says so.
+    code_watch_failed: AtomicBool,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -338,6 +343,7 @@ impl Service {
             monitor,
             worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
             changed_on_disk: RwLock::default(),
+            code_watch_failed: AtomicBool::new(false),
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
@@ -384,24 +390,9 @@ impl Service {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let mut why = Vec::new();
-        // Named with the command that makes them current: a kernel whose files changed on disk
-        // cannot be calibrated until it is reloaded.
-        let (edited, stale): (Vec<String>, Vec<String>) = self
-            .stale_kernels()
-            .into_iter()
-            .partition(|k| self.files_changed(k).is_some());
-        if !stale.is_empty() {
-            why.push(format!(
-                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate {}`",
-                stale.join(", "),
-                stale.join(" ")
-            ));
-        }
-        if !edited.is_empty() {
-            why.push(format!(
-                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
-                edited.join(", ")
-            ));
+        why.extend(self.stale_advice());
+        if self.inner.code_watch_failed.load(Ordering::SeqCst) {
+            why.push("kernel manifests' files are not watched (the thread could not be started): a module replaced in place is found stale only at the next reload or calibration".to_string());
         }
         if let Some(e) = self.inner.monitor.save_error() {
             why.push(format!(
@@ -415,6 +406,41 @@ impl Service {
             "ok" => format!("degraded: {}", why.join("; ")),
             failed => format!("{failed}; {}", why.join("; ")),
         }
+    }
+
+    /// What Health says of stale bounds, each group with the command that makes it current: a
+    /// kernel whose files changed on disk is reloaded (a recalibration alone is refused), one in
+    /// the catalogue recalibrated, and one known only from imported samples or a bundle, which
+    /// has nothing to run here, imported again.
+    fn stale_advice(&self) -> Vec<String> {
+        let catalogue = self.catalogue();
+        let (edited, stale): (Vec<String>, Vec<String>) = self
+            .stale_kernels()
+            .into_iter()
+            .partition(|k| self.files_changed(k).is_some());
+        let (runnable, imported): (Vec<String>, Vec<String>) =
+            stale.into_iter().partition(|k| catalogue.get(k).is_some());
+        let mut advice = Vec::new();
+        if !runnable.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate {}`",
+                runnable.join(", "),
+                runnable.join(" ")
+            ));
+        }
+        if !edited.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
+                edited.join(", ")
+            ));
+        }
+        if !imported.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `wcetctl import` or `wcetctl import-calibration`",
+                imported.join(", ")
+            ));
+        }
+        advice
     }
 
     fn snapshot(&self) -> Arc<Calibration> {
@@ -683,7 +709,8 @@ impl Service {
                 "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
             ));
         }
-        if let Some(why) = self.files_changed(kernel) {
+        let files_changed = self.files_changed(kernel);
+        if let Some(why) = &files_changed {
             notes.push(format!(
                 "stale: {why}; reload the kernels (`wcetctl kernels reload`), which calibrates it if it is not the code these bounds were measured for"
             ));
@@ -750,6 +777,7 @@ impl Service {
             entry,
             requested_sms: sms,
             stale: self.is_stale(cal) || stale_other.is_some(),
+            files_changed: files_changed.is_some(),
             calibration_id: cal.id.clone(),
             calibrated_at: cal.calibrated_at,
             method: cal.table.method.to_string(),
@@ -2431,6 +2459,48 @@ mod tests {
             .any(|n| n.contains("the isolated calibration")));
     }
 
+    /// Health names each stale kernel with the command that makes it current: a kernel known
+    /// only from imported samples has nothing to run here, so it is not put in a recalibrate
+    /// command (which would refuse the whole list).
+    #[test]
+    fn health_advises_recalibration_only_for_kernels_it_can_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = srad_calibrated(dir.path());
+        let sizes = before.device().partition_sizes.clone();
+        let samples: Vec<(u32, u64)> = sizes
+            .iter()
+            .flat_map(|&m| (0..200u64).map(move |i| (m, 1_000_000 / u64::from(m) + 5_000 + i)))
+            .collect();
+        let mut events = before.subscribe();
+        let job = before
+            .import_samples("lab.k", &samples, ImportOptions::default())
+            .unwrap();
+        while !before.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        assert_eq!(before.job(job).unwrap().state, JobState::Done);
+        drop(before);
+        let mut reclocked = DeviceProfile::h200();
+        reclocked.sm_clock_mhz -= 100;
+        let gpu = SimGpu::new(reclocked, SimOptions::default());
+        let after = Service::start(
+            Box::new(gpu),
+            Store::open(dir.path()).unwrap(),
+            short_campaigns(),
+        )
+        .0;
+        let health = after.health();
+        assert!(
+            health.contains("stale bounds for srad (")
+                && health.contains("recalibrate: `wcetctl recalibrate srad`"),
+            "{health}"
+        );
+        assert!(
+            health.contains("stale bounds for lab.k (samples or a calibration imported"),
+            "{health}"
+        );
+    }
+
     /// After a clock-policy change, this card's previous calibration is served stale (not a newer
     /// one of another card), still at least every time production reported under it.
     #[test]
@@ -2489,6 +2559,26 @@ mod tests {
         }
         let at_8 = after.bound_info("srad", 8, None).unwrap();
         assert_eq!(at_8.observed.map(|f| (f.floor_ns, f.sms)), Some((seen, 32)));
+        // A job saves the snapshot under this fingerprint, the stale srad with it: after a
+        // restart the floor is still named.
+        let mut events = after.subscribe();
+        let job = after.recalibrate(&["needle".to_string()]).unwrap();
+        while !after.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        let mut reclocked = DeviceProfile::h200();
+        reclocked.sm_clock_mhz -= 100;
+        drop(after);
+        let gpu = SimGpu::new(reclocked, SimOptions::default());
+        let after = Service::start(
+            Box::new(gpu),
+            Store::open(dir.path()).unwrap(),
+            short_campaigns(),
+        )
+        .0;
+        let again = after.bound_info("srad", 32, None).unwrap();
+        assert!(again.stale);
+        assert_eq!(again.observed.map(|f| f.floor_ns), Some(seen));
         let smaller = after
             .bound("srad", 8, Some(Interference::Isolated))
             .unwrap();

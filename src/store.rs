@@ -87,15 +87,14 @@ pub struct KernelCalibration {
     #[serde(default)]
     pub code: String,
     /// Only on a calibration served stale from another fingerprint: the launch times production
-    /// reported under that fingerprint, already raised into `table` when it was carried over.
-    /// Kept so that `GetBoundInfo` can name the floor; never stored (that fingerprint's
-    /// observations file is where they live).
-    #[serde(skip)]
+    /// reported under that fingerprint, raised into `table` when it was carried over, and kept
+    /// (stored with it, across restarts) so that `GetBoundInfo` names the floor.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inherited_floors: Vec<InheritedFloor>,
 }
 
 /// A launch time reported from production under the fingerprint a stale calibration came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InheritedFloor {
     pub sms: u32,
     pub ns: u64,

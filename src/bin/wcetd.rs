@@ -279,22 +279,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &state_dir,
         &first_jobs,
     );
-    let mut lost_why = tokio::select! {
+    let lost_why = tokio::select! {
         biased;
         () = shutdown.wait() => None,
         why = any_device_lost(&services) => why.map(|w| format!("device lost ({w})")),
-        why = name_lost => Some(why),
+        why = name_lost => {
+            // A lost name that comes with a shutdown signal is that shutdown: a service manager
+            // that signals every process of the unit stops a private bus at the same instant,
+            // and the bus may be seen gone before the signal is. Exiting with failure then would
+            // look like a crash. (A device lost is never excused this way.)
+            match tokio::time::timeout(SIGNAL_WITH_LOSS, shutdown.wait()).await {
+                Ok(()) => {
+                    tracing::warn!("{why}, with a shutdown signal: a clean stop");
+                    None
+                }
+                Err(_) => Some(why),
+            }
+        }
     };
-    // A loss that comes with a shutdown signal is that shutdown: a service manager that signals
-    // every process of the unit stops a private bus at the same instant, and the bus may be seen
-    // gone before the signal is. Exiting with failure then would look like a crash.
-    if lost_why.is_some()
-        && tokio::time::timeout(SIGNAL_WITH_LOSS, shutdown.wait())
-            .await
-            .is_ok()
-    {
-        lost_why = None;
-    }
     tracing::info!("shutting down");
     // Bounded: a bus that stopped answering must not keep the daemon from saving and exiting.
     let release = conn.release_name(wcetd::bus::BUS_NAME);
@@ -575,7 +577,7 @@ fn announce(
 /// How long shutdown waits for a GPU worker to end its cancelled job: well inside systemd's
 /// default stop timeout (90 s), long enough for a batch of launches to finish.
 const WORKER_STOP: std::time::Duration = std::time::Duration::from_secs(20);
-/// How long a lost bus name or device waits for a shutdown signal sent with it.
+/// How long a lost bus name waits for a shutdown signal sent with it.
 const SIGNAL_WITH_LOSS: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// How long shutting down waits for the bus to confirm the name is released.

@@ -5,18 +5,25 @@
 //! the GPU worker is doing; a file's size, modification and change times and inode are compared
 //! first, and its bytes are hashed only when one of them moved (a `touch` costs one hash, an
 //! unchanged file none; the change time cannot be set back, so an edit that restores the
-//! modification time is still seen).
+//! modification time is still seen). A file whose times are within [`RACY`] of the look is
+//! looked at again next time, whatever its stat says: a rewrite of the same size within one
+//! tick of a coarse file-system clock would otherwise leave the stat as it was (git's "racily
+//! clean" files).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, RwLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use super::{Event, Inner};
 use crate::kernels::Catalogue;
 
 /// How often the files are looked at.
 const POLL: Duration = Duration::from_secs(1);
+
+/// Files changed this recently are hashed again at the next look (coarse timestamps).
+const RACY: Duration = Duration::from_secs(2);
 
 /// Kernels whose files on disk are not those their manifest was loaded with: name to (the
 /// loaded manifest's code digest, why). The digest ties the verdict to that load: a reload that
@@ -35,11 +42,12 @@ struct Seen {
     stats: Vec<Option<Stat>>,
 }
 
-/// Size, modification time, change time (both in ns) and inode.
-type Stat = (u64, i128, i128, u64);
+/// Size, modification time, change time (both in ns since the epoch), device and inode.
+type Stat = (u64, i128, i128, u64, u64);
 
 /// Watch the catalogue of the service `inner` until the service is gone.
 pub(super) fn spawn(inner: Weak<Inner>) {
+    let inner_for_health = inner.clone();
     let watch = move || {
         let mut watch = CodeWatch::default();
         loop {
@@ -53,6 +61,9 @@ pub(super) fn spawn(inner: Weak<Inner>) {
         .spawn(watch)
     {
         tracing::error!("manifests' files are not watched ({e}): a module replaced in place is found stale only at the next reload or calibration");
+        if let Some(inner) = inner_for_health.upgrade() {
+            inner.code_watch_failed.store(true, Ordering::SeqCst);
+        }
     }
 }
 
@@ -92,22 +103,37 @@ impl CodeWatch {
         changed: &RwLock<ChangedOnDisk>,
     ) -> Vec<String> {
         let manifests: Vec<_> = catalogue.iter().filter_map(|k| k.manifest()).collect();
-        self.seen
-            .retain(|name, _| manifests.iter().any(|m| &m.name == name));
+        let names: HashSet<&str> = manifests.iter().map(|m| m.name.as_str()).collect();
+        self.seen.retain(|name, _| names.contains(name.as_str()));
         // Hashed without the lock: queries read it, and a large module takes a while.
+        let racy = now_ns() - RACY.as_nanos() as i128;
         let mut judged = Vec::new();
         for m in manifests.iter() {
+            let stats: Vec<Option<Stat>> = m.input_files().into_iter().map(stat).collect();
             let now = Seen {
                 code: m.code_sha256.clone(),
-                stats: m.input_files().into_iter().map(stat).collect(),
+                stats,
             };
-            if self.seen.get(&m.name) != Some(&now) {
-                judged.push((m, m.changed_on_disk()));
+            if self.seen.get(&m.name) == Some(&now) {
+                continue;
+            }
+            judged.push((m, m.changed_on_disk()));
+            let settled = now.stats.iter().flatten().all(|s| s.1 < racy && s.2 < racy);
+            if settled {
                 self.seen.insert(m.name.clone(), now);
+            } else {
+                self.seen.remove(&m.name);
             }
         }
+        let unchanged = || {
+            let verdicts = changed.read().unwrap_or_else(PoisonError::into_inner);
+            verdicts.keys().all(|k| names.contains(k.as_str()))
+        };
+        if judged.is_empty() && unchanged() {
+            return Vec::new();
+        }
         let mut verdicts = changed.write().unwrap_or_else(PoisonError::into_inner);
-        verdicts.retain(|name, _| manifests.iter().any(|m| &m.name == name));
+        verdicts.retain(|name, _| names.contains(name.as_str()));
         let mut flipped = Vec::new();
         for (m, verdict) in judged {
             let before = verdicts
@@ -138,6 +164,13 @@ fn stat(path: &Path) -> Option<Stat> {
         meta.len(),
         ns(meta.mtime(), meta.mtime_nsec()),
         ns(meta.ctime(), meta.ctime_nsec()),
+        meta.dev(),
         meta.ino(),
     ))
+}
+
+fn now_ns() -> i128 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128)
 }

@@ -582,14 +582,21 @@ impl Service {
                 floor_ns: f.ns,
                 sms: f.sms,
                 at: f.at,
-                // Its note was written when it was carried over.
+                // Raised into the table when carried over: the bound served is this floor.
                 raised: f.ns >= entry.bound_ns,
             });
         let reported = self.observed_floor(kernel, tag, entry.sms, monotone);
+        // The higher of the two holds the bound up. An inherited floor was raised into the table
+        // when it was carried over, but only where the table has the size: applied here again.
         let mut floor = match (reported, inherited) {
-            (Some(r), Some(i)) if i.floor_ns > r.floor_ns => return Some(i),
-            (None, Some(i)) => return Some(i),
-            (r, _) => r?,
+            (Some(r), Some(i)) => {
+                if i.floor_ns > r.floor_ns {
+                    i
+                } else {
+                    r
+                }
+            }
+            (r, i) => r.or(i)?,
         };
         if floor.floor_ns > entry.bound_ns {
             let where_ = if floor.sms == entry.sms {

@@ -615,12 +615,12 @@ pub(crate) async fn import_calibration(
 pub(crate) async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
     let calibration = calibration_proxy(conn).await?;
     // The bus answers new and changed kernels in one list; what was served before tells them
-    // apart (for the reader only: both are queued for calibration alike).
-    let before = bounds_proxy(conn)
-        .await?
-        .list_kernels()
-        .await
-        .map_err(explain)?;
+    // apart. For the reader only (both are queued for calibration alike), so without the list
+    // every kernel the reload names is shown as added.
+    let before = match bounds_proxy(conn).await {
+        Ok(bounds) => bounds.list_kernels().await.unwrap_or_default(),
+        Err(_) => Vec::new(),
+    };
     let (added, removed, rejected) = calibration.reload_kernels().await.map_err(explain)?;
     let (changed, new): (Vec<String>, Vec<String>) =
         added.iter().cloned().partition(|k| before.contains(k));
