@@ -538,8 +538,14 @@ pub struct ObservationFile {
 
 impl ObservationFile {
     pub fn new(dir: &Path, fingerprint: &Fingerprint) -> ObservationFile {
+        ObservationFile::of_digest(dir, &fingerprint.digest())
+    }
+
+    /// The observations of the fingerprint whose digest is `digest` (as a calibration file's
+    /// name gives it: `calibration-<digest>.json`).
+    pub fn of_digest(dir: &Path, digest: &str) -> ObservationFile {
         ObservationFile {
-            path: dir.join(format!("observations-{}.json", fingerprint.digest())),
+            path: dir.join(format!("observations-{digest}.json")),
         }
     }
 

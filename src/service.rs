@@ -326,7 +326,12 @@ impl Service {
         monitor::spawn_saver(Arc::clone(&monitor));
         let mut moved_aside = store.quarantined();
         moved_aside.extend(monitor.moved_aside());
-        let health = initial_health(&device, &moved_aside, &rejected);
+        let unusable: Vec<String> = store
+            .unusable_others()
+            .into_iter()
+            .map(|(path, why, _)| format!("{} ({why})", path.display()))
+            .collect();
+        let health = initial_health(&device, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -1284,6 +1289,7 @@ fn stretch(bound_ns: u64, calibrated_mhz: u32, current_mhz: u32) -> u64 {
 fn initial_health(
     device: &DeviceInfo,
     moved_aside: &[String],
+    unusable_others: &[String],
     manifests_rejected: &[(String, String)],
 ) -> String {
     let mut why = Vec::new();
@@ -1302,6 +1308,12 @@ fn initial_health(
         why.push(format!(
             "damaged files set aside at start, what could not be read of them is not served: {}",
             moved_aside.join("; ")
+        ));
+    }
+    if !unusable_others.is_empty() {
+        why.push(format!(
+            "calibrations of other device configurations not usable, so not served stale (left where they are; the launch times production reported under them still hold bounds up): {}",
+            unusable_others.join("; ")
         ));
     }
     if !manifests_rejected.is_empty() {
@@ -1454,18 +1466,35 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
 /// Rule 1 across a fingerprint change: the floors production reported under the stale
 /// calibration's own fingerprint (kept in that fingerprint's observations file, which this
 /// device does not load) are raised into its tables, so a bound served before the change is not
-/// served lower after it. An isolated floor holds up the contended bound too.
+/// served lower after it. So are those reported under a fingerprint whose calibration file was
+/// found unusable (its bounds may be the ones served last). An isolated floor holds up the
+/// contended bound too.
 fn keep_observed_floors(store: &Store, old: &mut Calibration) {
-    let file = crate::observe::ObservationFile::new(store.dir(), old.fingerprint());
+    use crate::observe::ObservationFile;
+    let mut files = vec![(
+        ObservationFile::new(store.dir(), old.fingerprint()),
+        "the previous fingerprint".to_string(),
+    )];
+    for (path, _, digest) in store.unusable_others() {
+        let whose = format!("the fingerprint of the unusable {}", path.display());
+        files.push((ObservationFile::of_digest(store.dir(), &digest), whose));
+    }
+    for (file, whose) in files {
+        keep_floors_of(&file, &whose, old);
+    }
+}
+
+/// [`keep_observed_floors`] for one observations file, reported under `whose`.
+fn keep_floors_of(file: &crate::observe::ObservationFile, whose: &str, old: &mut Calibration) {
     // Read only: that file belongs to the other fingerprint, which this daemon never rewrites,
     // so a damaged one is left where it is rather than moved aside.
     let (observations, unread) = file.read();
     if let Some(why) = &unread {
-        tracing::error!(path = %file.path().display(), "launch times reported under the previous fingerprint could not all be read: {why}");
+        tracing::error!(path = %file.path().display(), "launch times reported under {whose} could not all be read: {why}");
         for t in [Interference::Isolated, Interference::Contended] {
             for cal in old.tables_mut(t).values_mut() {
                 cal.table.notes.push(format!(
-                    "launch times reported from production under the previous fingerprint could not all be read ({}: {why}); this stale bound may be below some of them",
+                    "launch times reported from production under {whose} could not all be read ({}: {why}); this stale bound may be below some of them",
                     file.path().display()
                 ));
             }
@@ -1487,7 +1516,7 @@ fn keep_observed_floors(store: &Store, old: &mut Calibration) {
             });
             if cal.table.raise_to(sms, series.floor_ns) {
                 cal.table.notes.push(format!(
-                    "raised to {} ns at {sms} SMs by a launch time reported from production under the previous fingerprint ({})",
+                    "raised to {} ns at {sms} SMs by a launch time reported from production under {whose} ({})",
                     series.floor_ns,
                     series.floor_at.to_rfc3339()
                 ));
@@ -2164,9 +2193,9 @@ mod tests {
         let mut device = SimGpu::new(DeviceProfile::h200(), SimOptions::default())
             .info()
             .clone();
-        assert_eq!(initial_health(&device, &[], &[]), "ok");
+        assert_eq!(initial_health(&device, &[], &[], &[]), "ok");
         device.unusable_sizes = vec![(96, "SM 3 ran blocks of both".into())];
-        let h = initial_health(&device, &[], &[]);
+        let h = initial_health(&device, &[], &[], &[]);
         assert!(h.starts_with("degraded: partitions refused"), "{h}");
         assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
     }
@@ -2499,6 +2528,65 @@ mod tests {
             health.contains("stale bounds for lab.k (samples or a calibration imported"),
             "{health}"
         );
+    }
+
+    /// The newest other calibration damaged: an older one is served stale, the damaged file is
+    /// left where it is and named in Health, and the times production reported under the
+    /// damaged one's fingerprint still hold the bounds up.
+    #[test]
+    fn floors_of_a_damaged_newer_calibration_still_hold_the_stale_bounds_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let recalibrate = |service: &Service| {
+            let mut events = service.subscribe();
+            let job = service.recalibrate(&["srad".to_string()]).unwrap();
+            while !service.job(job).unwrap().state.finished() {
+                let _ = events.blocking_recv();
+            }
+        };
+        let clocked = |minus: u32| {
+            let mut profile = DeviceProfile::h200();
+            profile.sm_clock_mhz -= minus;
+            let gpu = SimGpu::new(profile, SimOptions::default());
+            Service::start(
+                Box::new(gpu),
+                Store::open(dir.path()).unwrap(),
+                short_campaigns(),
+            )
+            .0
+        };
+        drop(srad_calibrated(dir.path()));
+        let second = clocked(100);
+        recalibrate(&second);
+        let seen = second
+            .bound("srad", 32, Some(Interference::Isolated))
+            .unwrap()
+            * 4;
+        second.report("srad", 32, None, &[seen]).unwrap();
+        second.save_observations();
+        let damaged = Store::open(dir.path())
+            .unwrap()
+            .path_for(&second.device().fingerprint);
+        drop(second);
+        std::fs::write(&damaged, "{").unwrap();
+
+        let third = clocked(200);
+        let info = third
+            .bound_info("srad", 32, Some(Interference::Isolated))
+            .unwrap();
+        assert!(info.stale);
+        assert!(
+            info.entry.bound_ns >= seen,
+            "{} < {seen}",
+            info.entry.bound_ns
+        );
+        assert_eq!(info.observed.map(|f| f.floor_ns), Some(seen));
+        let health = third.health();
+        assert!(
+            health.contains("not usable, so not served stale")
+                && health.contains(&damaged.display().to_string()),
+            "{health}"
+        );
+        assert_eq!(std::fs::read(&damaged).unwrap(), b"{");
     }
 
     /// After a clock-policy change, this card's previous calibration is served stale (not a newer

@@ -181,6 +181,9 @@ pub struct Store {
     spill: Option<Arc<SpillFile>>,
     /// Files moved aside since the store was opened, each with why (for `Health`).
     quarantined: Arc<Mutex<Vec<String>>>,
+    /// Other fingerprints' calibration files that could not be served stale, each with why:
+    /// left where they are (for `Health`, and for the floors reported under them).
+    unusable: Arc<Mutex<Vec<(PathBuf, String)>>>,
 }
 
 impl Store {
@@ -200,6 +203,7 @@ impl Store {
             dir,
             spill,
             quarantined: Arc::default(),
+            unusable: Arc::default(),
         };
         store.remove_stale_temporaries();
         Ok(store)
@@ -242,6 +246,10 @@ impl Store {
                 Ok(None) => continue,
                 Err(why) => {
                     tracing::warn!(path = %p.display(), "another fingerprint's calibration is not usable, so it is not served stale: {why}");
+                    self.unusable
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((p, why));
                     continue;
                 }
             };
@@ -310,6 +318,27 @@ impl Store {
     }
 
     /// The calibration files moved aside since the store was opened, each with why.
+    /// Other fingerprints' calibration files found unusable since the store was opened, each
+    /// with why, and the digest of their fingerprint (from the file name).
+    pub fn unusable_others(&self) -> Vec<(PathBuf, String, String)> {
+        let unusable = self
+            .unusable
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        unusable
+            .iter()
+            .map(|(p, why)| {
+                let name = path_name(p);
+                let digest = name
+                    .strip_prefix("calibration-")
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .unwrap_or_default()
+                    .to_string();
+                (p.clone(), why.clone(), digest)
+            })
+            .collect()
+    }
+
     pub fn quarantined(&self) -> Vec<String> {
         self.quarantined
             .lock()
