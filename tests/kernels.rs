@@ -536,18 +536,24 @@ async fn next_change(changed: &mut wcetd::client::BoundsChangedStream) -> Vec<St
     signal.args().unwrap().kernels.clone()
 }
 
+/// [`daemon_with_manifest`], isolated only and with launches slowed to 300 µs, so that a
+/// campaign lasts long enough to change a file while it runs.
+async fn paced_daemon_with_manifest() -> (tempfile::TempDir, Daemon) {
+    let kdir = tempfile::tempdir().unwrap();
+    write_manifest(kdir.path(), "app.scale");
+    let mut flags = manifest_flags(kdir.path());
+    flags.extend(["--sim-pace-us", "300", "--interference", "isolated"].map(String::from));
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    (kdir, Daemon::start(&flags).await)
+}
+
 /// A module replaced on disk while the daemon runs is the code the application now launches:
 /// the bounds of the version loaded turn stale at once (signalled, in the notes and in Health,
 /// which says to reload), even while a long job of another kernel runs, and even when the edit
 /// keeps the size and modification time; they are current again when the file is put back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
-    let kdir = tempfile::tempdir().unwrap();
-    write_manifest(kdir.path(), "app.scale");
-    let mut flags = manifest_flags(kdir.path());
-    flags.extend(["--sim-pace-us", "300", "--interference", "isolated"].map(String::from));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let d = Daemon::start(&flags).await;
+    let (kdir, d) = paced_daemon_with_manifest().await;
     assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
     let bounds = d.bounds().await;
     let mut changed = bounds.receive_bounds_changed().await.unwrap();
@@ -619,12 +625,7 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
 /// of the campaign is published (checked again after the campaign, not only before it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_module_replaced_during_its_campaign_publishes_nothing() {
-    let kdir = tempfile::tempdir().unwrap();
-    write_manifest(kdir.path(), "app.scale");
-    let mut flags = manifest_flags(kdir.path());
-    flags.extend(["--sim-pace-us", "300", "--interference", "isolated"].map(String::from));
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let d = Daemon::start(&flags).await;
+    let (kdir, d) = paced_daemon_with_manifest().await;
     let cal = d.calibration().await;
     let job = cal.recalibrate(&["app.scale"]).await.unwrap();
     let ptx = kdir.path().join("scale.ptx");

@@ -50,6 +50,24 @@ fn cudarc_present() -> bool {
     .any(|p| std::path::Path::new(p).exists())
 }
 
+/// `cmd` runs wcetd on the simulator with no bus to use, so that it starts its own private one,
+/// with its state and the bus's directory in `dir`.
+fn on_a_private_bus(cmd: &mut Command, dir: &std::path::Path) {
+    cmd.args([
+        "--backend",
+        "sim",
+        "--no-initial-calibration",
+        "--state-dir",
+    ])
+    .arg(dir.join("state"))
+    .env("XDG_RUNTIME_DIR", dir)
+    .env_remove("DBUS_SESSION_BUS_ADDRESS")
+    .env(
+        "DBUS_SYSTEM_BUS_ADDRESS",
+        "unix:path=/nonexistent/system_bus_socket",
+    );
+}
+
 /// One daemon per state directory, and nothing left running by one killed outright: a second
 /// `wcetd` on the same directory is refused and names the first; after SIGKILL, the private
 /// `dbus-daemon` the first started ends too (waited on with a pidfd, not polled).
@@ -60,21 +78,9 @@ fn a_state_directory_has_one_daemon_and_a_killed_one_leaves_no_bus() {
     // Bounded: a second daemon that is not refused would otherwise run forever.
     let daemon = |extra: &[&str]| {
         let mut cmd = Command::new("timeout");
-        cmd.args(["30", env!("CARGO_BIN_EXE_wcetd")])
-            .args([
-                "--backend",
-                "sim",
-                "--no-initial-calibration",
-                "--state-dir",
-            ])
-            .arg(dir.path().join("state"))
-            .args(extra)
-            .env("XDG_RUNTIME_DIR", dir.path())
-            .env_remove("DBUS_SESSION_BUS_ADDRESS")
-            .env(
-                "DBUS_SYSTEM_BUS_ADDRESS",
-                "unix:path=/nonexistent/system_bus_socket",
-            );
+        cmd.args(["30", env!("CARGO_BIN_EXE_wcetd")]);
+        on_a_private_bus(&mut cmd, dir.path());
+        cmd.args(extra);
         cmd
     };
     let mut first = daemon(&[])
@@ -160,23 +166,9 @@ fn a_state_directory_has_one_daemon_and_a_killed_one_leaves_no_bus() {
 fn a_hangup_stops_the_daemon_cleanly() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_wcetd"))
-        .args([
-            "--backend",
-            "sim",
-            "--no-initial-calibration",
-            "--state-dir",
-        ])
-        .arg(dir.path().join("state"))
-        .env("XDG_RUNTIME_DIR", dir.path())
-        .env_remove("DBUS_SESSION_BUS_ADDRESS")
-        .env(
-            "DBUS_SYSTEM_BUS_ADDRESS",
-            "unix:path=/nonexistent/system_bus_socket",
-        )
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wcetd"));
+    on_a_private_bus(&mut cmd, dir.path());
+    let mut daemon = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
     let mut lines = std::io::BufReader::new(daemon.stdout.take().unwrap()).lines();
     assert!(lines.next().unwrap().unwrap().contains("serving"));
     let bus_dir = dir.path().join(format!("wcetd-{}", daemon.id()));
