@@ -115,9 +115,22 @@ pub struct KernelBound {
     /// Exceedance per launch the bound is stated at.
     pub exceedance: f64,
     pub stale: bool,
-    /// Stale because the kernel's module or fill files changed on disk since its manifest was
-    /// loaded: a reload, not a recalibration, is what makes it current.
-    pub files_changed: bool,
+    /// What makes a stale bound current again.
+    pub remedy: Remedy,
+}
+
+/// What makes a stale bound current again, as admission advises it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Remedy {
+    /// Measure it again on this device.
+    #[default]
+    Recalibrate,
+    /// Its module or fill files changed on disk since its manifest was loaded: reloading the
+    /// kernels calibrates it (a recalibration alone is refused).
+    Reload,
+    /// Known only from imported samples or a bundle: nothing to run here, so import measurements
+    /// made under this configuration.
+    ImportAgain,
 }
 
 /// Where the analyses get per-launch bounds and the device's geometry from.
@@ -311,7 +324,10 @@ impl<'a> Lookup<'a> {
             out.segments.push(bound);
             let exceedance = used.iter().map(|b| b.exceedance).fold(0.0, f64::max);
             let stale = used.iter().any(|b| b.stale);
-            let reload = used.iter().any(|b| b.files_changed);
+            let remedy = used
+                .iter()
+                .find(|b| b.stale)
+                .map_or(Remedy::Recalibrate, |b| b.remedy);
             out.exceedance = out.exceedance.max(exceedance);
             out.stale |= stale;
             let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
@@ -325,14 +341,16 @@ impl<'a> Lookup<'a> {
                 }
             }
             if stale {
-                let note = if reload {
-                    format!(
+                let note = match remedy {
+                    Remedy::Reload => format!(
                         "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `wcetctl kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
-                    )
-                } else {
-                    format!(
+                    ),
+                    Remedy::ImportAgain => format!(
+                        "{what}: bound is stale (imported for another device, driver or clock policy, and the daemon has nothing to run for it); import measurements made under this configuration (`wcetctl import` or `wcetctl import-calibration`)"
+                    ),
+                    Remedy::Recalibrate => format!(
                         "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
-                    )
+                    ),
                 };
                 if self.policy.accept_stale {
                     self.accepted
@@ -690,7 +708,7 @@ mod tests {
         bounds: BTreeMap<(&'static str, u32), u64>,
         isolated_only: bool,
         stale: bool,
-        files_changed: bool,
+        remedy: Remedy,
         exceedance: f64,
     }
 
@@ -722,7 +740,7 @@ mod tests {
                 bound_ns,
                 exceedance: self.exceedance,
                 stale: self.stale,
-                files_changed: self.files_changed,
+                remedy: self.remedy,
             })
         }
     }
@@ -738,7 +756,7 @@ mod tests {
             bounds: m,
             isolated_only: false,
             stale: false,
-            files_changed: false,
+            remedy: Remedy::Recalibrate,
             exceedance: 1e-9,
         }
     }
@@ -852,12 +870,25 @@ mod tests {
         // advice is to reload.
         let edited = Table {
             stale: true,
-            files_changed: true,
+            remedy: Remedy::Reload,
             ..table()
         };
         let v = check_distinct(&edited, &set).unwrap();
         assert!(
             !v.admitted && v.refused[0].contains("`wcetctl kernels reload`"),
+            "{v:?}"
+        );
+        // Known only from imports: nothing to recalibrate here.
+        let imported = Table {
+            stale: true,
+            remedy: Remedy::ImportAgain,
+            ..table()
+        };
+        let v = check_distinct(&imported, &set).unwrap();
+        assert!(
+            !v.admitted
+                && v.refused[0].contains("`wcetctl import`")
+                && !v.refused[0].contains("recalibrate"),
             "{v:?}"
         );
         let heavy = Table {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use zbus::{interface, proxy, Connection, DeserializeDict, OwnedVariant, SerializeDict, Type};
 
 use crate::admission::{
-    self, BoundSource, KernelBound, Policy, Task, TaskResult, Unsized, Verdict,
+    self, BoundSource, KernelBound, Policy, Remedy, Task, TaskResult, Unsized, Verdict,
 };
 use crate::dbus::BusError;
 use crate::gpu::Interference;
@@ -39,7 +39,13 @@ impl BoundSource for Service {
             bound_ns: info.entry.bound_ns,
             exceedance: info.guarantee.exceedance,
             stale: info.stale,
-            files_changed: info.files_changed,
+            remedy: if info.files_changed {
+                Remedy::Reload
+            } else if !info.runnable {
+                Remedy::ImportAgain
+            } else {
+                Remedy::Recalibrate
+            },
         })
     }
 }

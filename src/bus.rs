@@ -206,10 +206,48 @@ fn bus_config(socket: &Path) -> String {
   </policy>
 </busconfig>
 "#,
-        socket.display(),
+        escape_address_value(socket),
         // SAFETY: getuid cannot fail and touches no memory.
         unsafe { libc::getuid() }
     )
+}
+
+/// `path` as a value in a D-Bus address: bytes outside `[-0-9A-Za-z_/.\*]` as `%XX` (the
+/// specification's escaping), so that a runtime directory with a space, comma or `=` still
+/// names the socket, and the result is plain text in the XML configuration too.
+fn escape_address_value(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-_/.\\*".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The socket path of a `unix:path=...` address (its first), with %-escapes undone; `None` for
+/// any other address, or a malformed escape.
+fn unix_path_of(address: &str) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStringExt;
+    let first = address.split(';').next()?;
+    let options = first.strip_prefix("unix:")?;
+    let value = options.split(',').find_map(|kv| kv.strip_prefix("path="))?;
+    let mut bytes = Vec::new();
+    let mut rest = value.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        if b == b'%' {
+            let hex = std::str::from_utf8(tail.get(..2)?).ok()?;
+            bytes.push(u8::from_str_radix(hex, 16).ok()?);
+            rest = &tail[2..];
+        } else {
+            bytes.push(b);
+            rest = tail;
+        }
+    }
+    Some(PathBuf::from(std::ffi::OsString::from_vec(bytes)))
 }
 
 /// The file where the daemon records the address of its private bus.
@@ -237,6 +275,14 @@ pub fn client_address(explicit: Option<&str>, state_dir: &Path) -> BusChoice {
 /// A plain client connection to `choice`.
 pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
     let builder = match choice {
+        // zbus takes a unix path as written, without undoing the address's %-escapes (which a
+        // private bus in a directory with a space or a comma needs): the socket is opened here.
+        BusChoice::Address(a) if a.contains('%') && unix_path_of(a).is_some() => {
+            let path = unix_path_of(a).unwrap_or_default();
+            let stream = std::os::unix::net::UnixStream::connect(&path)
+                .with_context(|| format!("connecting to {}", path.display()))?;
+            zbus::connection::Builder::unix_stream(stream)
+        }
         BusChoice::Address(a) => zbus::connection::Builder::address(a.as_str()),
         BusChoice::System => zbus::connection::Builder::system(),
         BusChoice::Session => zbus::connection::Builder::session(),

@@ -161,6 +161,9 @@ pub struct BoundInfo {
     /// Stale (also) because the kernel's module or fill files changed on disk since its manifest
     /// was loaded: a reload makes it current, a recalibration alone is refused.
     pub files_changed: bool,
+    /// Whether the catalogue has code to run under the kernel's name (not only imported samples
+    /// or a bundle): whether a recalibration can make a stale bound current.
+    pub runnable: bool,
     pub method: String,
     pub law: String,
     pub tail: String,
@@ -783,6 +786,7 @@ impl Service {
             requested_sms: sms,
             stale: self.is_stale(cal) || stale_other.is_some(),
             files_changed: files_changed.is_some(),
+            runnable: self.catalogue().get(kernel).is_some(),
             calibration_id: cal.id.clone(),
             calibrated_at: cal.calibrated_at,
             method: cal.table.method.to_string(),
@@ -1312,7 +1316,7 @@ fn initial_health(
     }
     if !unusable_others.is_empty() {
         why.push(format!(
-            "calibrations of other device configurations not usable, so not served stale (left where they are; the launch times production reported under them still hold bounds up): {}",
+            "calibrations of other device configurations not usable, so not served stale (left where they are; the launch times production reported under them, as far as their observations files can be read, still hold bounds up): {}",
             unusable_others.join("; ")
         ));
     }
@@ -1451,9 +1455,15 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
     };
     for tag in [Interference::Isolated, Interference::Contended] {
         for cal in old.tables_mut(tag).values_mut() {
-            cal.table.notes.push(format!(
-                "served stale at start: {whose}, until this device is recalibrated"
-            ));
+            let until = match cal.origin {
+                Origin::Imported | Origin::Bundle => {
+                    "until measurements made under this configuration are imported"
+                }
+                Origin::Builtin | Origin::Manifest => "until this device is recalibrated",
+            };
+            cal.table
+                .notes
+                .push(format!("served stale at start: {whose}, {until}"));
         }
     }
     keep_observed_floors(store, &mut old);

@@ -179,3 +179,38 @@ fn a_hangup_stops_the_daemon_cleanly() {
     assert!(status.success(), "{status}");
     assert!(!bus_dir.exists(), "the private bus directory is left");
 }
+
+/// A runtime directory whose name a D-Bus address must escape (a space, a comma, an `=`) still
+/// gets a private bus: the socket's path is escaped in the bus's configuration.
+#[test]
+fn a_private_bus_in_a_directory_with_odd_characters_serves() {
+    use std::io::BufRead;
+    let top = tempfile::tempdir().unwrap();
+    let dir = top.path().join("run dir,a=b&<c>");
+    std::fs::create_dir(&dir).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wcetd"));
+    on_a_private_bus(&mut cmd, &dir);
+    let mut daemon = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut lines = std::io::BufReader::new(daemon.stdout.take().unwrap()).lines();
+    let serving = lines.next().expect("a line").unwrap();
+    assert!(
+        serving.contains("serving org.wcetd.Wcetd1 on unix:"),
+        "{serving}"
+    );
+    // A client finds it by the address the daemon recorded, escapes and all.
+    let list = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("list")
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env_remove("WCETD_BUS_ADDRESS")
+        .output()
+        .unwrap();
+    assert!(
+        list.status.success() && String::from_utf8_lossy(&list.stdout).contains("needle"),
+        "{list:?}"
+    );
+    // SAFETY: SIGTERM to our own child, by pid.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    assert!(daemon.wait().unwrap().success());
+}
