@@ -516,6 +516,9 @@ struct StoredEpoch {
 #[derive(Deserialize)]
 struct StoredFile {
     format: u32,
+    /// The UUID of the card the times were reported on ("" in a file that predates it).
+    #[serde(default)]
+    device: String,
     series: Vec<StoredSeries>,
 }
 
@@ -625,6 +628,18 @@ impl ObservationFile {
             Ok(None) => (ReportedTimes::default(), None),
             Err(why) => (ReportedTimes::default(), Some(why)),
         }
+    }
+
+    /// The UUID of the card the file's times were reported on, from its first line alone;
+    /// `None` when that cannot be read.
+    pub fn device_uuid(&self) -> Option<String> {
+        use std::io::BufRead;
+        let file = std::fs::File::open(&self.path).ok()?;
+        let mut first = String::new();
+        std::io::BufReader::new(file).read_line(&mut first).ok()?;
+        let (header, _) = first.split_once("\"series\":[")?;
+        let stored: StoredFile = serde_json::from_str(&format!("{header}\"series\":[]}}")).ok()?;
+        Some(stored.device)
     }
 
     /// The file's series and what was wrong with it; `None` when there is no file, an error when

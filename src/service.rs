@@ -332,7 +332,7 @@ impl Service {
         let unusable: Vec<String> = store
             .unusable_others()
             .into_iter()
-            .map(|(path, why, _)| format!("{} ({why})", path.display()))
+            .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
         let health = initial_health(&device, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
@@ -1316,7 +1316,7 @@ fn initial_health(
     }
     if !unusable_others.is_empty() {
         why.push(format!(
-            "calibrations of other device configurations not usable, so not served stale (left where they are; the launch times production reported under them, as far as their observations files can be read, still hold bounds up): {}",
+            "calibrations of other device configurations not usable, so not served stale (left where they are; launch times production reported on this card under earlier configurations, as far as they can be read, still hold the stale bounds up): {}",
             unusable_others.join("; ")
         ));
     }
@@ -1466,7 +1466,7 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
                 .push(format!("served stale at start: {whose}, {until}"));
         }
     }
-    keep_observed_floors(store, &mut old);
+    keep_observed_floors(store, &mut old, &device.fingerprint);
     Calibration {
         device: device.clone(),
         ..old
@@ -1476,20 +1476,31 @@ fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
 /// Rule 1 across a fingerprint change: the floors production reported under the stale
 /// calibration's own fingerprint (kept in that fingerprint's observations file, which this
 /// device does not load) are raised into its tables, so a bound served before the change is not
-/// served lower after it. So are those reported under a fingerprint whose calibration file was
-/// found unusable (its bounds may be the ones served last). An isolated floor holds up the
+/// served lower after it. So are those reported on this card under any other earlier
+/// fingerprint (its bounds may be the ones served last, whether or not its calibration file
+/// survived: it may never have been written, or be damaged). An isolated floor holds up the
 /// contended bound too.
-fn keep_observed_floors(store: &Store, old: &mut Calibration) {
+fn keep_observed_floors(store: &Store, old: &mut Calibration, now: &crate::gpu::Fingerprint) {
     use crate::observe::ObservationFile;
-    let mut files = vec![(
-        ObservationFile::new(store.dir(), old.fingerprint()),
-        "the previous fingerprint".to_string(),
-    )];
-    for (path, _, digest) in store.unusable_others() {
-        let whose = format!("the fingerprint of the unusable {}", path.display());
-        files.push((ObservationFile::of_digest(store.dir(), &digest), whose));
-    }
-    for (file, whose) in files {
+    let stale_own = ObservationFile::new(store.dir(), old.fingerprint());
+    let current = ObservationFile::new(store.dir(), now);
+    let this_card: Vec<ObservationFile> = std::fs::read_dir(store.dir())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let digest = name.strip_prefix("observations-")?.strip_suffix(".json")?;
+            Some(ObservationFile::of_digest(store.dir(), digest))
+        })
+        .filter(|f| f.path() != stale_own.path() && f.path() != current.path())
+        .filter(|f| f.device_uuid().as_deref() == Some(now.uuid.as_str()))
+        .collect();
+    keep_floors_of(&stale_own, "the previous fingerprint", old);
+    for file in this_card {
+        let whose = format!(
+            "an earlier configuration of this card ({})",
+            file.path().display()
+        );
         keep_floors_of(&file, &whose, old);
     }
 }
@@ -2540,63 +2551,71 @@ mod tests {
         );
     }
 
-    /// The newest other calibration damaged: an older one is served stale, the damaged file is
-    /// left where it is and named in Health, and the times production reported under the
-    /// damaged one's fingerprint still hold the bounds up.
+    /// Times reported on this card under an intermediate configuration B hold the bounds served
+    /// stale after the next change up, whatever became of B's calibration file: damaged (left
+    /// where it is and named in Health), unreadable, or never written (no job ended under B).
     #[test]
-    fn floors_of_a_damaged_newer_calibration_still_hold_the_stale_bounds_up() {
-        let dir = tempfile::tempdir().unwrap();
-        let recalibrate = |service: &Service| {
-            let mut events = service.subscribe();
-            let job = service.recalibrate(&["srad".to_string()]).unwrap();
-            while !service.job(job).unwrap().state.finished() {
-                let _ = events.blocking_recv();
+    fn floors_of_an_intermediate_configuration_hold_up_the_stale_bounds() {
+        for case in ["damaged", "unreadable", "never written"] {
+            let dir = tempfile::tempdir().unwrap();
+            let clocked = |minus: u32| {
+                let mut profile = DeviceProfile::h200();
+                profile.sm_clock_mhz -= minus;
+                let gpu = SimGpu::new(profile, SimOptions::default());
+                Service::start(
+                    Box::new(gpu),
+                    Store::open(dir.path()).unwrap(),
+                    short_campaigns(),
+                )
+                .0
+            };
+            drop(srad_calibrated(dir.path()));
+            let second = clocked(100);
+            if case != "never written" {
+                let mut events = second.subscribe();
+                let job = second.recalibrate(&["srad".to_string()]).unwrap();
+                while !second.job(job).unwrap().state.finished() {
+                    let _ = events.blocking_recv();
+                }
             }
-        };
-        let clocked = |minus: u32| {
-            let mut profile = DeviceProfile::h200();
-            profile.sm_clock_mhz -= minus;
-            let gpu = SimGpu::new(profile, SimOptions::default());
-            Service::start(
-                Box::new(gpu),
-                Store::open(dir.path()).unwrap(),
-                short_campaigns(),
-            )
-            .0
-        };
-        drop(srad_calibrated(dir.path()));
-        let second = clocked(100);
-        recalibrate(&second);
-        let seen = second
-            .bound("srad", 32, Some(Interference::Isolated))
-            .unwrap()
-            * 4;
-        second.report("srad", 32, None, &[seen]).unwrap();
-        second.save_observations();
-        let damaged = Store::open(dir.path())
-            .unwrap()
-            .path_for(&second.device().fingerprint);
-        drop(second);
-        std::fs::write(&damaged, "{").unwrap();
+            let seen = second
+                .bound("srad", 32, Some(Interference::Isolated))
+                .unwrap()
+                * 4;
+            second.report("srad", 32, None, &[seen]).unwrap();
+            second.save_observations();
+            let b_file = Store::open(dir.path())
+                .unwrap()
+                .path_for(&second.device().fingerprint);
+            drop(second);
+            match case {
+                "damaged" => std::fs::write(&b_file, "{").unwrap(),
+                "unreadable" => {
+                    std::fs::remove_file(&b_file).unwrap();
+                    std::fs::create_dir(&b_file).unwrap();
+                }
+                _ => assert!(!b_file.exists()),
+            }
 
-        let third = clocked(200);
-        let info = third
-            .bound_info("srad", 32, Some(Interference::Isolated))
-            .unwrap();
-        assert!(info.stale);
-        assert!(
-            info.entry.bound_ns >= seen,
-            "{} < {seen}",
-            info.entry.bound_ns
-        );
-        assert_eq!(info.observed.map(|f| f.floor_ns), Some(seen));
-        let health = third.health();
-        assert!(
-            health.contains("not usable, so not served stale")
-                && health.contains(&damaged.display().to_string()),
-            "{health}"
-        );
-        assert_eq!(std::fs::read(&damaged).unwrap(), b"{");
+            let third = clocked(200);
+            let info = third
+                .bound_info("srad", 32, Some(Interference::Isolated))
+                .unwrap();
+            assert!(info.stale, "{case}");
+            assert!(
+                info.entry.bound_ns >= seen,
+                "{case}: {} < {seen}",
+                info.entry.bound_ns
+            );
+            assert_eq!(info.observed.map(|f| f.floor_ns), Some(seen), "{case}");
+            let health = third.health();
+            let named = health.contains("not usable, so not served stale")
+                && health.contains(&b_file.display().to_string());
+            assert_eq!(named, case != "never written", "{case}: {health}");
+            if case == "damaged" {
+                assert_eq!(std::fs::read(&b_file).unwrap(), b"{");
+            }
+        }
     }
 
     /// After a clock-policy change, this card's previous calibration is served stale (not a newer

@@ -93,6 +93,14 @@ pub struct KernelCalibration {
     pub inherited_floors: Vec<InheritedFloor>,
 }
 
+/// Why a calibration file that is there cannot be served.
+enum Unservable {
+    /// It cannot be read (permissions, an I/O error): left alone.
+    Unreadable(String),
+    /// It does not parse, has an unsupported format, or bounds below its own launches.
+    Damaged(String),
+}
+
 /// A launch time reported from production under the fingerprint a stale calibration came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InheritedFloor {
@@ -244,7 +252,7 @@ impl Store {
             let cal = match self.read_file(&p) {
                 Ok(Some(cal)) => cal,
                 Ok(None) => continue,
-                Err(why) => {
+                Err(Unservable::Unreadable(why) | Unservable::Damaged(why)) => {
                     tracing::warn!(path = %p.display(), "another fingerprint's calibration is not usable, so it is not served stale: {why}");
                     self.unusable
                         .lock()
@@ -271,24 +279,27 @@ impl Store {
         }
     }
 
-    /// The calibration in `path`, moved aside if it cannot be served (and `None` then).
+    /// The calibration in `path`, moved aside if it is damaged (and `None` then); one that
+    /// cannot be read is left where it is.
     fn load_file(&self, path: &Path) -> Option<Calibration> {
         self.read_file(path).unwrap_or_else(|why| {
-            self.quarantine(path, &why);
+            match why {
+                Unservable::Unreadable(e) => {
+                    tracing::error!(path = %path.display(), "calibration unreadable; ignoring it: {e}");
+                }
+                Unservable::Damaged(why) => self.quarantine(path, &why),
+            }
             None
         })
     }
 
-    /// The calibration in `path`: `Ok(None)` when there is none (or it cannot be read, logged),
-    /// `Err` with why when it is there but cannot be served.
-    fn read_file(&self, path: &Path) -> Result<Option<Calibration>, String> {
+    /// The calibration in `path`: `Ok(None)` when there is none, `Err` with why when it is there
+    /// but cannot be served.
+    fn read_file(&self, path: &Path) -> Result<Option<Calibration>, Unservable> {
         let bytes = match fs::read(path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "calibration unreadable; ignoring it");
-                return Ok(None);
-            }
+            Err(e) => return Err(Unservable::Unreadable(format!("cannot be read: {e}"))),
         };
         let parse = || serde_json::from_slice::<Calibration>(&bytes);
         let parsed = match &self.spill {
@@ -298,13 +309,13 @@ impl Store {
         match parsed {
             Ok(cal) if cal.format == FORMAT_VERSION => match under_their_launches(&cal) {
                 None => Ok(Some(cal)),
-                Some(why) => Err(why),
+                Some(why) => Err(Unservable::Damaged(why)),
             },
-            Ok(cal) => Err(format!(
+            Ok(cal) => Err(Unservable::Damaged(format!(
                 "format {} is not the supported {FORMAT_VERSION}",
                 cal.format
-            )),
-            Err(e) => Err(e.to_string()),
+            ))),
+            Err(e) => Err(Unservable::Damaged(e.to_string())),
         }
     }
 
@@ -317,28 +328,16 @@ impl Store {
             .push(format!("{} ({why})", path.display()));
     }
 
-    /// The calibration files moved aside since the store was opened, each with why.
     /// Other fingerprints' calibration files found unusable since the store was opened, each
-    /// with why, and the digest of their fingerprint (from the file name).
-    pub fn unusable_others(&self) -> Vec<(PathBuf, String, String)> {
-        let unusable = self
-            .unusable
+    /// with why.
+    pub fn unusable_others(&self) -> Vec<(PathBuf, String)> {
+        self.unusable
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        unusable
-            .iter()
-            .map(|(p, why)| {
-                let name = path_name(p);
-                let digest = name
-                    .strip_prefix("calibration-")
-                    .and_then(|n| n.strip_suffix(".json"))
-                    .unwrap_or_default()
-                    .to_string();
-                (p.clone(), why.clone(), digest)
-            })
-            .collect()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
+    /// The calibration files moved aside since the store was opened, each with why.
     pub fn quarantined(&self) -> Vec<String> {
         self.quarantined
             .lock()

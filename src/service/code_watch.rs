@@ -5,7 +5,7 @@
 //! the GPU worker is doing; a file's size, modification and change times and inode are compared
 //! first, and its bytes are hashed only when one of them moved (a `touch` costs one hash, an
 //! unchanged file none; the change time cannot be set back, so an edit that restores the
-//! modification time is still seen). A file whose times are within [`RACY`] of the look is
+//! modification time is still seen). A file whose change time is within [`RACY`] of the look is
 //! looked at again next time, whatever its stat says: a rewrite of the same size within one
 //! tick of a coarse file-system clock would otherwise leave the stat as it was (git's "racily
 //! clean" files).
@@ -118,7 +118,9 @@ impl CodeWatch {
                 continue;
             }
             judged.push((m, m.changed_on_disk()));
-            let settled = now.stats.iter().flatten().all(|s| s.1 < racy && s.2 < racy);
+            // The change time alone: the kernel sets it, so it is never in the future (a module
+            // unpacked with a future modification time would otherwise be hashed every look).
+            let settled = now.stats.iter().flatten().all(|s| s.2 < racy);
             if settled {
                 self.seen.insert(m.name.clone(), now);
             } else {

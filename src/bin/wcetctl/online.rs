@@ -618,9 +618,13 @@ pub(crate) async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyho
     // apart. For the reader only (both are queued for calibration alike), so without the list
     // every kernel the reload names is shown as added.
     let before = match bounds_proxy(conn).await {
-        Ok(bounds) => bounds.list_kernels().await.unwrap_or_default(),
-        Err(_) => Vec::new(),
+        Ok(bounds) => bounds.list_kernels().await.ok(),
+        Err(_) => None,
     };
+    if before.is_none() {
+        eprintln!("wcetctl: ListKernels failed, so changed kernels are listed as added");
+    }
+    let before = before.unwrap_or_default();
     let (added, removed, rejected) = calibration.reload_kernels().await.map_err(explain)?;
     let (changed, new): (Vec<String>, Vec<String>) =
         added.iter().cloned().partition(|k| before.contains(k));
