@@ -844,11 +844,19 @@ impl Service {
         }
     }
 
-    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz.
+    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz. Where
+    /// the calibration read no clock (imported samples), the clock its fingerprint names: a
+    /// stale import made under another clock policy is scaled as a measured calibration is.
     fn clocks(&self, cal: &KernelCalibration) -> (u32, u32) {
-        let calibrated = cal
-            .environment()
+        let env = cal.environment();
+        let nominal = if env.fingerprint == self.inner.device.fingerprint {
+            None
+        } else {
+            clock_in_policy(&env.fingerprint.clock_policy)
+        };
+        let calibrated = env
             .sm_clock_mhz_max
+            .or(nominal)
             .unwrap_or(self.inner.device.sm_clock_mhz);
         (calibrated, self.current_clock_mhz().unwrap_or(0))
     }
@@ -1404,6 +1412,13 @@ fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> S
             known.join(", ")
         }
     ))
+}
+
+/// The clock a fingerprint's clock policy names (`nominal:1980MHz`, `locked:1755MHz`), in MHz.
+fn clock_in_policy(policy: &str) -> Option<u32> {
+    let mhz = policy.strip_suffix("MHz")?;
+    let digits = mhz.rsplit(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok().filter(|&m| m > 0)
 }
 
 /// Median and mean of measured launch times (0, 0 when there are none).
@@ -2529,6 +2544,7 @@ mod tests {
             let _ = events.blocking_recv();
         }
         assert_eq!(before.job(job).unwrap().state, JobState::Done);
+        let imported = before.bound("lab.k", 64, None).unwrap();
         drop(before);
         let mut reclocked = DeviceProfile::h200();
         reclocked.sm_clock_mhz -= 100;
@@ -2549,6 +2565,20 @@ mod tests {
             health.contains("stale bounds for lab.k (samples or a calibration imported"),
             "{health}"
         );
+        // Imported samples read no clock: the stale import is scaled from the clock its
+        // fingerprint names, as a measured calibration is.
+        let info = after.bound_info("lab.k", 64, None).unwrap();
+        let nominal = DeviceProfile::h200().sm_clock_mhz;
+        assert!(info.clock.scaled, "{:?}", info.clock);
+        assert_eq!(info.clock.calibrated_mhz, nominal);
+        assert!(
+            info.entry.bound_ns > imported,
+            "{} <= {imported}",
+            info.entry.bound_ns
+        );
+        assert_eq!(clock_in_policy("nominal:1980MHz"), Some(1980));
+        assert_eq!(clock_in_policy("locked:1755MHz"), Some(1755));
+        assert_eq!(clock_in_policy("default"), None);
     }
 
     /// Times reported on this card under an intermediate configuration B hold the bounds served
