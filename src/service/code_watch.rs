@@ -3,7 +3,7 @@
 //! bounds measured for the version loaded are stale from that moment, not only from the next
 //! `ReloadKernels` or calibration attempt. A thread of its own checks every second, whatever
 //! the GPU worker is doing; a file's size, modification and change times and inode are compared
-//! first, and its bytes are hashed only when one of them moved (a `touch` costs one hash, an
+//! first, and its bytes are hashed only when one of them moved (a `touch` costs a few hashes, an
 //! unchanged file none; the change time cannot be set back, so an edit that restores the
 //! modification time is still seen). A file whose change time is within [`RACY`] of the look is
 //! looked at again next time, whatever its stat says: a rewrite of the same size within one
@@ -30,7 +30,7 @@ const RACY: Duration = Duration::from_secs(2);
 /// reads the new files is another manifest, judged again.
 pub(super) type ChangedOnDisk = HashMap<String, (String, String)>;
 
-/// What the worker last saw of each manifest's files.
+/// What the watcher last saw of each manifest's files.
 #[derive(Default)]
 pub(super) struct CodeWatch {
     seen: HashMap<String, Seen>,
