@@ -601,7 +601,7 @@ impl ShutdownSignals {
         })
     }
 
-    /// Until either arrives (or has arrived since `install`).
+    /// Until one of them arrives (or has arrived since `install`).
     async fn wait(&mut self) {
         tokio::select! {
             _ = self.term.recv() => {}
