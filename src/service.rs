@@ -428,7 +428,21 @@ impl Service {
             .partition(|k| self.files_changed(k).is_some());
         let (runnable, imported): (Vec<String>, Vec<String>) =
             stale.into_iter().partition(|k| catalogue.get(k).is_some());
+        // A kernel a queued or running job calibrates needs no command, only the job's end.
+        let pending = self.pending_jobs();
+        let (waiting, runnable): (Vec<String>, Vec<String>) =
+            runnable.into_iter().partition(|k| pending.contains_key(k));
         let mut advice = Vec::new();
+        if !waiting.is_empty() {
+            let jobs: Vec<String> = waiting
+                .iter()
+                .map(|k| format!("{k} (job {})", pending[k]))
+                .collect();
+            advice.push(format!(
+                "stale bounds being recalibrated: {}; current when the job ends (`wcetctl jobs`)",
+                jobs.join(", ")
+            ));
+        }
         if !runnable.is_empty() {
             advice.push(format!(
                 "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate {}`",
@@ -449,6 +463,25 @@ impl Service {
             ));
         }
         advice
+    }
+
+    /// Kernels that a queued or running calibration job measures, each with the job's number
+    /// (the earliest, where several do).
+    fn pending_jobs(&self) -> std::collections::HashMap<String, u64> {
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut pending = std::collections::HashMap::new();
+        for (&id, (status, _)) in jobs.iter().rev() {
+            if !status.state.finished() {
+                for k in &status.kernels {
+                    pending.insert(k.clone(), id);
+                }
+            }
+        }
+        pending
     }
 
     fn snapshot(&self) -> Arc<Calibration> {
@@ -2548,7 +2581,12 @@ mod tests {
         drop(before);
         let mut reclocked = DeviceProfile::h200();
         reclocked.sm_clock_mhz -= 100;
-        let gpu = SimGpu::new(reclocked, SimOptions::default());
+        // Paced, so that a job started below is still running when Health is read.
+        let paced = SimOptions {
+            pace_us_per_launch: 500,
+            ..SimOptions::default()
+        };
+        let gpu = SimGpu::new(reclocked, paced);
         let after = Service::start(
             Box::new(gpu),
             Store::open(dir.path()).unwrap(),
@@ -2579,6 +2617,16 @@ mod tests {
         assert_eq!(clock_in_policy("nominal:1980MHz"), Some(1980));
         assert_eq!(clock_in_policy("locked:1755MHz"), Some(1755));
         assert_eq!(clock_in_policy("default"), None);
+        // Being recalibrated: Health names the job, not a command to run again.
+        let job = after.recalibrate(&["srad".to_string()]).unwrap();
+        let health = after.health();
+        assert!(
+            health.contains(&format!(
+                "stale bounds being recalibrated: srad (job {job})"
+            )) && !health.contains("`wcetctl recalibrate srad`"),
+            "{health}"
+        );
+        after.cancel_job(job).unwrap();
     }
 
     /// Times reported on this card under an intermediate configuration B hold the bounds served
