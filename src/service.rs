@@ -2696,6 +2696,38 @@ mod tests {
         }
     }
 
+    /// An inherited floor that the table does not carry (the carried-over table lacked its size,
+    /// so raising it there did nothing) and a lower time reported here: the bound is the higher
+    /// floor, not the table's entry (which is below both).
+    #[test]
+    fn an_inherited_floor_outside_the_table_and_a_reported_one_both_hold_the_bound_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let table_bound = std::cell::Cell::new(0u64);
+        srad_calibrated_then_edited(dir.path(), |v| {
+            let srad = &mut v["kernels"]["srad"];
+            let entries = srad["table"]["entries"].as_array().unwrap();
+            let at_32 = entries.iter().find(|e| e["sms"] == 32).unwrap();
+            table_bound.set(at_32["bound_ns"].as_u64().unwrap());
+            srad["inherited_floors"] = serde_json::json!([
+                {"sms": 32, "ns": table_bound.get() * 3, "at": "2026-11-01T00:00:00Z"}
+            ]);
+        });
+        let service = short_campaign_service(dir.path());
+        let tag = Some(Interference::Isolated);
+        let reported = table_bound.get() * 2;
+        service.report("srad", 32, tag, &[reported]).unwrap();
+        let info = service.bound_info("srad", 32, tag).unwrap();
+        assert_eq!(info.entry.bound_ns, table_bound.get() * 3);
+        assert_eq!(
+            info.observed.map(|f| f.floor_ns),
+            Some(table_bound.get() * 3)
+        );
+        assert_eq!(
+            service.bound("srad", 32, tag).unwrap(),
+            table_bound.get() * 3
+        );
+    }
+
     /// After a clock-policy change, this card's previous calibration is served stale (not a newer
     /// one of another card), still at least every time production reported under it.
     #[test]
