@@ -10,6 +10,11 @@
 //!
 //! Every lock guards data that is replaced by a single assignment, so it is consistent even after a
 //! panic elsewhere; locks are taken poison-tolerant so that one bug cannot stop all queries.
+//!
+//! Beside this file: `stale.rs` (whether a served bound still holds, and the step that makes it
+//! current), `carry_over.rs` (the calibration served at start, and production floors across a
+//! change of device fingerprint), `code_watch.rs` (manifests' files changed on disk) and
+//! `monitor.rs` (launch times reported from production).
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -32,8 +37,10 @@ use std::path::PathBuf;
 
 pub use crate::request_error::{how_to_calibrate, Result, ServiceError};
 
+mod carry_over;
 mod code_watch;
 mod monitor;
+mod stale;
 pub use monitor::{
     MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome, SAVE_INTERVAL,
 };
@@ -314,7 +321,7 @@ impl Service {
         let device = gpu.info().clone();
         let calibrate_missing = config.initial_calibration;
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
-        let calibration = initial_calibration(&store, &device);
+        let calibration = carry_over::initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
         let forecast = Forecast::new(config.prediction.as_ref(), &device.partition_sizes);
         let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, &device);
@@ -416,74 +423,6 @@ impl Service {
         }
     }
 
-    /// What Health says of stale bounds, each group with the command that makes it current: a
-    /// kernel whose files changed on disk is reloaded (a recalibration alone is refused), one in
-    /// the catalogue recalibrated, and one known only from imported samples or a bundle, which
-    /// has nothing to run here, imported again.
-    fn stale_advice(&self) -> Vec<String> {
-        let catalogue = self.catalogue();
-        let (edited, stale): (Vec<String>, Vec<String>) = self
-            .stale_kernels()
-            .into_iter()
-            .partition(|k| self.files_changed(k).is_some());
-        let (runnable, imported): (Vec<String>, Vec<String>) =
-            stale.into_iter().partition(|k| catalogue.get(k).is_some());
-        // A kernel a queued or running job calibrates needs no command, only the job's end.
-        let pending = self.pending_jobs();
-        let (waiting, runnable): (Vec<String>, Vec<String>) =
-            runnable.into_iter().partition(|k| pending.contains_key(k));
-        let mut advice = Vec::new();
-        if !waiting.is_empty() {
-            let jobs: Vec<String> = waiting
-                .iter()
-                .map(|k| format!("{k} (job {})", pending[k]))
-                .collect();
-            advice.push(format!(
-                "stale bounds being recalibrated: {}; current when the job ends (`wcetctl jobs`)",
-                jobs.join(", ")
-            ));
-        }
-        if !runnable.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate {}`",
-                runnable.join(", "),
-                runnable.join(" ")
-            ));
-        }
-        if !edited.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
-                edited.join(", ")
-            ));
-        }
-        if !imported.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `wcetctl import` or `wcetctl import-calibration`",
-                imported.join(", ")
-            ));
-        }
-        advice
-    }
-
-    /// Kernels that a queued or running calibration job measures, each with the job's number
-    /// (the earliest, where several do).
-    fn pending_jobs(&self) -> std::collections::HashMap<String, u64> {
-        let jobs = self
-            .inner
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut pending = std::collections::HashMap::new();
-        for (&id, (status, _)) in jobs.iter().rev() {
-            if !status.state.finished() {
-                for k in &status.kernels {
-                    pending.insert(k.clone(), id);
-                }
-            }
-        }
-        pending
-    }
-
     fn snapshot(&self) -> Arc<Calibration> {
         Arc::clone(
             &self
@@ -492,59 +431,6 @@ impl Service {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner),
         )
-    }
-
-    /// Whether `kernel` lacks a current calibration under any interference the daemon measures.
-    fn needs_calibration(&self, kernel: &str) -> bool {
-        let snap = self.snapshot();
-        self.inner.config.interference.iter().any(|&tag| {
-            snap.tables(tag)
-                .get(kernel)
-                .is_none_or(|k| self.is_stale(k))
-        })
-    }
-
-    /// Rule 3: a bound holds for the conditions it was measured under, this device's
-    /// fingerprint and the kernel's code as the catalogue has it now.
-    fn is_stale(&self, k: &KernelCalibration) -> bool {
-        k.environment().fingerprint != self.inner.device.fingerprint
-            || self.code_changed(k)
-            || self.files_changed(&k.campaign.kernel).is_some()
-    }
-
-    /// Why the module or a fill file of the manifest loaded under `kernel` is no longer what it
-    /// was loaded with, as the GPU worker last found it: the application now runs other code
-    /// than the bounds were measured for.
-    fn files_changed(&self, kernel: &str) -> Option<String> {
-        let code = self
-            .catalogue()
-            .get(kernel)?
-            .manifest()?
-            .code_sha256
-            .clone();
-        self.inner
-            .changed_on_disk
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(kernel)
-            .filter(|(loaded, _)| *loaded == code)
-            .map(|(_, why)| why.clone())
-    }
-
-    /// Whether the kernel `k` measured is not the code the catalogue has under its name now: a
-    /// manifest, module or fill file edited since. A calibration that recorded no code (imported
-    /// from an older exporter, or made before digests were kept) counts as changed where the
-    /// catalogue has a manifest under the name, since nothing says which version it timed; a
-    /// kernel no longer in the catalogue is not served anyway.
-    fn code_changed(&self, k: &KernelCalibration) -> bool {
-        let catalogue = self.catalogue();
-        let Some(spec) = catalogue.get(&k.campaign.kernel) else {
-            return false;
-        };
-        if k.code.is_empty() {
-            return spec.manifest().is_some();
-        }
-        spec.code_digest() != k.code
     }
 
     fn catalogue(&self) -> Arc<Catalogue> {
@@ -1287,23 +1173,6 @@ impl Service {
         *exited
     }
 
-    /// Names of kernels with a served calibration (of either interference) made on another
-    /// device (rule 3).
-    pub fn stale_kernels(&self) -> Vec<String> {
-        let snap = self.snapshot();
-        let catalogue = self.catalogue();
-        let mut names: Vec<String> = snap
-            .kernels
-            .iter()
-            .chain(&snap.contended)
-            .filter(|(n, k)| served(&catalogue, n, k) && self.is_stale(k))
-            .map(|(n, _)| n.clone())
-            .collect();
-        names.sort();
-        names.dedup();
-        names
-    }
-
     /// The exceedance per launch bounds are configured to be stated at (`wcetd --exceedance`).
     pub fn configured_exceedance(&self) -> f64 {
         self.inner.config.recipe.method_config.exceedance
@@ -1471,127 +1340,6 @@ fn join(sizes: &[u32]) -> String {
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
-/// most recent one of this card under another fingerprint or of another card, or nothing.
-fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
-    if let Some(cal) = store.load(&device.fingerprint) {
-        tracing::info!(kernels = cal.kernels.len(), "loaded calibration");
-        return cal;
-    }
-    let Some(mut old) = store.load_latest_other(&device.fingerprint) else {
-        return Calibration::new(device.clone());
-    };
-    tracing::warn!(
-        old_device = %old.device.name,
-        old_uuid = %old.device.fingerprint.uuid,
-        "no calibration for this device fingerprint; serving the previous one as stale until recalibrated"
-    );
-    let whose = if old.device.fingerprint.uuid == device.fingerprint.uuid {
-        format!(
-            "this card's calibration under another configuration (driver {}, CUDA {}, clocks {})",
-            old.device.fingerprint.driver,
-            old.device.fingerprint.cuda,
-            old.device.fingerprint.clock_policy
-        )
-    } else {
-        format!(
-            "another card's calibration ({}, {})",
-            old.device.name, old.device.fingerprint.uuid
-        )
-    };
-    for tag in [Interference::Isolated, Interference::Contended] {
-        for cal in old.tables_mut(tag).values_mut() {
-            let until = match cal.origin {
-                Origin::Imported | Origin::Bundle => {
-                    "until measurements made under this configuration are imported"
-                }
-                Origin::Builtin | Origin::Manifest => "until this device is recalibrated",
-            };
-            cal.table
-                .notes
-                .push(format!("served stale at start: {whose}, {until}"));
-        }
-    }
-    keep_observed_floors(store, &mut old, &device.fingerprint);
-    Calibration {
-        device: device.clone(),
-        ..old
-    }
-}
-
-/// Rule 1 across a fingerprint change: the floors production reported under the stale
-/// calibration's own fingerprint (kept in that fingerprint's observations file, which this
-/// device does not load) are raised into its tables, so a bound served before the change is not
-/// served lower after it. So are those reported on this card under any other earlier
-/// fingerprint (its bounds may be the ones served last, whether or not its calibration file
-/// survived: it may never have been written, or be damaged). An isolated floor holds up the
-/// contended bound too.
-fn keep_observed_floors(store: &Store, old: &mut Calibration, now: &crate::gpu::Fingerprint) {
-    use crate::observe::ObservationFile;
-    let stale_own = ObservationFile::new(store.dir(), old.fingerprint());
-    let current = ObservationFile::new(store.dir(), now);
-    let this_card: Vec<ObservationFile> = std::fs::read_dir(store.dir())
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            let name = e.ok()?.file_name().into_string().ok()?;
-            let digest = name.strip_prefix("observations-")?.strip_suffix(".json")?;
-            Some(ObservationFile::of_digest(store.dir(), digest))
-        })
-        .filter(|f| f.path() != stale_own.path() && f.path() != current.path())
-        .filter(|f| f.device_uuid().as_deref() == Some(now.uuid.as_str()))
-        .collect();
-    keep_floors_of(&stale_own, "the previous fingerprint", old);
-    for file in this_card {
-        let whose = format!(
-            "an earlier configuration of this card ({})",
-            file.path().display()
-        );
-        keep_floors_of(&file, &whose, old);
-    }
-}
-
-/// [`keep_observed_floors`] for one observations file, reported under `whose`.
-fn keep_floors_of(file: &crate::observe::ObservationFile, whose: &str, old: &mut Calibration) {
-    // Read only: that file belongs to the other fingerprint, which this daemon never rewrites,
-    // so a damaged one is left where it is rather than moved aside.
-    let (observations, unread) = file.read();
-    if let Some(why) = &unread {
-        tracing::error!(path = %file.path().display(), "launch times reported under {whose} could not all be read: {why}");
-        for t in [Interference::Isolated, Interference::Contended] {
-            for cal in old.tables_mut(t).values_mut() {
-                cal.table.notes.push(format!(
-                    "launch times reported from production under {whose} could not all be read ({}: {why}); this stale bound may be below some of them",
-                    file.path().display()
-                ));
-            }
-        }
-    }
-    for (kernel, sms, tag, series) in observations.iter() {
-        let tags: &[Interference] = match tag {
-            Interference::Isolated => &[Interference::Isolated, Interference::Contended],
-            Interference::Contended => &[Interference::Contended],
-        };
-        for &t in tags {
-            let Some(cal) = old.tables_mut(t).get_mut(kernel) else {
-                continue;
-            };
-            cal.inherited_floors.push(crate::store::InheritedFloor {
-                sms,
-                ns: series.floor_ns,
-                at: series.floor_at,
-            });
-            if cal.table.raise_to(sms, series.floor_ns) {
-                cal.table.notes.push(format!(
-                    "raised to {} ns at {sms} SMs by a launch time reported from production under {whose} ({})",
-                    series.floor_ns,
-                    series.floor_at.to_rfc3339()
-                ));
-            }
-        }
-    }
 }
 
 /// Only the worker touches the GPU, so it also reads the clock: between jobs and while idle.

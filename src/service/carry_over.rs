@@ -1,0 +1,130 @@
+//! The calibration served at start, and rule 1 across a change of device fingerprint (a new
+//! driver, CUDA version or clock policy, or another card): with no calibration for this
+//! fingerprint, the most recent other one is served stale until recalibrated, and every launch
+//! time production reported on this card under an earlier configuration (and under the stale
+//! calibration's own) holds its bounds up, so no bound is served lower after the change than
+//! before it.
+
+use crate::gpu::{DeviceInfo, Interference};
+use crate::store::{Calibration, Origin, Store};
+
+/// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
+/// most recent one of this card under another fingerprint or of another card, or nothing.
+pub(super) fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
+    if let Some(cal) = store.load(&device.fingerprint) {
+        tracing::info!(kernels = cal.kernels.len(), "loaded calibration");
+        return cal;
+    }
+    let Some(mut old) = store.load_latest_other(&device.fingerprint) else {
+        return Calibration::new(device.clone());
+    };
+    tracing::warn!(
+        old_device = %old.device.name,
+        old_uuid = %old.device.fingerprint.uuid,
+        "no calibration for this device fingerprint; serving the previous one as stale until recalibrated"
+    );
+    let whose = if old.device.fingerprint.uuid == device.fingerprint.uuid {
+        format!(
+            "this card's calibration under another configuration (driver {}, CUDA {}, clocks {})",
+            old.device.fingerprint.driver,
+            old.device.fingerprint.cuda,
+            old.device.fingerprint.clock_policy
+        )
+    } else {
+        format!(
+            "another card's calibration ({}, {})",
+            old.device.name, old.device.fingerprint.uuid
+        )
+    };
+    for tag in [Interference::Isolated, Interference::Contended] {
+        for cal in old.tables_mut(tag).values_mut() {
+            let until = match cal.origin {
+                Origin::Imported | Origin::Bundle => {
+                    "until measurements made under this configuration are imported"
+                }
+                Origin::Builtin | Origin::Manifest => "until this device is recalibrated",
+            };
+            cal.table
+                .notes
+                .push(format!("served stale at start: {whose}, {until}"));
+        }
+    }
+    keep_observed_floors(store, &mut old, &device.fingerprint);
+    Calibration {
+        device: device.clone(),
+        ..old
+    }
+}
+
+/// Rule 1 across a fingerprint change: the floors production reported under the stale
+/// calibration's own fingerprint (kept in that fingerprint's observations file, which this
+/// device does not load) are raised into its tables, so a bound served before the change is not
+/// served lower after it. So are those reported on this card under any other earlier
+/// fingerprint (its bounds may be the ones served last, whether or not its calibration file
+/// survived: it may never have been written, or be damaged). An isolated floor holds up the
+/// contended bound too.
+fn keep_observed_floors(store: &Store, old: &mut Calibration, now: &crate::gpu::Fingerprint) {
+    use crate::observe::ObservationFile;
+    let stale_own = ObservationFile::new(store.dir(), old.fingerprint());
+    let current = ObservationFile::new(store.dir(), now);
+    let this_card: Vec<ObservationFile> = std::fs::read_dir(store.dir())
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            let digest = name.strip_prefix("observations-")?.strip_suffix(".json")?;
+            Some(ObservationFile::of_digest(store.dir(), digest))
+        })
+        .filter(|f| f.path() != stale_own.path() && f.path() != current.path())
+        .filter(|f| f.device_uuid().as_deref() == Some(now.uuid.as_str()))
+        .collect();
+    keep_floors_of(&stale_own, "the previous fingerprint", old);
+    for file in this_card {
+        let whose = format!(
+            "an earlier configuration of this card ({})",
+            file.path().display()
+        );
+        keep_floors_of(&file, &whose, old);
+    }
+}
+
+/// [`keep_observed_floors`] for one observations file, reported under `whose`.
+fn keep_floors_of(file: &crate::observe::ObservationFile, whose: &str, old: &mut Calibration) {
+    // Read only: that file belongs to the other fingerprint, which this daemon never rewrites,
+    // so a damaged one is left where it is rather than moved aside.
+    let (observations, unread) = file.read();
+    if let Some(why) = &unread {
+        tracing::error!(path = %file.path().display(), "launch times reported under {whose} could not all be read: {why}");
+        for t in [Interference::Isolated, Interference::Contended] {
+            for cal in old.tables_mut(t).values_mut() {
+                cal.table.notes.push(format!(
+                    "launch times reported from production under {whose} could not all be read ({}: {why}); this stale bound may be below some of them",
+                    file.path().display()
+                ));
+            }
+        }
+    }
+    for (kernel, sms, tag, series) in observations.iter() {
+        let tags: &[Interference] = match tag {
+            Interference::Isolated => &[Interference::Isolated, Interference::Contended],
+            Interference::Contended => &[Interference::Contended],
+        };
+        for &t in tags {
+            let Some(cal) = old.tables_mut(t).get_mut(kernel) else {
+                continue;
+            };
+            cal.inherited_floors.push(crate::store::InheritedFloor {
+                sms,
+                ns: series.floor_ns,
+                at: series.floor_at,
+            });
+            if cal.table.raise_to(sms, series.floor_ns) {
+                cal.table.notes.push(format!(
+                    "raised to {} ns at {sms} SMs by a launch time reported from production under {whose} ({})",
+                    series.floor_ns,
+                    series.floor_at.to_rfc3339()
+                ));
+            }
+        }
+    }
+}
