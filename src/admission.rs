@@ -131,6 +131,8 @@ pub enum Remedy {
     /// Known only from imported samples or a bundle: nothing to run here, so import measurements
     /// made under this configuration.
     ImportAgain,
+    /// A queued or running calibration job (this number) measures it: current when it ends.
+    BeingRecalibrated(u64),
 }
 
 /// Where the analyses get per-launch bounds and the device's geometry from.
@@ -344,6 +346,9 @@ impl<'a> Lookup<'a> {
                 let note = match remedy {
                     Remedy::Reload => format!(
                         "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `wcetctl kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
+                    ),
+                    Remedy::BeingRecalibrated(job) => format!(
+                        "{what}: bound is stale, and calibration job {job} is measuring it now (current when the job ends: `wcetctl jobs`)"
                     ),
                     Remedy::ImportAgain => format!(
                         "{what}: bound is stale (imported for another device, driver or clock policy, and the daemon has nothing to run for it); import measurements made under this configuration (`wcetctl import` or `wcetctl import-calibration`)"
@@ -876,6 +881,18 @@ mod tests {
         let v = check_distinct(&edited, &set).unwrap();
         assert!(
             !v.admitted && v.refused[0].contains("`wcetctl kernels reload`"),
+            "{v:?}"
+        );
+        let waiting = Table {
+            stale: true,
+            remedy: Remedy::BeingRecalibrated(7),
+            ..table()
+        };
+        let v = check_distinct(&waiting, &set).unwrap();
+        assert!(
+            !v.admitted
+                && v.refused[0].contains("job 7")
+                && !v.refused[0].contains("recalibrate a"),
             "{v:?}"
         );
         // Known only from imports: nothing to recalibrate here.

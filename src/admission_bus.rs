@@ -41,6 +41,8 @@ impl BoundSource for Service {
             stale: info.stale,
             remedy: if info.files_changed {
                 Remedy::Reload
+            } else if let Some(job) = info.recalibrating {
+                Remedy::BeingRecalibrated(job)
             } else if !info.runnable {
                 Remedy::ImportAgain
             } else {

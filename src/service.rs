@@ -171,6 +171,8 @@ pub struct BoundInfo {
     /// Whether the catalogue has code to run under the kernel's name (not only imported samples
     /// or a bundle): whether a recalibration can make a stale bound current.
     pub runnable: bool,
+    /// The queued or running calibration job that measures this kernel, if any.
+    pub recalibrating: Option<u64>,
     pub method: String,
     pub law: String,
     pub tail: String,
@@ -698,14 +700,19 @@ impl Service {
             exceedance,
             basis,
         };
+        let stale = self.is_stale(cal) || stale_other.is_some();
         Ok(BoundInfo {
             guarantee,
             kernel: kernel.to_string(),
             entry,
             requested_sms: sms,
-            stale: self.is_stale(cal) || stale_other.is_some(),
+            stale,
             files_changed: files_changed.is_some(),
             runnable: self.catalogue().get(kernel).is_some(),
+            // Only where stale: the job table's lock stays off the common query path.
+            recalibrating: stale
+                .then(|| self.pending_jobs().get(kernel).copied())
+                .flatten(),
             calibration_id: cal.id.clone(),
             calibrated_at: cal.calibrated_at,
             method: cal.table.method.to_string(),
@@ -2374,6 +2381,9 @@ mod tests {
             )) && !health.contains("`wcetctl recalibrate srad`"),
             "{health}"
         );
+        // Admission reads the same from the bound (`Remedy::BeingRecalibrated`).
+        let info = after.bound_info("srad", 64, None).unwrap();
+        assert_eq!(info.recalibrating, Some(job));
         after.cancel_job(job).unwrap();
     }
 

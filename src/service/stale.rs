@@ -64,7 +64,7 @@ impl Service {
 
     /// Kernels that a queued or running calibration job measures, each with the job's number
     /// (the earliest, where several do).
-    fn pending_jobs(&self) -> HashMap<String, u64> {
+    pub(super) fn pending_jobs(&self) -> HashMap<String, u64> {
         let jobs = self
             .inner
             .jobs
