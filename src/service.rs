@@ -2392,7 +2392,12 @@ mod tests {
     /// where it is and named in Health), unreadable, or never written (no job ended under B).
     #[test]
     fn floors_of_an_intermediate_configuration_hold_up_the_stale_bounds() {
-        for case in ["damaged", "unreadable", "never written"] {
+        for case in [
+            "damaged",
+            "unreadable",
+            "never written",
+            "observations damaged",
+        ] {
             let dir = tempfile::tempdir().unwrap();
             let clocked = |minus: u32| {
                 let mut profile = DeviceProfile::h200();
@@ -2407,7 +2412,8 @@ mod tests {
             };
             drop(srad_calibrated(dir.path()));
             let second = clocked(100);
-            if case != "never written" {
+            // Without a job under B, A's calibration is the one served stale at C.
+            if case != "never written" && case != "observations damaged" {
                 let mut events = second.subscribe();
                 let job = second.recalibrate(&["srad".to_string()]).unwrap();
                 while !second.job(job).unwrap().state.finished() {
@@ -2423,9 +2429,14 @@ mod tests {
             let b_file = Store::open(dir.path())
                 .unwrap()
                 .path_for(&second.device().fingerprint);
+            let b_observed =
+                crate::observe::ObservationFile::new(dir.path(), &second.device().fingerprint);
             drop(second);
             match case {
                 "damaged" => std::fs::write(&b_file, "{").unwrap(),
+                // Not even the card it was for can be read: it is read anyway, and what it held
+                // is named as unread rather than dropped in silence.
+                "observations damaged" => std::fs::write(b_observed.path(), "{").unwrap(),
                 "unreadable" => {
                     std::fs::remove_file(&b_file).unwrap();
                     std::fs::create_dir(&b_file).unwrap();
@@ -2438,6 +2449,15 @@ mod tests {
                 .bound_info("srad", 32, Some(Interference::Isolated))
                 .unwrap();
             assert!(info.stale, "{case}");
+            if case == "observations damaged" {
+                let notes = info.notes.join("; ");
+                assert!(
+                    notes.contains("could not all be read")
+                        && notes.contains(&b_observed.path().display().to_string()),
+                    "{notes}"
+                );
+                continue;
+            }
             assert!(
                 info.entry.bound_ns >= seen,
                 "{case}: {} < {seen}",

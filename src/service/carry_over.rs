@@ -76,7 +76,12 @@ fn keep_observed_floors(store: &Store, old: &mut Calibration, now: &crate::gpu::
             Some(ObservationFile::of_digest(store.dir(), digest))
         })
         .filter(|f| f.path() != stale_own.path() && f.path() != current.path())
-        .filter(|f| f.device_uuid().as_deref() == Some(now.uuid.as_str()))
+        // This card's, and, to be safe, any whose card cannot be read (a damaged first line):
+        // its times are applied, or what of it cannot be read is named in the notes.
+        .filter(|f| {
+            f.device_uuid()
+                .is_none_or(|uuid| uuid.is_empty() || uuid == now.uuid)
+        })
         .collect();
     keep_floors_of(&stale_own, "the previous fingerprint", old);
     for file in this_card {
