@@ -271,13 +271,10 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     // The average case beside the worst: measured, never a bound.
     put("typical_ns", b.typical_ns.into());
     put("mean_ns", b.mean_ns.into());
-    // A prediction, labelled as one; 0 where there is none. No bound is computed from it.
-    let (predicted, label) = b.predicted.as_ref().map_or_else(
-        || (0, NO_PREDICTION.to_string()),
-        |p| (p.typical_ns, p.label.clone()),
-    );
-    put("predicted_typical_ns", predicted.into());
-    put("prediction", label.into());
+    // A prediction, labelled as one; 0 where there is none, and the label says why. No bound is
+    // computed from it.
+    put("predicted_typical_ns", b.predicted.typical_ns.into());
+    put("prediction", b.predicted.label.clone().into());
     put("origin", b.origin.as_str().into());
     put("source", b.source.clone().into());
     // Rule 1 for production (Monitor1.Report): the highest time reported that bounds this size.
@@ -290,8 +287,6 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     }
     d
 }
-
-const NO_PREDICTION: &str = "none: no device description (wcetd --device-description) or no static work known for this kernel";
 
 /// `org.wcetd.Calibration1`: operators only (root, the operator group, or the daemon's own user).
 pub struct Calibration {

@@ -182,8 +182,9 @@ pub struct BoundInfo {
     /// Measured median and mean launch time at this size (0 where this size was not measured).
     pub typical_ns: u64,
     pub mean_ns: u64,
-    /// The predicted typical time at this size, if there is one: a prediction, never a bound.
-    pub predicted: Option<Prediction>,
+    /// The predicted typical time at this size (0 where there is none, the label saying why): a
+    /// prediction, never a bound.
+    pub predicted: Prediction,
     /// `measured` (by this daemon) or `imported`, and where the samples came from.
     pub origin: Origin,
     pub source: String,
@@ -287,8 +288,8 @@ struct Inner {
     config: ServiceConfig,
     /// SM clock in MHz as last read by the GPU worker, 0 when unreadable.
     current_clock_mhz: AtomicU32,
-    /// Read only to report predictions; no bound depends on it.
-    forecast: Forecast,
+    /// Read only to report predictions; no bound depends on it. Replaced with the catalogue.
+    forecast: RwLock<Arc<Forecast>>,
     /// Why the device is lost to this process, once it is (see [`Service::device_lost`]).
     lost: tokio::sync::watch::Sender<Option<String>>,
     /// The kernels served: the built-in suite and the manifests of the kernel directories.
@@ -325,8 +326,12 @@ impl Service {
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
         let calibration = carry_over::initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
-        let forecast = Forecast::new(config.prediction.as_ref(), &device.partition_sizes);
         let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, &device);
+        let forecast = Forecast::new(
+            config.prediction.as_ref(),
+            &device.partition_sizes,
+            &catalogue,
+        );
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
@@ -354,7 +359,7 @@ impl Service {
             events,
             config,
             current_clock_mhz: AtomicU32::new(clock),
-            forecast,
+            forecast: RwLock::new(Arc::new(forecast)),
             lost: tokio::sync::watch::channel(None).0,
             catalogue: RwLock::new(Arc::new(catalogue)),
             monitor,
@@ -435,6 +440,16 @@ impl Service {
         )
     }
 
+    fn forecast(&self) -> Arc<Forecast> {
+        Arc::clone(
+            &self
+                .inner
+                .forecast
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+
     fn catalogue(&self) -> Arc<Catalogue> {
         Arc::clone(
             &self
@@ -487,11 +502,18 @@ impl Service {
             .filter(|k| next.get(&k.name).is_none())
             .map(|k| k.name.clone())
             .collect();
+        // Predictions are of the code now loaded (a module's PTX is read once, here).
+        let forecast = self.forecast().for_catalogue(&next);
         *self
             .inner
             .catalogue
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        *self
+            .inner
+            .forecast
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(forecast);
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
@@ -731,11 +753,10 @@ impl Service {
             clock,
             typical_ns,
             mean_ns,
-            predicted: self
-                .inner
-                .forecast
-                .at(kernel, partition)
-                .map(|(typical_ns, label)| Prediction { typical_ns, label }),
+            predicted: {
+                let (typical_ns, label) = self.forecast().at(kernel, partition);
+                Prediction { typical_ns, label }
+            },
             origin: cal.origin,
             source: cal.source.clone(),
             observed,

@@ -1,8 +1,9 @@
 //! Static work of the kernels the daemon knows, for predictions made before (or instead of)
 //! measuring: the launch geometry of each built-in kernel's timed step and the buffers it is
-//! given, from the suite's launch plans (pure host code in the CUDA backend's `suite`, no GPU),
-//! and FLOPs and bytes from a kernel's PTX ([`from_ptx`]; not called by the daemon yet: the
-//! backend compiles cubins, not PTX, for the architectures it lists). Sits above the GPU layer,
+//! given, from the suite's launch plans (pure host code in the CUDA backend's `suite`, no GPU);
+//! a manifest kernel's from its grid and buffers, and FLOPs and bytes from its module when that
+//! is PTX ([`from_manifest`]). A built-in kernel's PTX ([`from_ptx`]) is not used by the daemon
+//! yet: the backend compiles cubins, not PTX, for the architectures it lists. Sits above the GPU layer,
 //! whose plans it reads, and below the service: the model's predictor reads the [`StaticWork`]
 //! this makes and knows nothing of where it came from.
 //!
@@ -13,7 +14,8 @@
 use anyhow::Context;
 
 use crate::gpu::cuda::suite::{self, Arg, Plan};
-use crate::kernels;
+use crate::kernels::{self, Catalogue, KernelBody};
+use crate::manifest::{Manifest, ModuleKind};
 use crate::model::predict::ptx::PtxFeatures;
 use crate::model::predict::StaticWork;
 
@@ -147,12 +149,82 @@ pub fn from_ptx_launch(ptx: &str, launch: &Launch, working_set: f64) -> anyhow::
     })
 }
 
-/// Predicted typical curves of the kernels whose static work is known, for one device
-/// description and the daemon's partition sizes, computed once at start. The service reports them
-/// beside bounds; nothing computes a bound from them.
+/// Static work of a manifest kernel's launch: its grid and block, its buffers as its working set,
+/// and, when the module is PTX, FLOPs and global bytes from the entry's instruction mix times the
+/// threads of the grid. A CUDA C, CUBIN or fatbin module gives no instruction mix here (no NVRTC
+/// or disassembler on the host side), so its buffers read once stand for the bytes and FLOPs are
+/// unknown: a memory roofline and launch overhead. The PTX is read again, and refused if it is
+/// no longer the module the manifest was loaded with (the kernel is then stale until a reload).
+pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
+    let blocks: u64 = m.grid.iter().map(|&g| u64::from(g)).product();
+    let threads_per_block: u32 = m.block.iter().product();
+    let buffers: f64 = m
+        .args
+        .iter()
+        .filter_map(|a| match a {
+            crate::manifest::Arg::Buffer { bytes, .. } => Some(*bytes as f64),
+            _ => None,
+        })
+        .sum();
+    if m.module_kind != ModuleKind::Ptx {
+        return Ok(StaticWork {
+            blocks,
+            threads_per_block,
+            regs_per_thread: 0,
+            shared_per_block: m.shared_bytes,
+            flops: 0.0,
+            bytes: buffers,
+            working_set: buffers,
+            basis: format!(
+                "manifest {} ({blocks} blocks of {threads_per_block} threads, {:.1} MB of buffers read once); its module is {}, not PTX, so FLOPs unknown",
+                m.path.display(),
+                buffers / 1e6,
+                match m.module_kind {
+                    ModuleKind::Cu => "CUDA C",
+                    ModuleKind::Cubin => "a CUBIN",
+                    _ => "a fatbin",
+                }
+            ),
+        });
+    }
+    let bytes = std::fs::read(&m.module)
+        .with_context(|| format!("module {} cannot be read", m.module.display()))?;
+    use sha2::Digest;
+    let digest: String = sha2::Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    anyhow::ensure!(
+        digest == m.module_sha256,
+        "module {} changed since the manifest was loaded; reload the kernels",
+        m.module.display()
+    );
+    let launch = Launch {
+        entry: &m.entry,
+        blocks,
+        threads_per_block,
+        regs_per_thread: 0,
+    };
+    let mut work = from_ptx_launch(&String::from_utf8_lossy(&bytes), &launch, buffers)?;
+    // Dynamic shared memory is the manifest's, on top of what the PTX declares.
+    work.shared_per_block = work.shared_per_block.saturating_add(m.shared_bytes);
+    work.basis = format!("manifest {}, {}", m.path.display(), work.basis);
+    Ok(work)
+}
+
+/// Predicted typical curves of the kernels of a catalogue whose static work is known, for one
+/// device description and the daemon's partition sizes: computed when the catalogue is loaded
+/// (at start and at every reload), not per query. The service reports them beside bounds;
+/// nothing computes a bound from them.
 #[derive(Debug, Clone, Default)]
 pub struct Forecast {
-    curves: std::collections::BTreeMap<String, (crate::model::predict::PredictedCurve, String)>,
+    description: Option<crate::model::predict::DeviceDescription>,
+    sizes: Vec<u32>,
+    /// Per kernel: its curve and label, or why it has none.
+    curves: std::collections::BTreeMap<
+        String,
+        Result<(crate::model::predict::PredictedCurve, String), String>,
+    >,
 }
 
 impl Forecast {
@@ -160,28 +232,64 @@ impl Forecast {
     pub fn new(
         description: Option<&crate::model::predict::DeviceDescription>,
         sizes: &[u32],
+        catalogue: &Catalogue,
     ) -> Forecast {
-        let Some(d) = description else {
-            return Forecast::default();
+        Forecast {
+            description: description.cloned(),
+            sizes: sizes.to_vec(),
+            curves: Default::default(),
+        }
+        .for_catalogue(catalogue)
+    }
+
+    /// The same description and sizes, for the kernels of `catalogue` (after a reload).
+    pub fn for_catalogue(&self, catalogue: &Catalogue) -> Forecast {
+        let mut next = Forecast {
+            description: self.description.clone(),
+            sizes: self.sizes.clone(),
+            curves: Default::default(),
         };
-        let curves = builtin_suite()
-            .into_iter()
-            .map(|(kernel, work)| {
+        let Some(d) = &self.description else {
+            return next;
+        };
+        let builtins = builtin_suite();
+        for k in catalogue.iter() {
+            let work = match &k.body {
+                KernelBody::Builtin(_) => builtins.get(&k.name).cloned().ok_or_else(|| {
+                    format!("`{}` is missing from calibration/work/builtin.toml", k.name)
+                }),
+                KernelBody::Manifest(m) => from_manifest(m).map_err(|e| format!("{e:#}")),
+                KernelBody::Simulated => continue,
+            };
+            let curve = work.map(|work| {
                 let label = format!(
                     "a prediction of the typical time, never a bound: roofline on {} from the {}",
                     d.name, work.basis
                 );
-                let curve = crate::model::predict::partition_curve(&work, d, sizes);
-                (kernel, (curve, label))
-            })
-            .collect();
-        Forecast { curves }
+                (
+                    crate::model::predict::partition_curve(&work, d, &self.sizes),
+                    label,
+                )
+            });
+            next.curves.insert(k.name.clone(), curve);
+        }
+        next
     }
 
-    /// The predicted typical time (ns) of `kernel` on `sms` SMs and its label.
-    pub fn at(&self, kernel: &str, sms: u32) -> Option<(u64, String)> {
-        let (curve, label) = self.curves.get(kernel)?;
-        Some((curve.at(sms)?.round() as u64, label.clone()))
+    /// The predicted typical time (ns) of `kernel` on `sms` SMs and its label; 0 and a label
+    /// that starts with `none:` and says why where there is no prediction.
+    pub fn at(&self, kernel: &str, sms: u32) -> (u64, String) {
+        if self.description.is_none() {
+            return (0, "none: prediction is off (wcetd --no-prediction) or no device description matched this device (wcetd --device-description)".into());
+        }
+        match self.curves.get(kernel) {
+            Some(Ok((curve, label))) => match curve.at(sms) {
+                Some(t) => (t.round() as u64, label.clone()),
+                None => (0, format!("none: {sms} SMs is not a partition size predicted for")),
+            },
+            Some(Err(why)) => (0, format!("none: the static work of `{kernel}` is not known: {why}")),
+            None => (0, format!("none: no static work is known for `{kernel}`: the daemon has no code for it (imported samples, or a simulated profile's shape)")),
+        }
     }
 }
 
@@ -244,5 +352,37 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("entries found: k"), "{e}");
+    }
+
+    /// A manifest's static work: the PTX's mix times the grid, the manifest's dynamic shared
+    /// memory added; a CUDA C module's is its buffers alone and says so; a PTX module replaced
+    /// since the manifest was loaded is refused rather than predicted as the code it no longer is.
+    #[test]
+    fn a_manifest_is_predicted_from_its_ptx_or_its_buffers() {
+        let dir = tempfile::tempdir().unwrap();
+        let ptx = ".visible .entry k(\n.param .u64 p\n)\n{\n\tld.global.f32 \t%f1, [%rd1];\n\tfma.rn.f32 \t%f2, %f1, %f1, %f1;\n\tst.global.f32 \t[%rd1], %f2;\n\tret;\n}\n";
+        std::fs::write(dir.path().join("k.ptx"), ptx).unwrap();
+        std::fs::write(
+            dir.path().join("k.cu"),
+            "extern \"C\" __global__ void k(float *p) {}\n",
+        )
+        .unwrap();
+        let manifest = |module: &str| {
+            let path = dir.path().join(format!("{module}.toml"));
+            let text = format!("name = \"app.k\"\nmodule = \"{module}\"\nentry = \"k\"\ngrid = [10, 2, 1]\nblock = [64, 2, 1]\nshared_bytes = 1024\nargs = [{{ buffer = 1000000, fill = \"zero\" }}]\n");
+            crate::manifest::parse(&path, &text).unwrap()
+        };
+        let w = from_manifest(&manifest("k.ptx")).unwrap();
+        assert_eq!((w.blocks, w.threads_per_block), (20, 128));
+        assert_eq!((w.flops, w.bytes, w.working_set), (5120.0, 20480.0, 1e6));
+        assert_eq!(w.shared_per_block, 1024);
+        assert!(w.basis.contains("PTX of `k`"), "{}", w.basis);
+        let w = from_manifest(&manifest("k.cu")).unwrap();
+        assert_eq!((w.flops, w.bytes, w.working_set), (0.0, 1e6, 1e6));
+        assert!(w.basis.contains("CUDA C, not PTX"), "{}", w.basis);
+        let loaded = manifest("k.ptx");
+        std::fs::write(dir.path().join("k.ptx"), ptx.replace("fma", "add")).unwrap();
+        let e = format!("{:#}", from_manifest(&loaded).unwrap_err());
+        assert!(e.contains("changed since the manifest was loaded"), "{e}");
     }
 }

@@ -420,6 +420,12 @@ async fn imported_samples_serve_bounds_that_say_imported() {
     assert_eq!(info_str(&info, "origin"), "imported");
     assert_eq!(info_str(&info, "source"), "lab harness, rig 3");
     assert_eq!(info_str(&info, "provenance"), "measured");
+    // Samples carry no code: nothing to predict from, and the label says so.
+    let prediction = info_str(&info, "prediction");
+    assert!(
+        prediction.starts_with("none: no static work is known for `lab.filter`"),
+        "{prediction}"
+    );
     assert!(bounds
         .list_kernels()
         .await

@@ -93,6 +93,100 @@ async fn bounds_are_identical_with_prediction_on_and_off() {
     }
 }
 
+const AXPY_PTX: &str = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry axpy(\n\t.param .u64 axpy_param_0,\n\t.param .u32 axpy_param_1\n)\n{\n\tld.global.f32 \t%f1, [%rd1];\n\tfma.rn.f32 \t%f2, %f1, %f1, %f1;\n\tst.global.f32 \t[%rd1], %f2;\n\tret;\n}\n";
+
+/// A manifest `NAME.toml` in `dir` running `entry` of `module` on 4,096 blocks of 256 threads
+/// over a 4 MiB buffer.
+fn write_manifest(dir: &std::path::Path, name: &str, module: &str, entry: &str) {
+    std::fs::write(
+        dir.join(format!("{name}.toml")),
+        format!(
+            "name = \"{name}\"\nmodule = \"{module}\"\nentry = \"{entry}\"\ngrid = [4096, 1, 1]\nblock = [256, 1, 1]\nargs = [{{ buffer = 4194304, fill = \"random-f32\" }}, {{ u32 = 1048576 }}]\n"
+        ),
+    )
+    .unwrap();
+}
+
+/// A kernel of one's own has a predicted curve as the built-in suite does: from its PTX's
+/// instruction mix where the module is PTX, from its grid and buffers otherwise; a kernel added
+/// by a reload gets one too, a kernel known only from imported samples says why it has none, and
+/// no bound of theirs changes with prediction off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kernels_of_ones_own_are_predicted_and_their_bounds_do_not_depend_on_it() {
+    let kdir = tempfile::tempdir().unwrap();
+    std::fs::write(kdir.path().join("axpy.ptx"), AXPY_PTX).unwrap();
+    std::fs::write(
+        kdir.path().join("copy.cu"),
+        "extern \"C\" __global__ void copy(float *a, unsigned n) { a[threadIdx.x] = 0.0f; }\n",
+    )
+    .unwrap();
+    write_manifest(kdir.path(), "app.axpy", "axpy.ptx", "axpy");
+    write_manifest(kdir.path(), "app.copy", "copy.cu", "copy");
+    let dir = kdir.path().to_str().unwrap();
+    let on = Daemon::start(&["--no-initial-calibration", "--kernel-dir", dir]).await;
+    let off = Daemon::start(&[
+        "--no-initial-calibration",
+        "--kernel-dir",
+        dir,
+        "--no-prediction",
+    ])
+    .await;
+    let mine = ["app.axpy", "app.copy"];
+    assert_eq!(on.recalibrate(&mine).await.0, "done");
+    assert_eq!(off.recalibrate(&mine).await.0, "done");
+    let (b_on, b_off) = (on.bounds().await, off.bounds().await);
+    for (k, from) in [
+        (
+            "app.axpy",
+            "PTX of `axpy`: 2 FLOPs and 8 global bytes per thread x 1048576 threads",
+        ),
+        (
+            "app.copy",
+            "its module is CUDA C, not PTX, so FLOPs unknown",
+        ),
+    ] {
+        let curve = b_on.get_curve(k).await.unwrap();
+        assert_eq!(curve, b_off.get_curve(k).await.unwrap(), "{k}");
+        let mut predicted = Vec::new();
+        for &(sms, _) in &curve {
+            let i_on = b_on.get_bound_info(k, sms).await.unwrap();
+            let i_off = b_off.get_bound_info(k, sms).await.unwrap();
+            assert_eq!(bound_part(&i_on), bound_part(&i_off), "{k} at {sms}");
+            let label = text_of(&i_on, "prediction");
+            assert!(
+                label.contains("never a bound") && label.contains(from) && label.contains(dir),
+                "{k}: {label}"
+            );
+            predicted.push(u64_of(&i_on, "predicted_typical_ns"));
+            assert_eq!(u64_of(&i_off, "predicted_typical_ns"), 0);
+            assert!(text_of(&i_off, "prediction").starts_with("none: prediction is off"));
+        }
+        // More SMs never predicted slower, and the smallest partition's time above zero.
+        assert!(predicted[0] > 0, "{k}: {predicted:?}");
+        assert!(
+            predicted.windows(2).all(|w| w[1] <= w[0]),
+            "{k}: {predicted:?}"
+        );
+    }
+    // A manifest dropped in later is predicted once the reload has loaded it.
+    write_manifest(kdir.path(), "app.later", "axpy.ptx", "axpy");
+    let (ok, out, err) = wcetctl(on.bus.address(), &["kernels", "reload"]);
+    assert!(ok, "{out}{err}");
+    let jobs = on.calibration().await.list_jobs().await.unwrap();
+    let job = jobs
+        .iter()
+        .map(|j| j.0)
+        .max()
+        .expect("the reload queued a job");
+    assert_eq!(on.wait_job(job).await.0, "done");
+    let info = b_on.get_bound_info("app.later", 8).await.unwrap();
+    assert!(u64_of(&info, "predicted_typical_ns") > 0, "{info:?}");
+    assert!(
+        text_of(&info, "prediction").contains("app.later.toml"),
+        "{info:?}"
+    );
+}
+
 fn offline(args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -188,4 +282,15 @@ fn predict_prints_a_curve_for_a_device_the_daemon_does_not_have() {
         (1..=12).map(|i| 2 * i).collect::<Vec<_>>()
     );
     assert!(times.windows(2).all(|w| w[1].1 <= w[0].1), "{times:?}");
+    // A kernel of one's own, from its manifest: named as the manifest names it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("axpy.ptx"), AXPY_PTX).unwrap();
+    write_manifest(dir.path(), "app.axpy", "axpy.ptx", "axpy");
+    let manifest = dir.path().join("app.axpy.toml");
+    let (ok, out, err) = offline(&["predict", manifest.to_str().unwrap(), "--device", "rtx4070"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("app.axpy on NVIDIA GeForce RTX 4070") && out.contains("PTX of `axpy`"),
+        "{out}"
+    );
 }

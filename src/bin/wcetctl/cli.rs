@@ -270,10 +270,11 @@ pub(crate) enum Command {
         #[arg(long)]
         configs: Option<PathBuf>,
     },
-    /// Predicted typical time of a built-in KERNEL at every partition size of a device it may never
-    /// have run on. A prediction, never a bound.
+    /// Predicted typical time of KERNEL at every partition size of a device it may never have run
+    /// on. A prediction, never a bound.
     Predict {
-        /// A built-in kernel (see `wcetctl list`).
+        /// A built-in kernel (see `wcetctl list`), or a kernel manifest's path (`NAME.toml`; FLOPs
+        /// and bytes from its module when that is PTX).
         kernel: String,
         /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded).
         #[arg(long)]

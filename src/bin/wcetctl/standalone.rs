@@ -621,7 +621,17 @@ pub(crate) fn project(
 
 pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Result<()> {
     let d = wcetd::model::predict::device::load(device)?;
-    let work = wcetd::workload::builtin(kernel)?;
+    let (kernel, work) = if kernel.ends_with(".toml") {
+        let path = Path::new(kernel);
+        let m = wcetd::manifest::load(path)
+            .map_err(|e| anyhow::anyhow!("manifest {}: {e}", path.display()))?;
+        (m.name.clone(), wcetd::workload::from_manifest(&m)?)
+    } else {
+        let work = wcetd::workload::builtin(kernel).context(
+            "give a built-in kernel's name or a manifest's path (a file ending in .toml)",
+        )?;
+        (kernel.to_string(), work)
+    };
     let sizes: Vec<u32> = if sizes.is_empty() {
         (1..=d.sms / 2).map(|t| 2 * t).chain([d.sms]).collect()
     } else if sizes.contains(&0) {
