@@ -22,6 +22,7 @@ pub trait Bounds {
         sms: u32,
         interference: &str,
     ) -> zbus::Result<HashMap<String, OwnedVariant>>;
+    fn get_predicted_curve(&self, kernel: &str) -> zbus::Result<(Vec<(u32, u64)>, String)>;
     fn ping(&self) -> zbus::Result<()>;
     #[zbus(property)]
     fn device(&self) -> zbus::Result<String>;

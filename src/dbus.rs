@@ -129,6 +129,13 @@ impl Bounds {
         )?))
     }
 
+    /// The predicted typical time at every partition size and its label (an extension): a
+    /// prediction, never a bound, for a kernel whether or not it is calibrated yet; no sizes and
+    /// a label starting `none:` that says why where there is none.
+    fn get_predicted_curve(&self, kernel: &str) -> Result<(Vec<(u32, u64)>, String), BusError> {
+        Ok(self.service.predicted_curve(kernel)?)
+    }
+
     /// A method that does nothing, so benchmarks can compare `GetBound` against the bus itself.
     fn ping(&self) {}
 

@@ -372,6 +372,16 @@ fn check_geometry(raw: &Raw) -> Result<(), String> {
             ));
         }
     }
+    // CUDA allows more, but the model counts a launch's blocks (its waves) in 32 bits: refused
+    // here rather than counted wrong.
+    let blocks: u64 = raw.grid.iter().map(|&g| u64::from(g)).product();
+    if blocks > u64::from(u32::MAX) {
+        return Err(format!(
+            "grid {:?} has {blocks} blocks; accepted: at most {} in all",
+            raw.grid,
+            u32::MAX
+        ));
+    }
     if raw.block.contains(&0) {
         return Err(format!(
             "block is {:?}; accepted: every dimension at least 1",
@@ -723,6 +733,10 @@ mod tests {
             (
                 manifest("").replace("grid = [64, 1, 1]", "grid = [0, 1, 1]"),
                 "grid[0] is 0",
+            ),
+            (
+                manifest("").replace("grid = [64, 1, 1]", "grid = [2147483647, 65535, 1]"),
+                "has 140735340806145 blocks; accepted: at most 4294967295 in all",
             ),
             (
                 manifest("").replace("grid = [64, 1, 1]", "grid = \"big\""),

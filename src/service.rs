@@ -753,13 +753,47 @@ impl Service {
             clock,
             typical_ns,
             mean_ns,
-            predicted: {
-                let (typical_ns, label) = self.forecast().at(kernel, partition);
-                Prediction { typical_ns, label }
-            },
+            predicted: self.predicted_at(kernel, partition),
             origin: cal.origin,
             source: cal.source.clone(),
             observed,
+        })
+    }
+
+    /// The predicted typical time (ns) of `kernel` at every partition size and its label, or no
+    /// sizes and a label that says why there is none: for any kernel the daemon knows, calibrated
+    /// or not, since a prediction is wanted most before anything is measured. Never a bound.
+    pub fn predicted_curve(&self, kernel: &str) -> Result<(Vec<(u32, u64)>, String)> {
+        self.known(kernel)?;
+        if let Some(why) = self.prediction_outdated(kernel) {
+            return Ok((Vec::new(), why));
+        }
+        Ok(match self.forecast().curve(kernel) {
+            Ok((curve, label)) => (
+                curve
+                    .points
+                    .iter()
+                    .map(|&(m, t)| (m, t.round() as u64))
+                    .collect(),
+                label.clone(),
+            ),
+            Err(why) => (Vec::new(), why),
+        })
+    }
+
+    fn predicted_at(&self, kernel: &str, sms: u32) -> Prediction {
+        let (typical_ns, label) = match self.prediction_outdated(kernel) {
+            Some(why) => (0, why),
+            None => self.forecast().at(kernel, sms),
+        };
+        Prediction { typical_ns, label }
+    }
+
+    /// A manifest's prediction is of the module read at its load: once the watcher finds the
+    /// module or a fill file changed on disk, it describes code the application no longer runs.
+    fn prediction_outdated(&self, kernel: &str) -> Option<String> {
+        self.files_changed(kernel).map(|why| {
+            format!("none: {why}, and the prediction was of the code loaded; reload the kernels")
         })
     }
 

@@ -279,16 +279,31 @@ impl Forecast {
     /// The predicted typical time (ns) of `kernel` on `sms` SMs and its label; 0 and a label
     /// that starts with `none:` and says why where there is no prediction.
     pub fn at(&self, kernel: &str, sms: u32) -> (u64, String) {
+        match self.curve(kernel) {
+            Ok((curve, label)) => match curve.at(sms) {
+                Some(t) => (t.round() as u64, label.clone()),
+                None => (
+                    0,
+                    format!("none: {sms} SMs is not a partition size predicted for"),
+                ),
+            },
+            Err(why) => (0, why),
+        }
+    }
+
+    /// The predicted curve of `kernel` at every partition size and its label, or why there is
+    /// none (a label that starts with `none:`).
+    pub fn curve(
+        &self,
+        kernel: &str,
+    ) -> Result<(&crate::model::predict::PredictedCurve, &String), String> {
         if self.description.is_none() {
-            return (0, "none: prediction is off (wcetd --no-prediction) or no device description matched this device (wcetd --device-description)".into());
+            return Err("none: prediction is off (wcetd --no-prediction) or no device description matched this device (wcetd --device-description)".into());
         }
         match self.curves.get(kernel) {
-            Some(Ok((curve, label))) => match curve.at(sms) {
-                Some(t) => (t.round() as u64, label.clone()),
-                None => (0, format!("none: {sms} SMs is not a partition size predicted for")),
-            },
-            Some(Err(why)) => (0, format!("none: the static work of `{kernel}` is not known: {why}")),
-            None => (0, format!("none: no static work is known for `{kernel}`: the daemon has no code for it (imported samples, or a simulated profile's shape)")),
+            Some(Ok((curve, label))) => Ok((curve, label)),
+            Some(Err(why)) => Err(format!("none: the static work of `{kernel}` is not known: {why}")),
+            None => Err(format!("none: no static work is known for `{kernel}`: the daemon has no code for it (imported samples, or a simulated profile's shape)")),
         }
     }
 }

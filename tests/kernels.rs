@@ -602,6 +602,17 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
             && health.contains("`wcetctl kernels reload`"),
         "{health}"
     );
+    // Nor is the old code's prediction reported as this kernel's.
+    let prediction = info_str(&info, "prediction");
+    assert!(
+        prediction.starts_with("none: the module") && prediction.contains("reload the kernels"),
+        "{prediction}"
+    );
+    let (points, label) = bounds.get_predicted_curve("app.scale").await.unwrap();
+    assert!(
+        points.is_empty() && label == prediction,
+        "{points:?} {label}"
+    );
     cal.cancel_job(long).await.unwrap();
 
     std::fs::write(&ptx, PTX).unwrap();
@@ -609,9 +620,9 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
         next_change(&mut changed).await,
         vec!["app.scale".to_string()]
     );
-    assert!(!stale(
-        &bounds.get_bound_info("app.scale", 64).await.unwrap()
-    ));
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    assert!(!stale(&info));
+    assert!(info_str(&info, "prediction").contains("never a bound"));
 
     // The same size, the modification time set back: the change time still moves.
     let mtime = std::fs::metadata(&ptx).unwrap().modified().unwrap();

@@ -187,6 +187,36 @@ async fn kernels_of_ones_own_are_predicted_and_their_bounds_do_not_depend_on_it(
     );
 }
 
+/// A prediction is wanted most before anything is measured: the daemon gives its predicted curve
+/// for a kernel it has not calibrated (`GetPredictedCurve`, `wcetctl predict` without a device),
+/// at every size it can realise, and refuses a name it does not know.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_predicts_a_kernel_before_it_is_calibrated() {
+    let d = Daemon::start(&["--no-initial-calibration"]).await;
+    let bounds = d.bounds().await;
+    assert!(
+        bounds.get_bound("srad", 64).await.is_err(),
+        "not calibrated"
+    );
+    let (points, label) = bounds.get_predicted_curve("srad").await.unwrap();
+    let sizes = bounds.partition_sizes().await.unwrap();
+    assert_eq!(points.iter().map(|p| p.0).collect::<Vec<_>>(), sizes);
+    assert!(points.iter().all(|p| p.1 > 0), "{points:?}");
+    assert!(label.contains("never a bound"), "{label}");
+    let e = bounds.get_predicted_curve("nope").await.unwrap_err();
+    assert!(e.to_string().contains("accepted: backprop"), "{e}");
+    let (ok, out, err) = wcetctl(d.bus.address(), &["predict", "srad", "--sizes", "8,132"]);
+    assert!(ok, "{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .filter(|l| l.trim_start().starts_with(char::is_numeric))
+        .collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    assert!(out.contains("never a bound"), "{out}");
+    let (ok, _, err) = wcetctl(d.bus.address(), &["predict", "srad", "--sizes", "7"]);
+    assert!(!ok && err.contains("accepted: 8, "), "{err}");
+}
+
 fn offline(args: &[&str]) -> (bool, String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
@@ -257,6 +287,14 @@ fn bad_input_says_what_is_wrong_and_what_is_accepted() {
         !ok && err.contains("accepted") && err.contains("mean_ms"),
         "{err}"
     );
+    let (ok, _, err) = offline(&["predict", "srad", "--device", "h100"]);
+    assert!(
+        !ok && err.contains("accepted: a committed description (rtx4070, titanx, h200, embedded)")
+            && err.matches("os error").count() == 1,
+        "{err}"
+    );
+    let (ok, _, err) = offline(&["predict", "srad", "--device", "titanx", "--sizes", "25"]);
+    assert!(!ok && err.contains("accepted: at most 24"), "{err}");
     let (ok, _, err) = offline(&["predict", "nope", "--device", "h200"]);
     assert!(!ok && err.contains("accepted: needle"), "{err}");
 }

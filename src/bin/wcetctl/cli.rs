@@ -271,15 +271,18 @@ pub(crate) enum Command {
         configs: Option<PathBuf>,
     },
     /// Predicted typical time of KERNEL at every partition size of a device it may never have run
-    /// on. A prediction, never a bound.
+    /// on, or (without --device) of the daemon's device before it is calibrated. A prediction,
+    /// never a bound.
     Predict {
         /// A built-in kernel (see `wcetctl list`), or a kernel manifest's path (`NAME.toml`; FLOPs
         /// and bytes from its module when that is PTX).
         kernel: String,
-        /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded).
+        /// A description TOML, or a committed one (rtx4070, titanx, h200, embedded) [default: ask
+        /// the running daemon for its own device, calibrated or not].
         #[arg(long)]
-        device: String,
-        /// Partition sizes [default: every TPC, 2, 4, ... up to the device's SMs].
+        device: Option<String>,
+        /// Partition sizes [default: every TPC, 2, 4, ... up to the device's SMs; with the
+        /// daemon, its realisable sizes].
         #[arg(long, value_delimiter = ',', value_parser = sm_count)]
         sizes: Vec<u32>,
     },

@@ -200,7 +200,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         } => project(cli.json, source, target, configs.as_deref()),
         Command::Predict {
             ref kernel,
-            ref device,
+            device: Some(ref device),
             ref sizes,
         } => predict(cli.json, kernel, device, sizes),
         Command::PredictionStudy {

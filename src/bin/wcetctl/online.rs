@@ -64,6 +64,11 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
             accept,
         } => admit(json, &conn, &file, shared, accept).await,
         Command::Suggest { file, accept } => suggest(json, &conn, &file, accept).await,
+        Command::Predict {
+            kernel,
+            device: None,
+            sizes,
+        } => predicted_by_daemon(json, &bounds, &kernel, &sizes).await,
         _ => unreachable!("offline commands are handled before connecting"),
     }
 }
@@ -393,6 +398,40 @@ pub(crate) async fn print_curve(
         line(&sms.to_string(), &bound.to_string(), cells);
     }
     println!("basis: what the bound rests on (measured; verified: the fitted curve checked by the sweep there; fitted)\ntypical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
+    Ok(())
+}
+
+/// `wcetctl predict KERNEL` without `--device`: the daemon's own prediction for its device.
+async fn predicted_by_daemon(
+    json: bool,
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    sizes: &[u32],
+) -> anyhow::Result<()> {
+    if kernel.ends_with(".toml") {
+        bail!("{kernel}: the daemon predicts the kernels it has loaded, by name; accepted: a kernel's name (`wcetctl list`), or the manifest's path with --device");
+    }
+    let (points, label) = bounds.get_predicted_curve(kernel).await.map_err(explain)?;
+    if points.is_empty() {
+        bail!("no prediction for `{kernel}`: {label}");
+    }
+    let device = bounds.device().await.map_err(explain)?;
+    if let Some(m) = sizes.iter().find(|m| !points.iter().any(|p| p.0 == **m)) {
+        let accepted: Vec<String> = points.iter().map(|p| p.0.to_string()).collect();
+        bail!(
+            "--sizes {m}: not a partition size of {device}; accepted: {}",
+            accepted.join(", ")
+        );
+    }
+    let curve = wcetd::model::predict::PredictedCurve {
+        device,
+        points: points
+            .into_iter()
+            .filter(|p| sizes.is_empty() || sizes.contains(&p.0))
+            .map(|(m, t)| (m, t as f64))
+            .collect(),
+    };
+    print_prediction(json, kernel, &curve, &label);
     Ok(())
 }
 

@@ -636,30 +636,53 @@ pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> 
         (1..=d.sms / 2).map(|t| 2 * t).chain([d.sms]).collect()
     } else if sizes.contains(&0) {
         bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
+    } else if let Some(m) = sizes.iter().find(|&&m| m > d.sms) {
+        bail!(
+            "--sizes {m}: {} has {} SMs; accepted: at most {}",
+            d.name,
+            d.sms,
+            d.sms
+        );
     } else {
         sizes.to_vec()
     };
     let curve = wcetd::model::predict::partition_curve(&work, &d, &sizes);
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({"kernel": kernel, "device": d.name, "basis": work.basis,
-                "knee_sms": curve.knee(), "predicted_typical_ns": curve.points})
-        );
-        return Ok(());
-    }
-    println!(
-        "{kernel} on {} (a prediction of the typical time, never a bound)\nbasis: {}",
+    let label = format!(
+        "a prediction of the typical time, never a bound: roofline on {} from the {}",
         d.name, work.basis
     );
+    print_prediction(json, &kernel, &curve, &label);
+    Ok(())
+}
+
+/// A predicted curve, its label and its knee, as `wcetctl predict` prints them.
+pub(crate) fn print_prediction(
+    json: bool,
+    kernel: &str,
+    curve: &wcetd::model::predict::PredictedCurve,
+    label: &str,
+) {
+    if json {
+        let points: Vec<(u32, u64)> = curve
+            .points
+            .iter()
+            .map(|&(m, t)| (m, t.round() as u64))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"kernel": kernel, "device": curve.device, "prediction": label,
+                "knee_sms": curve.knee(), "predicted_typical_ns": points})
+        );
+        return;
+    }
+    println!("{kernel} on {}\n{label}", curve.device);
     println!("{:>5}  {:>20}", "SMs", "predicted_typical_ns");
     for (m, t) in &curve.points {
         println!("{m:>5}  {:>20}", t.round() as u64);
     }
     if let Some(k) = curve.knee() {
-        println!("knee: {k} SMs (within 5% of the whole device)");
+        println!("knee: {k} SMs (within 5% of the largest size shown)");
     }
-    Ok(())
 }
 
 pub(crate) fn prediction_study(

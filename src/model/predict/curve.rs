@@ -66,7 +66,9 @@ pub fn time_on(work: &StaticWork, d: &DeviceDescription, m: u32) -> f64 {
         .level_gbps(work.working_set)
         .min(f64::from(m) * d.sm_gbps());
     let memory = work.bytes / bandwidth;
-    floor.max(arithmetic).max(memory)
+    // At least a nanosecond: a description may say launches cost nothing, and 0 is what the
+    // daemon reports where there is no prediction at all.
+    floor.max(arithmetic).max(memory).max(1.0)
 }
 
 /// The predicted curve at `sizes` (SM counts above the device's are read as the whole device).

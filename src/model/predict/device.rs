@@ -47,11 +47,8 @@ pub struct DeviceDescription {
 /// Why a description was refused: the file, the field and what is accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
-    #[error("reading device description {path}: {source}")]
-    Read {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("reading device description {path}: {error}; accepted: a committed description (rtx4070, titanx, h200, embedded) or a TOML file")]
+    Read { path: String, error: std::io::Error },
     #[error("device description {path}: {detail}; accepted keys: name, sms, cc, max_threads_per_sm, max_blocks_per_sm, regs_per_sm, shared_mem_per_sm, l2_bytes, warp_size, mem_bandwidth_gbps, compute_gflops (required), l2_bandwidth_gbps, sm_bandwidth_gbps, launch_overhead_us (optional)")]
     Parse { path: String, detail: String },
     #[error("device description {path}: `{field}` is {value}; accepted: {accepted}")]
@@ -76,9 +73,9 @@ impl DeviceDescription {
 
     pub fn load(path: &std::path::Path) -> Result<Self, DeviceError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| DeviceError::Read {
+        let text = std::fs::read_to_string(path).map_err(|error| DeviceError::Read {
             path: origin.clone(),
-            source,
+            error,
         })?;
         Self::parse(&text, &origin)
     }

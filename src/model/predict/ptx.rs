@@ -37,16 +37,9 @@ pub enum PtxError {
 
 /// Every entry point of a module, in order.
 pub fn entries(ptx: &str) -> Vec<String> {
-    ptx.lines()
-        .filter_map(|l| {
-            let rest = &l[l.find(".entry")? + ".entry".len()..];
-            let name: String = rest
-                .trim_start()
-                .chars()
-                .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
-                .collect();
-            (!name.is_empty()).then_some(name)
-        })
+    entry_names(&without_comments(ptx))
+        .into_iter()
+        .map(|(name, _)| name.to_string())
         .collect()
 }
 
@@ -63,20 +56,27 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
             },
         });
     }
-    let body = body_of(ptx, entry).ok_or_else(|| PtxError::NoBody(entry.to_string()))?;
+    let text = without_comments(ptx);
+    let body = body_of(&text, entry).ok_or_else(|| PtxError::NoBody(entry.to_string()))?;
     let mut f = PtxFeatures {
         entry: entry.to_string(),
         ..Default::default()
     };
+    // Statements end with `;`, whatever the lines; labels and scope braces lead a statement.
     let mut labels: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, raw) in body.iter().enumerate() {
-        let line = raw.split("//").next().unwrap_or("").trim();
-        if let Some(label) = line.strip_suffix(':') {
-            labels.insert(label.trim(), i);
-            continue;
-        }
-        let line = line.trim_end_matches(';').trim();
-        if line.is_empty() || line.starts_with('{') || line.starts_with('}') {
+    let statements: Vec<&str> = body
+        .split(';')
+        .enumerate()
+        .map(|(i, s)| {
+            let (found, rest) = split_labels(s);
+            for label in found {
+                labels.insert(label, i);
+            }
+            rest
+        })
+        .collect();
+    for (i, &line) in statements.iter().enumerate() {
+        if line.is_empty() {
             continue;
         }
         if line.starts_with('.') {
@@ -107,26 +107,105 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
     Ok(f)
 }
 
-/// The lines between the braces of `entry`'s body.
-fn body_of<'a>(ptx: &'a str, entry: &str) -> Option<Vec<&'a str>> {
-    let lines: Vec<&str> = ptx.lines().collect();
-    let start = lines.iter().position(|l| {
-        l.find(".entry").is_some_and(|at| {
-            l[at + ".entry".len()..]
-                .trim_start()
-                .strip_prefix(entry)
-                .is_some_and(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
-        })
-    })?;
-    let open = (start..lines.len()).find(|&i| lines[i].trim() == "{")?;
-    let mut depth = 0i32;
-    for (i, line) in lines.iter().enumerate().skip(open) {
-        depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
-        if depth == 0 {
-            return Some(lines[open + 1..i].to_vec());
+/// The text with `//` and `/* */` comments blanked out (PTX has no string literals), so a
+/// commented-out instruction or brace is neither counted nor taken for the body's edge.
+fn without_comments(ptx: &str) -> String {
+    let mut out = String::with_capacity(ptx.len());
+    let mut rest = ptx;
+    loop {
+        let line = rest.find("//");
+        let block = rest.find("/*");
+        match (line, block) {
+            (Some(l), b) if b.is_none_or(|b| l < b) => {
+                out.push_str(&rest[..l]);
+                rest = &rest[l..];
+                rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
+            }
+            (_, Some(b)) => {
+                out.push_str(&rest[..b]);
+                out.push(' ');
+                rest = rest[b + 2..]
+                    .find("*/")
+                    .map_or("", |e| &rest[b + 2 + e + 2..]);
+            }
+            _ => {
+                out.push_str(rest);
+                return out;
+            }
+        }
+    }
+}
+
+/// A PTX identifier's characters after the first: letters, digits, `_` and `$`.
+fn identifier_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '$'
+}
+
+/// (name, byte offset just past the name) of every `.entry` in comment-free text.
+fn entry_names(text: &str) -> Vec<(&str, usize)> {
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find(".entry") {
+        let after = from + at + ".entry".len();
+        from = after;
+        // `.entry` must be a whole directive, followed by white space and the name.
+        if !text[after..].starts_with(char::is_whitespace) {
+            continue;
+        }
+        let name_at = text.len() - text[after..].trim_start().len();
+        let len = text[name_at..]
+            .find(|c: char| !identifier_char(c))
+            .unwrap_or(text.len() - name_at);
+        if len > 0 {
+            found.push((&text[name_at..name_at + len], name_at + len));
+        }
+    }
+    found
+}
+
+/// The text between the braces of `entry`'s body: after its parameter list, whatever the
+/// layout (a brace on the signature's line or on its own, a comment after it).
+fn body_of<'a>(text: &'a str, entry: &str) -> Option<&'a str> {
+    let (_, mut at) = entry_names(text).into_iter().find(|(n, _)| *n == entry)?;
+    let rest = text[at..].trim_start();
+    if rest.starts_with('(') {
+        at = text.len() - rest.len();
+        at += text[at..].find(')')? + 1;
+    }
+    let open = at + text[at..].find('{')?;
+    let mut depth = 0usize;
+    for (i, c) in text[open..].char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&text[open + 1..open + i]);
+                }
+            }
+            _ => {}
         }
     }
     None
+}
+
+/// A statement's leading labels (`$L1:`) and scope braces stripped: (labels, the rest).
+fn split_labels(statement: &str) -> (Vec<&str>, &str) {
+    let mut labels = Vec::new();
+    let mut rest = statement;
+    loop {
+        rest = rest.trim_start_matches(|c: char| c == '{' || c == '}' || c.is_whitespace());
+        let name = rest
+            .find(|c: char| !identifier_char(c))
+            .unwrap_or(rest.len());
+        match rest[name..].trim_start().strip_prefix(':') {
+            Some(after) if name > 0 => {
+                labels.push(&rest[..name]);
+                rest = after;
+            }
+            _ => return (labels, rest.trim()),
+        }
+    }
 }
 
 /// Bytes of one `.shared ... name[N]` declaration.
@@ -275,5 +354,38 @@ $L__BB1_1:
         assert_eq!(entries(SAXPY), ["saxpy", "tiled"]);
         let e = features(SAXPY, "sax").unwrap_err().to_string();
         assert!(e.contains("saxpy, tiled"), "{e}");
+    }
+
+    /// Layouts a compiler or a hand may write: the body is the one after the entry's own
+    /// parameters, whatever the lines; a name is matched whole (`$` included); comments count
+    /// nothing; a label may share its line with the statements after it.
+    #[test]
+    fn the_body_is_the_entrys_own_whatever_the_layout() {
+        const ONE_FMA: &str =
+            "ld.global.f32 %f1, [%rd1]; fma.rn.f32 %f2, %f1, %f1, %f1; st.global.f32 [%rd1], %f2;";
+        let counts = |ptx: &str, entry: &str| {
+            let f = features(ptx, entry).unwrap();
+            (f.flops_per_thread, f.global_bytes_per_thread, f.loops)
+        };
+        // The brace on the signature's line, and a busier entry after it.
+        let ptx = format!(".visible .entry first(.param .u64 a, .param .u32 n) {{\n\tret;\n}}\n.visible .entry second(\n.param .u64 b\n)\n{{\n{ONE_FMA}\n\tret;\n}}\n");
+        assert_eq!(counts(&ptx, "first"), (0.0, 0.0, false));
+        assert_eq!(counts(&ptx, "second"), (2.0, 8.0, false));
+        // A comment after the brace; `{` and instructions in comments are not code.
+        let ptx = format!(".entry sp(.param .u64 a)\n{{   // body {{\n{ONE_FMA}\n/* fma.rn.f64 %fd1, %fd1, %fd1, %fd1;\n }} */\n\tret;\n}}\n.entry other()\n{{\n\tret;\n}}\n");
+        assert_eq!(counts(&ptx, "sp"), (2.0, 8.0, false));
+        assert_eq!(entries(&ptx), ["sp", "other"]);
+        // `k$1` is not `k`.
+        let ptx = format!(".entry k$1(.param .u64 a)\n{{\n{ONE_FMA}\n\tret;\n}}\n.entry k(.param .u64 a)\n{{\n\tret;\n}}\n");
+        assert_eq!(counts(&ptx, "k"), (0.0, 0.0, false));
+        assert_eq!(counts(&ptx, "k$1"), (2.0, 8.0, false));
+        // A label on the line of the loop's body, and a branch back to it.
+        let ptx =
+            format!(".entry odd(.param .u64 a)\n{{\n$L1: {ONE_FMA}\n@%p1 bra $L1;\n\tret;\n}}\n");
+        assert_eq!(counts(&ptx, "odd"), (2.0, 8.0, true));
+        // A forward branch is not a loop.
+        let ptx =
+            format!(".entry fwd(.param .u64 a)\n{{\n@%p1 bra $L2;\n{ONE_FMA}\n$L2:\n\tret;\n}}\n");
+        assert_eq!(counts(&ptx, "fwd"), (2.0, 8.0, false));
     }
 }
