@@ -45,7 +45,8 @@
 //!   fitting and evaluation for `wcetctl`.
 //! - [`config`] (the daemon's configuration file: the same keys as its flags) and [`generate`]
 //!   (man pages and completions from the clap definitions) serve the binaries.
-//! - [`fnv`]: the project's one stable hash (file names, seeds, stamps), a leaf below everything.
+//! - [`fnv`]: the project's one stable hash (file names, seeds, stamps), a leaf below everything;
+//!   [`ptx_text`], the lexical shape of PTX (comments, entries, parameters, bodies), another.
 //! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
 //!   [`model::predict`], which are reported beside bounds and never change one.
 //!
@@ -74,6 +75,7 @@ pub mod monitor_bus;
 pub mod monitor_view;
 pub mod observe;
 pub mod offline;
+pub mod ptx_text;
 pub mod request_error;
 pub mod samples;
 pub mod service;

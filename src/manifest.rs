@@ -498,13 +498,13 @@ fn check_entry(kind: ModuleKind, bytes: &[u8], entry: &str, module: &Path) -> Re
     }
 }
 
-/// The parameter list of `.entry NAME(...)` in PTX, when the entry is there.
-fn ptx_entry<'a>(ptx: &'a str, entry: &str) -> Option<&'a str> {
-    let start = ptx.find(&format!(".entry {entry}("))?;
-    let rest = &ptx[start..];
-    let open = rest.find('(')?;
-    let close = rest.find(')')?;
-    Some(&rest[open + 1..close])
+/// The parameter list of `.entry NAME` in PTX (comments removed), when the entry is there.
+fn ptx_entry(ptx: &str, entry: &str) -> Option<String> {
+    let text = crate::ptx_text::without_comments(ptx);
+    crate::ptx_text::entries(&text)
+        .into_iter()
+        .find(|e| e.name == entry && e.body.is_some())
+        .map(|e| e.params.to_string())
 }
 
 /// A PTX entry's parameters against `args`: the same count, pointers as 64-bit, scalars of the
@@ -513,6 +513,7 @@ fn check_ptx_params(ptx: &str, entry: &str, args: &[Arg]) -> Result<(), String> 
     let Some(list) = ptx_entry(ptx, entry) else {
         return Ok(());
     };
+    let list = list.as_str();
     let params: Vec<&str> = list
         .split(',')
         .map(str::trim)
@@ -657,6 +658,34 @@ mod tests {
         format!(
             "name = \"app.saxpy\"\nmodule = \"saxpy.ptx\"\nentry = \"saxpy\"\ngrid = [64, 1, 1]\nblock = [256, 1, 1]\nargs = [\n  {{ buffer = 65536, fill = \"random-f32\" }},\n  {{ buffer = 65536, fill = \"zero\" }},\n  {{ f32 = 2.0 }},\n  {{ u32 = 16384 }},\n]\n{extra}"
         )
+    }
+
+    /// The entry and its parameters are read as the predictor reads them: a space before the
+    /// parameter list is PTX too, and a commented-out entry is not one.
+    #[test]
+    fn ptx_entries_are_read_whatever_the_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        let spaced = PTX.replace(".entry saxpy(", ".entry saxpy (");
+        write(dir.path(), "saxpy.ptx", &spaced);
+        parse(&path, &manifest("")).unwrap();
+        // A decoy in a comment with the right parameters, the real one with three.
+        let decoy = format!(
+            "// .visible .entry saxpy(.param .u64 a, .param .u64 b, .param .f32 c, .param .u32 n)\n{}",
+            PTX.replace("\t.param .u32 saxpy_param_3\n", "")
+                .replace("saxpy_param_2,", "saxpy_param_2")
+        );
+        write(dir.path(), "saxpy.ptx", &decoy);
+        let e = parse(&path, &manifest("")).unwrap_err();
+        assert!(e.contains("takes 3 parameters"), "{e}");
+        // Declared but never defined.
+        write(
+            dir.path(),
+            "saxpy.ptx",
+            ".visible .entry saxpy(.param .u64 a);\n",
+        );
+        let e = parse(&path, &manifest("")).unwrap_err();
+        assert!(e.contains("does not define the entry point"), "{e}");
     }
 
     /// An unknown key at the start of line 6 is named on line 6 (it was named on line 5).

@@ -8,6 +8,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::ptx_text;
+
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct PtxFeatures {
     pub entry: String,
@@ -37,9 +39,9 @@ pub enum PtxError {
 
 /// Every entry point of a module, in order.
 pub fn entries(ptx: &str) -> Vec<String> {
-    entry_names(&without_comments(ptx))
+    ptx_text::entries(&ptx_text::without_comments(ptx))
         .into_iter()
-        .map(|(name, _)| name.to_string())
+        .map(|e| e.name.to_string())
         .collect()
 }
 
@@ -56,8 +58,11 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
             },
         });
     }
-    let text = without_comments(ptx);
-    let body = body_of(&text, entry).ok_or_else(|| PtxError::NoBody(entry.to_string()))?;
+    let text = ptx_text::without_comments(ptx);
+    let body = ptx_text::entries(&text)
+        .into_iter()
+        .find_map(|e| e.body.filter(|_| e.name == entry))
+        .ok_or_else(|| PtxError::NoBody(entry.to_string()))?;
     let mut f = PtxFeatures {
         entry: entry.to_string(),
         ..Default::default()
@@ -107,88 +112,6 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
     Ok(f)
 }
 
-/// The text with `//` and `/* */` comments blanked out (PTX has no string literals), so a
-/// commented-out instruction or brace is neither counted nor taken for the body's edge.
-fn without_comments(ptx: &str) -> String {
-    let mut out = String::with_capacity(ptx.len());
-    let mut rest = ptx;
-    loop {
-        let line = rest.find("//");
-        let block = rest.find("/*");
-        match (line, block) {
-            (Some(l), b) if b.is_none_or(|b| l < b) => {
-                out.push_str(&rest[..l]);
-                rest = &rest[l..];
-                rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
-            }
-            (_, Some(b)) => {
-                out.push_str(&rest[..b]);
-                out.push(' ');
-                rest = rest[b + 2..]
-                    .find("*/")
-                    .map_or("", |e| &rest[b + 2 + e + 2..]);
-            }
-            _ => {
-                out.push_str(rest);
-                return out;
-            }
-        }
-    }
-}
-
-/// A PTX identifier's characters after the first: letters, digits, `_` and `$`.
-fn identifier_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '$'
-}
-
-/// (name, byte offset just past the name) of every `.entry` in comment-free text.
-fn entry_names(text: &str) -> Vec<(&str, usize)> {
-    let mut found = Vec::new();
-    let mut from = 0;
-    while let Some(at) = text[from..].find(".entry") {
-        let after = from + at + ".entry".len();
-        from = after;
-        // `.entry` must be a whole directive, followed by white space and the name.
-        if !text[after..].starts_with(char::is_whitespace) {
-            continue;
-        }
-        let name_at = text.len() - text[after..].trim_start().len();
-        let len = text[name_at..]
-            .find(|c: char| !identifier_char(c))
-            .unwrap_or(text.len() - name_at);
-        if len > 0 {
-            found.push((&text[name_at..name_at + len], name_at + len));
-        }
-    }
-    found
-}
-
-/// The text between the braces of `entry`'s body: after its parameter list, whatever the
-/// layout (a brace on the signature's line or on its own, a comment after it).
-fn body_of<'a>(text: &'a str, entry: &str) -> Option<&'a str> {
-    let (_, mut at) = entry_names(text).into_iter().find(|(n, _)| *n == entry)?;
-    let rest = text[at..].trim_start();
-    if rest.starts_with('(') {
-        at = text.len() - rest.len();
-        at += text[at..].find(')')? + 1;
-    }
-    let open = at + text[at..].find('{')?;
-    let mut depth = 0usize;
-    for (i, c) in text[open..].char_indices() {
-        match c {
-            '{' => depth += 1,
-            '}' => {
-                depth -= 1;
-                if depth == 0 {
-                    return Some(&text[open + 1..open + i]);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
-}
-
 /// A statement's leading labels (`$L1:`) and scope braces stripped: (labels, the rest).
 fn split_labels(statement: &str) -> (Vec<&str>, &str) {
     let mut labels = Vec::new();
@@ -196,7 +119,7 @@ fn split_labels(statement: &str) -> (Vec<&str>, &str) {
     loop {
         rest = rest.trim_start_matches(|c: char| c == '{' || c == '}' || c.is_whitespace());
         let name = rest
-            .find(|c: char| !identifier_char(c))
+            .find(|c: char| !ptx_text::identifier_char(c))
             .unwrap_or(rest.len());
         match rest[name..].trim_start().strip_prefix(':') {
             Some(after) if name > 0 => {
