@@ -451,6 +451,42 @@ async fn a_recalibration_after_an_overrun_starts_a_new_epoch_and_keeps_the_floor
     .expect("test ran past its time limit");
 }
 
+/// Times reported for a kernel with no bound yet are the floor of the bound it will get: they
+/// are on disk before the report is answered, so a crash right after it (during a first
+/// calibration, say) cannot let the next calibration serve a bound below them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn times_reported_before_any_calibration_survive_a_crash() {
+    tokio::time::timeout(Duration::from_secs(110), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        // A long save interval: only a save made before the answer can keep them.
+        let flags = [
+            "--no-initial-calibration",
+            "--observation-save-interval",
+            "60",
+        ];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        let late: [(&str, u64); 2] = [("bfs", 7_000_000), ("needle", 6_000_000)];
+        for (kernel, time) in late {
+            report(&conn, kernel, 40, &[time]).await.expect("Report");
+        }
+        d.kill9();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        let calibration = wcetd::client::CalibrationProxy::new(&conn).await.unwrap();
+        let job = calibration.recalibrate(&["bfs", "needle"]).await.unwrap();
+        let (state, message) = wait_for_job(&conn, job).await;
+        assert_eq!(state, "done", "{message}");
+        for (kernel, time) in late {
+            assert!(bound(&conn, kernel, 40).await >= time, "{kernel}");
+        }
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_observations_file_is_moved_aside_and_the_daemon_serves_on() {
     tokio::time::timeout(Duration::from_secs(90), async {

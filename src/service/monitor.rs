@@ -373,7 +373,14 @@ impl Service {
         let raised_quietly = !overran
             && recorded.floor_raised
             && self.floor_raises_a_bound(kernel, sms, recorded.floor_ns);
-        let urgent = overran || raised_quietly;
+        // Nor may a crash lose the floor of a bound still to come: with no calibration at this
+        // size under either tag, the next calibration's bound stands on it (a black-box run lost
+        // times reported during a first calibration and then served bounds far below them).
+        let first_floor = recorded.floor_raised
+            && [Interference::Isolated, Interference::Contended]
+                .into_iter()
+                .all(|tag| self.calibrated_bound(kernel, sms, tag).is_none());
+        let urgent = overran || raised_quietly || first_floor;
         m.request_save(urgent);
         if raised_quietly {
             let _ = self.inner.events.send(Event::BoundsChanged {
