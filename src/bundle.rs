@@ -92,26 +92,126 @@ pub fn parse(text: &str) -> Result<Bundle, String> {
 /// What differs between a bundle's fingerprint and this device's, in what bounds depend on (empty
 /// when they match): "driver 580.159.04 here, 575.51.03 in the bundle", ...
 pub fn differences(here: &Fingerprint, bundle: &Fingerprint) -> Vec<String> {
-    let fields = [
-        (
-            "backend",
-            here.backend.to_string(),
-            bundle.backend.to_string(),
-        ),
-        ("device", here.device.clone(), bundle.device.clone()),
-        ("driver", here.driver.clone(), bundle.driver.clone()),
-        ("CUDA", here.cuda.clone(), bundle.cuda.clone()),
-        (
-            "clock policy",
-            here.clock_policy.clone(),
-            bundle.clock_policy.clone(),
-        ),
-    ];
-    fields
+    field_differences(here, bundle)
         .into_iter()
-        .filter(|(_, a, b)| a != b)
         .map(|(what, a, b)| format!("{what} `{a}` here, `{b}` in the bundle"))
         .collect()
+}
+
+/// (what, in `a`, in `b`) for each field a bound depends on where two fingerprints differ: the
+/// UUID is not one (cards of a model share calibrations, checked on arrival).
+fn field_differences(a: &Fingerprint, b: &Fingerprint) -> Vec<(&'static str, String, String)> {
+    let fields = [
+        ("backend", a.backend.to_string(), b.backend.to_string()),
+        ("device", a.device.clone(), b.device.clone()),
+        ("driver", a.driver.clone(), b.driver.clone()),
+        ("CUDA", a.cuda.clone(), b.cuda.clone()),
+        (
+            "clock policy",
+            a.clock_policy.clone(),
+            b.clock_policy.clone(),
+        ),
+    ];
+    fields.into_iter().filter(|(_, a, b)| a != b).collect()
+}
+
+/// What makes a bundle not one `wcetctl export` writes, refused whatever `force` says: each
+/// calibration measured under the configuration the bundle names (whether to check it on this
+/// card, or serve it stale, is decided from that name, so an entry of another configuration under
+/// it would be served as current unchecked), under the tag it is filed as, once; and a summary
+/// and sample counts that agree with the launches shipped (a launch deleted with the bound
+/// lowered to what remains is then seen in the summary). Empty when none.
+pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut seen = Vec::new();
+    for e in &bundle.calibrations {
+        let what = format!("{} ({})", e.kernel, e.interference);
+        if seen.contains(&(e.kernel.as_str(), e.interference)) {
+            found.push(format!("{what} appears twice"));
+        }
+        seen.push((e.kernel.as_str(), e.interference));
+        let c = &e.calibration.campaign;
+        let inner: Vec<String> = field_differences(&bundle.fingerprint, &c.environment.fingerprint)
+            .into_iter()
+            .map(|(field, named, measured)| {
+                format!("{field} `{named}` in the bundle's header, `{measured}` in its campaign")
+            })
+            .collect();
+        if !inner.is_empty() {
+            found.push(format!(
+                "{what} was measured under another configuration than the bundle names ({})",
+                inner.join("; ")
+            ));
+        }
+        if c.environment.interference != e.interference || c.kernel != e.kernel {
+            found.push(format!(
+                "{what} holds a campaign of {} ({})",
+                c.kernel, c.environment.interference
+            ));
+        }
+        found.extend(summary_disagreements(e, &what));
+    }
+    found
+}
+
+/// The sizes this device can realise (`sizes`) at which a calibration of the bundle has no
+/// bound: each is a hole in the curve served, found only when a scheduler asks there, so such a
+/// bundle is refused even stale (`force`). Empty when every calibration covers every size.
+pub fn missing_sizes(bundle: &Bundle, sizes: &[u32]) -> Vec<String> {
+    bundle
+        .calibrations
+        .iter()
+        .filter_map(|e| {
+            let missing: Vec<String> = sizes
+                .iter()
+                .filter(|&&m| e.calibration.table.entry(m).is_none_or(|b| b.bound_ns == 0))
+                .map(u32::to_string)
+                .collect();
+            (!missing.is_empty()).then(|| {
+                format!(
+                    "{} ({}) has no bound at {} SMs",
+                    e.kernel,
+                    e.interference,
+                    missing.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+/// Where an entry's summary or table disagrees with the launches it ships.
+fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
+    let c = &e.calibration.campaign;
+    let mut found = Vec::new();
+    let measured: Vec<u32> = c
+        .sizes
+        .iter()
+        .filter(|(_, r)| !r.times_ns.is_empty())
+        .map(|(&m, _)| m)
+        .collect();
+    if measured != e.summary.keys().copied().collect::<Vec<_>>() {
+        found.push(format!(
+            "{what}: the summary lists sizes {:?}, the samples {measured:?}",
+            e.summary.keys().collect::<Vec<_>>()
+        ));
+    }
+    for (m, s) in &e.summary {
+        let Some(r) = c.sizes.get(m) else { continue };
+        let (n, max) = (r.times_ns.len() as u64, r.times_ns.max().unwrap_or(0));
+        if (s.launches, s.max_ns) != (n, max) {
+            found.push(format!(
+                "{what} at {m} SMs: the summary says {} launches up to {} ns, the samples hold {n} up to {max} ns",
+                s.launches, s.max_ns
+            ));
+        }
+        let counted = e.calibration.table.entry(*m).map_or(0, |b| b.samples);
+        if counted != n {
+            found.push(format!(
+                "{what} at {m} SMs: the table counts {counted} samples, the campaign holds {n}"
+            ));
+        }
+    }
+    found
 }
 
 #[cfg(test)]

@@ -1060,15 +1060,40 @@ impl Service {
         Ok(names)
     }
 
-    /// Why `bundle` is refused whole, if it is: another configuration without `force`, a kernel
-    /// unknown here, or a bound below a launch the bundle itself records (an edited or corrupted
-    /// file, never served). Otherwise whether it is of another configuration (imported stale).
+    /// Why `bundle` is refused whole, if it is: a bundle that does not agree with itself (even
+    /// with `force`), another configuration without `force`, a kernel unknown here, or a bound
+    /// below a launch the bundle itself records (an edited or corrupted file, never served).
+    /// Otherwise whether it is of another configuration (imported stale).
     fn refuse_bundle(&self, bundle: &crate::bundle::Bundle, force: bool) -> Result<bool> {
+        // Refused whatever `force` says: what follows decides from the bundle's header, so the
+        // header must speak for every calibration in it.
+        let bad = crate::bundle::inconsistencies(bundle);
+        if !bad.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle does not agree with itself ({} findings; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it",
+                bad.len(),
+                bad.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+            )));
+        }
         let diffs = crate::bundle::differences(&self.inner.device.fingerprint, &bundle.fingerprint);
         if !diffs.is_empty() && !force {
             return Err(ServiceError::InvalidArgs(format!(
                 "the bundle was measured under another configuration: {}; accepted: a bundle from a device with the same model, driver, CUDA version and clock policy, or force (`wcetctl import-calibration --force`) to import it as stale",
                 diffs.join("; ")
+            )));
+        }
+        let missing = crate::bundle::missing_sizes(bundle, &self.inner.device.partition_sizes);
+        if !missing.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle lacks sizes this device serves ({}); nothing imported; accepted: a calibration with a bound at every realisable size of this device ({}), as `wcetctl export` on a device of this model writes it",
+                missing.join("; "),
+                self.inner
+                    .device
+                    .partition_sizes
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )));
         }
         let unknown: Vec<&str> = bundle

@@ -194,6 +194,83 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
     );
 }
 
+/// A bundle edited so that it no longer agrees with itself is refused whole, `force` or not:
+/// a header naming another configuration than its campaigns (which `force` would have imported
+/// as current and unchecked), a size left out, a launch deleted with the bound lowered to what
+/// remains, a calibration given twice. Nothing of it is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_bundle_is_refused_even_with_force() {
+    let bundle = srad_bundle(&["srad"]).await;
+    let original: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    let edit = |f: &dyn Fn(&mut serde_json::Value)| {
+        let mut v = original.clone();
+        f(&mut v);
+        v.to_string()
+    };
+    fn cal(v: &mut serde_json::Value) -> &mut serde_json::Value {
+        &mut v["calibrations"][0]["calibration"]
+    }
+    let header = edit(&|v| v["fingerprint"]["driver"] = "999.0".into());
+    // Every trace of one size removed, consistently.
+    let size_left_out = edit(&|v| {
+        let entry = &mut v["calibrations"][0];
+        entry["summary"].as_object_mut().unwrap().remove("16");
+        let c = &mut entry["calibration"];
+        c["campaign"]["sizes"].as_object_mut().unwrap().remove("16");
+        let entries = c["table"]["entries"].as_array_mut().unwrap();
+        entries.retain(|e| e["sms"] != 16);
+    });
+    let launch_deleted = edit(&|v| {
+        let c = cal(v);
+        let sizes = c["campaign"]["sizes"].as_object_mut().unwrap();
+        let (m, record) = sizes.iter_mut().next().unwrap();
+        let m: u64 = m.parse().unwrap();
+        let times = record["times_ns"].as_array_mut().unwrap();
+        let (at, _) = times
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, t)| t.as_u64())
+            .unwrap();
+        times.remove(at);
+        let left = times.iter().filter_map(|t| t.as_u64()).max().unwrap();
+        for e in c["table"]["entries"].as_array_mut().unwrap() {
+            if e["sms"] == m {
+                e["observed_max_ns"] = left.into();
+                e["bound_ns"] = (left + 1).into();
+            }
+        }
+    });
+    let twice = edit(&|v| {
+        let first = v["calibrations"][0].clone();
+        v["calibrations"].as_array_mut().unwrap().push(first);
+    });
+    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let cal_d = d.calibration().await;
+    for (text, why) in [
+        (&header, "driver `999.0` in the bundle's header"),
+        (&size_left_out, "srad (isolated) has no bound at 16 SMs"),
+        (&launch_deleted, "the summary says"),
+        (&twice, "srad (isolated) appears twice"),
+    ] {
+        let force = HashMap::from([("force", zbus::Variant::from(true))]);
+        let err = cal_d
+            .import_calibration_with(text, force)
+            .await
+            .unwrap_err();
+        assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+        assert!(
+            err.to_string().contains(why) && err.to_string().contains("nothing imported"),
+            "{err}"
+        );
+    }
+    assert!(
+        cal_d.list_jobs().await.unwrap().is_empty(),
+        "nothing queued"
+    );
+    let err = d.bounds().await.get_bound("srad", 8).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
+}
+
 /// `bundle` with every number under the keys that hold times or bounds (and every launch time)
 /// passed through `f`: the bundle stays consistent with itself, as from a faster or slower card.
 fn with_times(bundle: &str, f: &dyn Fn(u64) -> u64) -> String {
