@@ -289,6 +289,15 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
         "observed_floor_ns",
         b.observed.map_or(0, |f| f.floor_ns).into(),
     );
+    // Which series that time was reported under ("" where none, or carried over from another
+    // fingerprint): untagged, it may be the other interference than the calibration's.
+    put(
+        "observed_floor_interference",
+        b.observed
+            .and_then(|f| f.tag)
+            .map_or(String::new(), |t| t.to_string())
+            .into(),
+    );
     if b.observed.is_some_and(|f| f.raised) {
         put("basis", "observed".into());
     }

@@ -2707,6 +2707,32 @@ mod tests {
         assert!(isolated >= seen);
     }
 
+    /// An untagged bound held up by a contended time says so: the bound's calibration is the
+    /// isolated one, the number is the contended report's (a black-box run found the answer
+    /// naming only the isolated calibration).
+    #[test]
+    fn a_floor_from_the_other_interference_names_its_series() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = srad_calibrated(dir.path());
+        let untagged = service.bound_info("srad", 32, None).unwrap();
+        let seen = untagged.entry.bound_ns * 3;
+        service
+            .report("srad", 32, Some(Interference::Contended), &[seen])
+            .unwrap();
+        let info = service.bound_info("srad", 32, None).unwrap();
+        assert_eq!(info.entry.bound_ns, seen);
+        let floor = info.observed.unwrap();
+        assert!(floor.raised);
+        assert_eq!(floor.tag, Some(Interference::Contended));
+        assert!(
+            info.notes
+                .iter()
+                .any(|n| n.contains("by a contended launch time reported from production")),
+            "{:?}",
+            info.notes
+        );
+    }
+
     /// `GetBound`'s lean path serves exactly `GetBoundInfo`'s bound at every size, for each tag
     /// and for the safer of the two, with both tags calibrated and a production floor under one.
     #[test]

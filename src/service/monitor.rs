@@ -69,6 +69,9 @@ pub struct ObservedFloor {
     pub at: DateTime<Utc>,
     /// Whether it is above the calibrated bound, so that it is the bound served.
     pub raised: bool,
+    /// The interference it was reported under; `None` for a floor carried over from another
+    /// device fingerprint's calibration (its tag is that calibration's).
+    pub tag: Option<Interference>,
 }
 
 /// What one report did.
@@ -564,6 +567,7 @@ impl Service {
                 sms: f.sms,
                 at: f.at,
                 raised: false,
+                tag: Some(f.tag),
             })
     }
 
@@ -591,6 +595,7 @@ impl Service {
                 at: f.at,
                 // Raised into the table when carried over: the bound served is this floor.
                 raised: f.ns >= entry.bound_ns,
+                tag: None,
             });
         let reported = self.observed_floor(kernel, tag, entry.sms, monotone);
         // The higher of the two holds the bound up. An inherited floor was raised into the table
@@ -614,8 +619,11 @@ impl Service {
                     floor.sms
                 )
             };
+            // The series it came from: untagged, a contended time holds up a bound whose
+            // calibration is the isolated one, and the reader must be able to tell.
+            let under = floor.tag.map_or(String::new(), |t| format!(" {t}"));
             notes.push(format!(
-                "raised from {} ns to {} ns by a launch time reported from production {where_} on {} (Monitor1.Report)",
+                "raised from {} ns to {} ns by a{under} launch time reported from production {where_} on {} (Monitor1.Report)",
                 entry.bound_ns,
                 floor.floor_ns,
                 floor.at.to_rfc3339()
