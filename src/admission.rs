@@ -378,10 +378,11 @@ impl<'a> Lookup<'a> {
         let configured = self.src.configured_exceedance();
         let acceptable = self.policy.accept_exceedance.unwrap_or(configured);
         if crate::model::weaker_than(exceedance, acceptable) {
-            let than = if crate::model::weaker_than(exceedance, configured) {
-                format!("the configured {configured:e}")
-            } else {
-                format!("the accept_exceedance {acceptable:e} asked for")
+            // What it was judged against: the caller's own limit when one was given, even where
+            // the configured one is refused too.
+            let than = match self.policy.accept_exceedance {
+                None => format!("the configured {configured:e}"),
+                Some(_) => format!("the accept_exceedance {acceptable:e} asked for"),
             };
             self.refused.push(format!(
                 "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than {than}; accept it with option accept_exceedance >= {exceedance:e} (wcetctl admit --accept-exceedance {exceedance:e})"
@@ -919,10 +920,11 @@ mod tests {
             accept_exceedance: Some(1e-5),
             ..Policy::default()
         };
+        let v = super::check_distinct(&heavy, &set, too_strict).unwrap();
+        // Judged against the caller's limit, and named so, though the configured one refuses too.
         assert!(
-            !super::check_distinct(&heavy, &set, too_strict)
-                .unwrap()
-                .admitted
+            !v.admitted && v.refused[0].contains("the accept_exceedance 1e-5 asked for"),
+            "{v:?}"
         );
         let consent = Policy {
             accept_exceedance: Some(1e-4),

@@ -84,7 +84,7 @@ pub fn parse(text: &str) -> Result<Bundle, String> {
         ));
     }
     if bundle.calibrations.is_empty() {
-        return Err("the bundle holds no calibration".into());
+        return Err("the bundle holds no calibration; accepted: the output of `wcetctl export` with at least one calibrated kernel".into());
     }
     Ok(bundle)
 }
