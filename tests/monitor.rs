@@ -468,9 +468,15 @@ async fn times_reported_before_any_calibration_survive_a_crash() {
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
         wait_for_daemon(&conn, &mut d).await;
         let late: [(&str, u64); 2] = [("bfs", 7_000_000), ("needle", 6_000_000)];
-        for (kernel, time) in late {
-            report(&conn, kernel, 40, &[time]).await.expect("Report");
-        }
+        report(&conn, "bfs", 40, &[late[0].1])
+            .await
+            .expect("Report");
+        // The same from the command line, which shows what is recorded there now.
+        let out = wcetctl(fx.address(), &["report", "needle", "40", "6000000"]);
+        assert!(
+            out.contains("reported 1 launch time of needle at 40 SMs") && out.contains("6000000"),
+            "{out}"
+        );
         d.kill9();
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
         wait_for_daemon(&conn, &mut d).await;

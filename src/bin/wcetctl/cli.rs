@@ -77,6 +77,21 @@ pub(crate) enum Command {
     },
     /// Device, health, and per kernel which bounds exist and what they guarantee.
     Status,
+    /// Report launch times observed in production for KERNEL on a partition of SMS SMs
+    /// (Monitor1.Report, or ReportTagged with --interference): a time above the bound raises it,
+    /// is signalled and counted. Needs the reporter or operator group.
+    Report {
+        /// Kernel name (see `wcetctl list`).
+        kernel: String,
+        /// The partition size the launches ran on, in SMs (a realisable size).
+        sms: u32,
+        /// Launch times in nanoseconds (1 to 65,536 of them, each from 1 ns to an hour).
+        #[arg(required = true, num_args = 1..)]
+        times_ns: Vec<u64>,
+        /// What ran beside the launches [default: untagged, filed as isolated].
+        #[arg(long, value_enum)]
+        interference: Option<Interference>,
+    },
     /// Launch times reported from production for KERNEL (Monitor1.GetObserved): count,
     /// quantiles and maximum beside the bound, at SMS or at every partition size.
     Observed {

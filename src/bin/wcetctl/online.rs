@@ -49,6 +49,12 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
         } => reload_kernels(json, &conn).await,
         Command::Export { kernels } => export(&conn, &kernels).await,
         Command::Observed { kernel, sms } => observed(json, &conn, &kernel, sms).await,
+        Command::Report {
+            kernel,
+            sms,
+            times_ns,
+            interference,
+        } => report(json, &conn, &kernel, sms, &times_ns, interference).await,
         Command::Watch {
             interval,
             once,
@@ -132,6 +138,39 @@ pub(crate) async fn observed(
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
+        print!("{}", wcetd::monitor_view::render(&rows));
+    }
+    Ok(())
+}
+
+/// `wcetctl report`: the times, then what the bound is now and the largest time reported there.
+async fn report(
+    json: bool,
+    conn: &zbus::Connection,
+    kernel: &str,
+    sms: u32,
+    times_ns: &[u64],
+    interference: Option<Interference>,
+) -> anyhow::Result<()> {
+    let monitor = wcetd::monitor_view::monitor_at(conn, object()).await?;
+    match interference {
+        None => monitor.report(kernel, sms, times_ns).await,
+        Some(tag) => {
+            monitor
+                .report_tagged(kernel, sms, &tag.to_string(), times_ns)
+                .await
+        }
+    }
+    .map_err(explain)?;
+    let rows = wcetd::monitor_view::observed(conn, object(), kernel, Some(sms)).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        let plural = if times_ns.len() == 1 { "" } else { "s" };
+        println!(
+            "reported {} launch time{plural} of {kernel} at {sms} SMs",
+            times_ns.len()
+        );
         print!("{}", wcetd::monitor_view::render(&rows));
     }
     Ok(())
