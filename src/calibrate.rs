@@ -355,6 +355,74 @@ pub fn from_samples(
     })
 }
 
+/// A calibration from elsewhere (a bundle), made no tighter than this daemon's own method makes
+/// from the launches it ships: every bound at least the refit's at its size, and stated at the
+/// weaker of the two exceedances. A bundle edited consistently (a launch deleted and the summary
+/// with it, a stronger tail claimed) passes every check of its own numbers; this one it cannot
+/// pass, since what it ships is what is refitted. Returns the calibration to publish and, when
+/// the refit changed it, what changed.
+pub fn no_tighter_than_own_fit(
+    cal: &KernelCalibration,
+    device: &crate::gpu::DeviceInfo,
+    recipe: &Recipe,
+) -> Result<(KernelCalibration, Option<String>), CalibrateError> {
+    let imported = Imported {
+        kernel: cal.campaign.kernel.clone(),
+        by_size: cal.campaign.samples(),
+        geometry: cal.campaign.geometry,
+        interference: cal.campaign.environment.interference,
+        source: String::new(),
+        code: cal.code.clone(),
+    };
+    let own = from_samples(&imported, device, recipe)?.table;
+    let (own_p, _) = own.stated_exceedance();
+    let (their_p, _) = cal.table.stated_exceedance();
+    let weaker_claim = crate::model::weaker_than(own_p, their_p);
+    let mut raised = 0;
+    let mut most = 0.0f64;
+    // The table of the weaker claim, every bound the larger of the two.
+    let mut table = if weaker_claim {
+        own.clone()
+    } else {
+        cal.table.clone()
+    };
+    for e in &mut table.entries {
+        let other = if weaker_claim { &cal.table } else { &own };
+        let higher = other.entry(e.sms).map_or(0, |o| o.bound_ns);
+        if higher > e.bound_ns {
+            e.bound_ns = higher;
+        }
+        let theirs = cal.table.entry(e.sms).map_or(0, |o| o.bound_ns);
+        if e.bound_ns > theirs {
+            raised += 1;
+            most = most.max(e.bound_ns as f64 / theirs.max(1) as f64 - 1.0);
+        }
+    }
+    if !weaker_claim && raised == 0 {
+        return Ok((cal.clone(), None));
+    }
+    let mut what = Vec::new();
+    if raised > 0 {
+        what.push(format!(
+            "bounds raised at {raised} sizes, by up to {:.1}%",
+            most * 100.0
+        ));
+    }
+    if weaker_claim {
+        what.push(format!(
+            "stated at {own_p:e} per launch, not the {their_p:e} it claimed"
+        ));
+    }
+    let note = format!(
+        "refitted here from the launches the bundle ships, and made no tighter than that: {}",
+        what.join(", ")
+    );
+    table.notes.push(note.clone());
+    let mut out = cal.clone();
+    out.table = table;
+    Ok((out, Some(note)))
+}
+
 /// Launches per size when a calibration from elsewhere is checked on this card.
 pub const ARRIVAL_LAUNCHES: u32 = 32;
 

@@ -1774,9 +1774,10 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEn
     }
 }
 
-/// Publish a bundle's calibrations. When they are this device's configuration each is first
-/// checked on this card, and only then published as this device's: a kernel with a launch above
-/// its bound is recalibrated here instead, never below a launch the check timed. A check or a
+/// Publish a bundle's calibrations, each made no tighter than this daemon's own fit of the
+/// launches it ships. When they are this device's configuration each is then checked on this
+/// card, and only then published as this device's: a kernel with a launch above its bound is
+/// recalibrated here instead, never below a launch the check timed. A refit, check or
 /// recalibration that fails imports nothing of the bundle.
 fn import_bundle(
     gpu: &mut dyn Gpu,
@@ -1786,8 +1787,24 @@ fn import_bundle(
     calibrations: &[TaggedCalibration],
     verify: bool,
 ) -> JobEnd {
+    let mut refit_notes = Vec::new();
+    let mut own = Vec::with_capacity(calibrations.len());
+    for (tag, name, cal) in calibrations {
+        match calibrate::no_tighter_than_own_fit(cal, &inner.device, &inner.config.recipe) {
+            Ok((cal, note)) => {
+                refit_notes.extend(note.map(|n| format!("{name} ({tag}): {n}")));
+                own.push((*tag, name.clone(), cal));
+            }
+            Err(e) => return nothing_imported(inner, &e, &format!("refitting {name} ({tag})")),
+        }
+    }
+    let calibrations = own.as_slice();
     if !verify {
-        return commit(store, inner, calibrations.to_vec(), "imported");
+        let (state, published) = commit(store, inner, calibrations.to_vec(), "imported");
+        if state != JobState::Done || refit_notes.is_empty() {
+            return (state, published);
+        }
+        return (state, format!("{published}; {}", refit_notes.join("; ")));
     }
     let mut report = progress_reporter(inner, job);
     let checked = match check_bundle(gpu, inner, job, calibrations, &mut report) {
@@ -1799,6 +1816,7 @@ fn import_bundle(
         mut publish,
         redo,
     } = checked;
+    notes.splice(0..0, refit_notes);
     if !redo.is_empty() {
         match recalibrate_failed(gpu, inner, job, redo, &mut notes, &mut report) {
             Ok(recalibrated) => publish.extend(recalibrated),

@@ -271,6 +271,102 @@ async fn an_edited_bundle_is_refused_even_with_force() {
     assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
 }
 
+/// A bundle edited so that it agrees with itself (a size's slowest launches deleted, its summary,
+/// sample count and bound lowered to what is left, a stronger exceedance claimed) passes every
+/// check of its own numbers, and `force` skips the check on this card; what it ships is refitted
+/// here, and nothing published is tighter than that refit. A bundle as exported is left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
+    let bundle = srad_bundle(&["srad"]).await;
+    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let cal_d = d.calibration().await;
+    let mut finished = cal_d.receive_job_finished().await.unwrap();
+    let mut next_message = async || {
+        let signal = tokio::time::timeout(WAIT, finished.next())
+            .await
+            .unwrap()
+            .unwrap();
+        let args = signal.args().unwrap();
+        assert_eq!(args.state, "done", "{}", args.message);
+        args.message.to_string()
+    };
+    cal_d
+        .import_calibration_with(&bundle, HashMap::new())
+        .await
+        .unwrap();
+    let message = next_message().await;
+    // As exported, the refit may differ a little (slowdowns are judged from other launches
+    // here): never below the bundle's bounds, and not far above them.
+    if message.contains("srad (isolated): held on this card") {
+        let shipped: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+        let bounds = d.bounds().await;
+        for e in shipped["calibrations"][0]["calibration"]["table"]["entries"]
+            .as_array()
+            .unwrap()
+        {
+            let m = e["sms"].as_u64().unwrap() as u32;
+            let theirs = e["bound_ns"].as_u64().unwrap();
+            let served = bounds
+                .get_bound_tagged("srad", m, "isolated")
+                .await
+                .unwrap();
+            assert!(
+                served >= theirs && served as f64 <= theirs as f64 * 1.05,
+                "{m} SMs: {served} served, {theirs} shipped; {message}"
+            );
+        }
+    }
+
+    let mut v: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    v["fingerprint"]["driver"] = "999.0".into();
+    let entry = &mut v["calibrations"][0];
+    let m = 16u64;
+    let key = m.to_string();
+    let c = &mut entry["calibration"];
+    c["campaign"]["environment"]["fingerprint"]["driver"] = "999.0".into();
+    let times = c["campaign"]["sizes"][&key]["times_ns"]
+        .as_array_mut()
+        .unwrap();
+    let mut sorted: Vec<u64> = times.iter().map(|t| t.as_u64().unwrap()).collect();
+    sorted.sort_unstable();
+    let cut = sorted[sorted.len() - 4];
+    times.retain(|t| t.as_u64().unwrap() <= cut);
+    let n = times.len() as u64;
+    for e in c["table"]["entries"].as_array_mut().unwrap() {
+        if e["sms"] == m {
+            e["samples"] = n.into();
+            e["observed_max_ns"] = cut.into();
+            e["bound_ns"] = (cut + 1).into();
+        }
+    }
+    c["table"]["tail"]["exceedance"] = 1e-12.into();
+    entry["summary"][&key]["launches"] = n.into();
+    entry["summary"][&key]["max_ns"] = cut.into();
+    for other in v["calibrations"].as_array_mut().unwrap().iter_mut().skip(1) {
+        other["calibration"]["campaign"]["environment"]["fingerprint"]["driver"] = "999.0".into();
+    }
+    let force = HashMap::from([("force", zbus::Variant::from(true))]);
+    cal_d
+        .import_calibration_with(&v.to_string(), force)
+        .await
+        .unwrap();
+    let message = next_message().await;
+    assert!(message.contains("refitted here"), "{message}");
+    let info = d
+        .bounds()
+        .await
+        .get_bound_info_tagged("srad", 16, "isolated")
+        .await
+        .unwrap();
+    let bound = u64::try_from(&info["bound_ns"]).unwrap();
+    let exceedance = f64::try_from(&info["exceedance"]).unwrap();
+    assert!(bound > cut + 1, "{bound} <= the forged {}", cut + 1);
+    assert!(
+        exceedance > 1e-12,
+        "the forged claim {exceedance:e} was kept"
+    );
+}
+
 /// `bundle` with every number under the keys that hold times or bounds (and every launch time)
 /// passed through `f`: the bundle stays consistent with itself, as from a faster or slower card.
 fn with_times(bundle: &str, f: &dyn Fn(u64) -> u64) -> String {
