@@ -120,6 +120,17 @@ async fn a_job_on_one_device_does_not_delay_queries_on_the_other() {
     }
 }
 
+/// The message of the next `JobFinished` on `finished`, which must say `done`.
+async fn next_done(finished: &mut wcetd::client::JobFinishedStream) -> String {
+    let signal = tokio::time::timeout(WAIT, finished.next())
+        .await
+        .unwrap()
+        .unwrap();
+    let args = signal.args().unwrap();
+    assert_eq!(args.state, "done", "{}", args.message);
+    args.message.to_string()
+}
+
 /// srad's calibration exported by a daemon (seed 3) that calibrated `kernels`.
 async fn srad_bundle(kernels: &[&str]) -> String {
     let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
@@ -146,17 +157,10 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
         .await
         .unwrap();
     assert_eq!(kernels, vec!["srad".to_string()]);
-    let signal = tokio::time::timeout(WAIT, finished.next())
-        .await
-        .unwrap()
-        .unwrap();
-    let args = signal.args().unwrap();
-    assert_eq!(args.state, "done", "{}", args.message);
+    let message = next_done(&mut finished).await;
     assert!(
-        args.message.contains("srad (isolated): held on this card")
-            || args.message.contains("recalibrated"),
-        "{}",
-        args.message
+        message.contains("srad (isolated): held on this card") || message.contains("recalibrated"),
+        "{message}"
     );
     let info = b.bounds().await.get_bound_info("srad", 64).await.unwrap();
     let origin = <&str>::try_from(&info["origin"]).unwrap().to_string();
@@ -281,20 +285,11 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
     let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
     let cal_d = d.calibration().await;
     let mut finished = cal_d.receive_job_finished().await.unwrap();
-    let mut next_message = async || {
-        let signal = tokio::time::timeout(WAIT, finished.next())
-            .await
-            .unwrap()
-            .unwrap();
-        let args = signal.args().unwrap();
-        assert_eq!(args.state, "done", "{}", args.message);
-        args.message.to_string()
-    };
     cal_d
         .import_calibration_with(&bundle, HashMap::new())
         .await
         .unwrap();
-    let message = next_message().await;
+    let message = next_done(&mut finished).await;
     // As exported, the refit may differ a little (slowdowns are judged from other launches
     // here): never below the bundle's bounds, and not far above them.
     if message.contains("srad (isolated): held on this card") {
@@ -350,7 +345,7 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
         .import_calibration_with(&v.to_string(), force)
         .await
         .unwrap();
-    let message = next_message().await;
+    let message = next_done(&mut finished).await;
     assert!(message.contains("refitted here"), "{message}");
     let info = d
         .bounds()
