@@ -39,6 +39,7 @@ pub use crate::request_error::{how_to_calibrate, Result, ServiceError};
 
 mod carry_over;
 mod code_watch;
+mod interrupted;
 mod monitor;
 mod stale;
 pub use monitor::{
@@ -257,6 +258,17 @@ struct Job {
     cancel: Arc<AtomicBool>,
 }
 
+impl Work {
+    /// What the job does, before the kernels it names (for the record of a running job).
+    fn doing(&self) -> &'static str {
+        match self {
+            Work::Calibrate { .. } => "calibrating",
+            Work::Import(_) => "importing samples of",
+            Work::Bundle { .. } => "importing a bundle of",
+        }
+    }
+}
+
 /// What a job does on the worker thread.
 enum Work {
     /// Measure and fit these kernels, under each of these interference tags.
@@ -348,7 +360,8 @@ impl Service {
             .into_iter()
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
-        let health = initial_health(&device, &moved_aside, &unusable, &rejected);
+        let interrupted = interrupted::take(&interrupted::path(&store, &device));
+        let health = initial_health(&device, interrupted, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -1289,11 +1302,12 @@ fn stretch(bound_ns: u64, calibrated_mhz: u32, current_mhz: u32) -> u64 {
 /// (their kernels are not served), until the next successful job.
 fn initial_health(
     device: &DeviceInfo,
+    interrupted: Option<String>,
     moved_aside: &[String],
     unusable_others: &[String],
     manifests_rejected: &[(String, String)],
 ) -> String {
-    let mut why = Vec::new();
+    let mut why: Vec<String> = interrupted.into_iter().collect();
     if !device.unusable_sizes.is_empty() {
         let refused: Vec<String> = device
             .unusable_sizes
@@ -1463,10 +1477,20 @@ fn worker_loop(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
+        let running = interrupted::path(&store, &inner.device);
+        let kernels = inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&job.id)
+            .map(|(s, _)| s.kernels.clone())
+            .unwrap_or_default();
+        interrupted::mark(&running, job.id, job.work.doing(), &kernels);
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_job(gpu.as_mut(), &store, &inner, &job)
         }));
+        interrupted::clear(&running);
         let (state, message) = outcome.unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<String>()

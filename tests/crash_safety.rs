@@ -114,6 +114,63 @@ async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
         wait_for_daemon(&conn, &mut d).await;
         assert_eq!(curves(&conn).await, old, "the bounds of before are served");
+        assert_eq!(
+            health(&conn).await,
+            "ok",
+            "a job cancelled at a clean stop ended"
+        );
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
+/// A process killed during a job cannot end it: at the next start `Health` names the job and
+/// its kernels (their bounds are those of before, safe but not what the operator asked for),
+/// until a job succeeds; the record of the running job does not outlive it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_previous_run_did_not_finish_is_named_in_health() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        use futures_util::StreamExt;
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
+        wait_for_daemon(&conn, &mut d).await;
+        let calibration = wcetd::client::CalibrationProxy::new(&conn)
+            .await
+            .expect("proxy");
+        let mut progress = calibration
+            .receive_job_progress()
+            .await
+            .expect("JobProgress");
+        let job = calibration
+            .recalibrate(&["srad", "bfs"])
+            .await
+            .expect("Recalibrate");
+        while let Some(signal) = progress.next().await {
+            if signal.args().expect("JobProgress args").job == job {
+                break;
+            }
+        }
+        d.kill9();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(curves(&conn).await, old, "the bounds of before are served");
+        let said = health(&conn).await;
+        assert!(
+            said.starts_with("degraded: the previous run ended during job")
+                && said.contains("calibrating srad, bfs")
+                && said.contains("`wcetctl recalibrate srad bfs`"),
+            "{said}"
+        );
+        assert!(files_containing(&fx.state(), "job-running").is_empty());
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["srad"],))
+            .await
+            .expect("Recalibrate");
+        assert_eq!(wait_for_job(&conn, job).await.0, "done");
+        assert_eq!(health(&conn).await, "ok");
+        assert!(files_containing(&fx.state(), "job-running").is_empty());
         d.stop();
     })
     .await
