@@ -2139,9 +2139,9 @@ mod tests {
         let mut device = SimGpu::new(DeviceProfile::h200(), SimOptions::default())
             .info()
             .clone();
-        assert_eq!(initial_health(&device, &[], &[], &[]), "ok");
+        assert_eq!(initial_health(&device, None, &[], &[], &[]), "ok");
         device.unusable_sizes = vec![(96, "SM 3 ran blocks of both".into())];
-        let h = initial_health(&device, &[], &[], &[]);
+        let h = initial_health(&device, None, &[], &[], &[]);
         assert!(h.starts_with("degraded: partitions refused"), "{h}");
         assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
     }
