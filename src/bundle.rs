@@ -211,6 +211,19 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             ));
         }
     }
+    // The verification sweep's launches, which hold up the bounds between measured sizes.
+    for (m, r) in &c.verified {
+        let Some(b) = e.calibration.table.entry(*m) else {
+            continue;
+        };
+        let n = r.times_ns.len() as u64;
+        if b.provenance != crate::model::Provenance::Measured && b.verified_samples != n {
+            found.push(format!(
+                "{what} at {m} SMs: the table counts {} sweep launches, the campaign holds {n}",
+                b.verified_samples
+            ));
+        }
+    }
     found
 }
 

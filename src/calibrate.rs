@@ -355,66 +355,74 @@ pub fn from_samples(
     })
 }
 
-/// A calibration from elsewhere (a bundle), made no tighter than this daemon's own method makes
-/// from the launches it ships: every bound at least the refit's at its size, and stated at the
-/// weaker of the two exceedances. A bundle edited consistently (a launch deleted and the summary
-/// with it, a stronger tail claimed) passes every check of its own numbers; this one it cannot
-/// pass, since what it ships is what is refitted. Returns the calibration to publish and, when
-/// the refit changed it, what changed.
+/// A calibration from elsewhere (a bundle), made no tighter than the method it names makes from
+/// the launches it ships, at the exceedance it claims: the bundle's table is kept (its notes,
+/// verified sizes, observed maxima), each bound raised to the refit's where that is higher, and
+/// its tail replaced by the refit's only where the refit cannot support the claim (a tail found
+/// heavy, say). The refit reads every launch shipped, the verification sweep's included, and the
+/// slowdowns they and this daemon have seen. A bundle edited consistently (a size's slowest
+/// launches deleted with its summary, a stronger tail claimed) passes every check of its own
+/// numbers; this one it cannot pass, since what it ships is what is refitted. Returns the
+/// calibration to publish and, when the refit changed it, what changed.
 pub fn no_tighter_than_own_fit(
     cal: &KernelCalibration,
     device: &crate::gpu::DeviceInfo,
     recipe: &Recipe,
 ) -> Result<(KernelCalibration, Option<String>), CalibrateError> {
-    let imported = Imported {
+    let (claimed, _) = cal.table.stated_exceedance();
+    let mut config = recipe.method_config;
+    config.exceedance = claimed;
+    let mut evidence = recipe.slowdowns;
+    for times in cal.campaign.samples().values() {
+        evidence.add(times);
+    }
+    if let Some(found) = evidence.slowdown() {
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+    }
+    let own = method::bound_table(
+        &observations(&cal.campaign),
+        &device.partition_sizes,
+        cal.table.method,
+        &config,
+    )
+    .map_err(|source| CalibrateError::Model {
         kernel: cal.campaign.kernel.clone(),
-        by_size: cal.campaign.samples(),
-        geometry: cal.campaign.geometry,
-        interference: cal.campaign.environment.interference,
-        source: String::new(),
-        code: cal.code.clone(),
-    };
-    let own = from_samples(&imported, device, recipe)?.table;
-    let (own_p, _) = own.stated_exceedance();
-    let (their_p, _) = cal.table.stated_exceedance();
-    let weaker_claim = crate::model::weaker_than(own_p, their_p);
-    let mut raised = 0;
-    let mut most = 0.0f64;
-    // The table of the weaker claim, every bound the larger of the two.
-    let mut table = if weaker_claim {
-        own.clone()
-    } else {
-        cal.table.clone()
-    };
-    for e in &mut table.entries {
-        let other = if weaker_claim { &cal.table } else { &own };
-        let higher = other.entry(e.sms).map_or(0, |o| o.bound_ns);
-        if higher > e.bound_ns {
-            e.bound_ns = higher;
-        }
-        let theirs = cal.table.entry(e.sms).map_or(0, |o| o.bound_ns);
-        if e.bound_ns > theirs {
-            raised += 1;
-            most = most.max(e.bound_ns as f64 / theirs.max(1) as f64 - 1.0);
-        }
-    }
-    if !weaker_claim && raised == 0 {
-        return Ok((cal.clone(), None));
-    }
+        source,
+    })?;
+    let mut table = cal.table.clone();
     let mut what = Vec::new();
+    let (refit, _) = own.stated_exceedance();
+    if crate::model::weaker_than(refit, claimed) {
+        table.tail = own.tail.clone();
+        what.push(format!(
+            "stated at {refit:e} per launch, not the {claimed:e} it claimed"
+        ));
+    }
+    // Raised as a launch timed there would raise it: on a monotone kernel the smaller sizes too.
+    let before: Vec<u64> = table.entries.iter().map(|e| e.bound_ns).collect();
+    for o in &own.entries {
+        table.raise_to(o.sms, o.bound_ns);
+    }
+    let (mut raised, mut most) = (0, 0.0f64);
+    for (e, was) in table.entries.iter().zip(before) {
+        if e.bound_ns > was {
+            most = most.max(e.bound_ns as f64 / was.max(1) as f64 - 1.0);
+            raised += 1;
+        }
+    }
     if raised > 0 {
         what.push(format!(
             "bounds raised at {raised} sizes, by up to {:.1}%",
             most * 100.0
         ));
     }
-    if weaker_claim {
-        what.push(format!(
-            "stated at {own_p:e} per launch, not the {their_p:e} it claimed"
-        ));
+    if what.is_empty() {
+        return Ok((cal.clone(), None));
     }
     let note = format!(
-        "refitted here from the launches the bundle ships, and made no tighter than that: {}",
+        "refitted here from the launches the bundle ships ({} at {claimed:e}), and made no tighter than that: {}",
+        cal.table.method,
         what.join(", ")
     );
     table.notes.push(note.clone());

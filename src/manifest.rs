@@ -669,6 +669,11 @@ mod tests {
         let spaced = PTX.replace(".entry saxpy(", ".entry saxpy (");
         write(dir.path(), "saxpy.ptx", &spaced);
         parse(&path, &manifest("")).unwrap();
+        // `__launch_bounds__` puts directives between the parameters and the body.
+        let bounded = PTX.replace(")\n{", ")\n.maxntid 256, 1, 1\n.minnctapersm 2\n{");
+        assert_ne!(bounded, PTX);
+        write(dir.path(), "saxpy.ptx", &bounded);
+        parse(&path, &manifest("")).unwrap();
         // A decoy in a comment with the right parameters, the real one with three.
         let decoy = format!(
             "// .visible .entry saxpy(.param .u64 a, .param .u64 b, .param .f32 c, .param .u32 n)\n{}",

@@ -13,33 +13,42 @@ pub struct Entry<'a> {
     pub body: Option<&'a str>,
 }
 
-/// The text with `//` and `/* */` comments blanked out (PTX has no string literals), so a
-/// commented-out instruction, brace or entry is neither counted nor taken for code.
+/// The text with `//` and `/* */` comments blanked out, string literals (`.file`, `.pragma`)
+/// kept whole, so a commented-out instruction, brace or entry is neither counted nor taken for
+/// code, and a `/*` inside a file name is not a comment.
 pub fn without_comments(ptx: &str) -> String {
     let mut out = String::with_capacity(ptx.len());
-    let mut rest = ptx;
-    loop {
-        let line = rest.find("//");
-        let block = rest.find("/*");
-        match (line, block) {
-            (Some(l), b) if b.is_none_or(|b| l < b) => {
-                out.push_str(&rest[..l]);
-                rest = &rest[l..];
-                rest = &rest[rest.find('\n').unwrap_or(rest.len())..];
+    let mut chars = ptx.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match (c, chars.peek().map(|&(_, n)| n)) {
+            ('"', _) => {
+                out.push(c);
+                for (_, s) in chars.by_ref() {
+                    out.push(s);
+                    if s == '"' {
+                        break;
+                    }
+                }
             }
-            (_, Some(b)) => {
-                out.push_str(&rest[..b]);
+            ('/', Some('/')) => {
+                // To the end of the line, which stays.
+                while chars.peek().is_some_and(|&(_, n)| n != '\n') {
+                    chars.next();
+                }
+            }
+            ('/', Some('*')) => {
+                chars.next();
+                let rest = &ptx[i + 2..];
+                let end = rest.find("*/").map_or(ptx.len(), |e| i + 2 + e + 2);
+                while chars.peek().is_some_and(|&(j, _)| j < end) {
+                    chars.next();
+                }
                 out.push(' ');
-                rest = rest[b + 2..]
-                    .find("*/")
-                    .map_or("", |e| &rest[b + 2 + e + 2..]);
             }
-            _ => {
-                out.push_str(rest);
-                return out;
-            }
+            _ => out.push(c),
         }
     }
+    out
 }
 
 /// A PTX identifier's characters after the first: letters, digits, `_` and `$`.
@@ -49,7 +58,8 @@ pub fn identifier_char(c: char) -> bool {
 
 /// Every `.entry` of comment-free `text`, in order: a whole directive followed by white space
 /// and the name, matched whole (`k` is not `k$1`), then its parameters and body however they
-/// are laid out (a brace on the signature's line or on its own).
+/// are laid out (a brace on the signature's line or on its own, performance directives such as
+/// `.maxntid` between them).
 pub fn entries(text: &str) -> Vec<Entry<'_>> {
     let mut found = Vec::new();
     let mut from = 0;
@@ -67,11 +77,19 @@ pub fn entries(text: &str) -> Vec<Entry<'_>> {
             continue;
         }
         let (params, body_from) = params_after(text, name_at + len);
+        let body = body_after(text, body_from);
         found.push(Entry {
             name: &text[name_at..name_at + len],
             params,
-            body: body_after(text, body_from),
+            body: body.ok().flatten(),
         });
+        match body {
+            // Whatever follows is inside a body that never closes: no entry of its own.
+            Err(Unbalanced) => break,
+            // Past the body: nothing in it is an entry.
+            Ok(Some(b)) => from = b.as_ptr() as usize - text.as_ptr() as usize + b.len(),
+            Ok(None) => {}
+        }
     }
     found
 }
@@ -86,14 +104,22 @@ fn params_after(text: &str, at: usize) -> (&str, usize) {
     }
 }
 
-/// The body whose `{` is the first after `at`, up to its balancing `}`.
-fn body_after(text: &str, at: usize) -> Option<&str> {
+/// A body whose braces never balance.
+#[derive(Debug, Clone, Copy)]
+struct Unbalanced;
+
+/// The body whose `{` follows `at` (after any directives, such as `.maxntid 256, 1, 1`), up to
+/// its balancing `}`; `None` for a declaration (a `;` first, or the next function's text).
+fn body_after(text: &str, at: usize) -> Result<Option<&str>, Unbalanced> {
     let rest = &text[at..];
-    // The next thing must be the body, not another directive's text.
-    if !rest.trim_start().starts_with('{') {
-        return None;
+    let Some(stop) = rest.find(['{', ';']) else {
+        return Ok(None);
+    };
+    let between = &rest[..stop];
+    if rest[stop..].starts_with(';') || between.contains(".entry") || between.contains(".func") {
+        return Ok(None);
     }
-    let open = at + rest.find('{')?;
+    let open = at + stop;
     let mut depth = 0usize;
     for (i, c) in text[open..].char_indices() {
         match c {
@@ -101,13 +127,13 @@ fn body_after(text: &str, at: usize) -> Option<&str> {
             '}' => {
                 depth -= 1;
                 if depth == 0 {
-                    return Some(&text[open + 1..open + i]);
+                    return Ok(Some(&text[open + 1..open + i]));
                 }
             }
             _ => {}
         }
     }
-    None
+    Err(Unbalanced)
 }
 
 #[cfg(test)]
@@ -126,5 +152,24 @@ mod tests {
         assert_eq!(found[1].params.trim(), ".param .u64 a");
         assert_eq!(found[1].body.map(str::trim), Some("{ ret; }"));
         assert_eq!(found[2].body, None);
+    }
+
+    /// nvcc puts performance directives between the parameters and the body; a string may hold
+    /// what looks like a comment; a body that never closes ends the search (once, not per entry).
+    #[test]
+    fn directives_strings_and_unclosed_bodies() {
+        let ptx = ".file 1 \"/src/a/*b.cu\"\n.visible .entry k(.param .u64 a)\n.maxntid 256, 1, 1\n.minnctapersm 2\n{\n ret;\n}\n.entry decl(.param .u64 a);\n.entry next(.param .u64 a)\n{ ret; }\n";
+        let text = without_comments(ptx);
+        assert!(text.contains("/src/a/*b.cu"), "{text}");
+        let found = entries(&text);
+        let names: Vec<&str> = found.iter().map(|e| e.name).collect();
+        assert_eq!(names, ["k", "decl", "next"]);
+        assert_eq!(found[0].body.map(str::trim), Some("ret;"));
+        assert_eq!(found[1].body, None);
+        assert_eq!(found[2].body.map(str::trim), Some("ret;"));
+        let unclosed = ".entry k{".repeat(20_000);
+        let found = entries(&unclosed);
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].body, None);
     }
 }

@@ -315,6 +315,9 @@ struct Inner {
     changed_on_disk: RwLock<code_watch::ChangedOnDisk>,
     /// The watcher could not be started: Health says so.
     code_watch_failed: AtomicBool,
+    /// Held through a reload, so that two at once cannot pair one's catalogue with the other's
+    /// forecast.
+    reloading: Mutex<()>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -379,6 +382,7 @@ impl Service {
             worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
             changed_on_disk: RwLock::default(),
             code_watch_failed: AtomicBool::new(false),
+            reloading: Mutex::new(()),
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
@@ -493,6 +497,11 @@ impl Service {
     /// kernels are queued for calibration; removed ones stop being served and keep their
     /// calibrations in the store for when they come back; a rejected file changes nothing.
     pub fn reload_kernels(&self) -> (Vec<String>, Vec<String>, Vec<(String, String)>) {
+        let _one_at_a_time = self
+            .inner
+            .reloading
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let before = self.catalogue();
         let (next, rejected) = load_catalogue(
             &self.inner.config.kernel_dirs,
@@ -1811,24 +1820,27 @@ fn import_bundle(
     calibrations: &[TaggedCalibration],
     verify: bool,
 ) -> JobEnd {
-    let mut refit_notes = Vec::new();
-    let mut own = Vec::with_capacity(calibrations.len());
-    for (tag, name, cal) in calibrations {
-        match calibrate::no_tighter_than_own_fit(cal, &inner.device, &inner.config.recipe) {
-            Ok((cal, note)) => {
-                refit_notes.extend(note.map(|n| format!("{name} ({tag}): {n}")));
-                own.push((*tag, name.clone(), cal));
-            }
-            Err(e) => return nothing_imported(inner, &e, &format!("refitting {name} ({tag})")),
-        }
-    }
+    let (own, refitted) = match refit_bundle(inner, calibrations) {
+        Ok(refit) => refit,
+        Err(failed) => return failed,
+    };
     let calibrations = own.as_slice();
+    // What the refit changed, for the calibrations published as they came (not those
+    // recalibrated here, whose refitted tables are thrown away).
+    let refit_notes = |publish: &[TaggedCalibration]| -> Vec<String> {
+        refitted
+            .iter()
+            .filter(|(tag, name, _)| publish.iter().any(|p| p.0 == *tag && p.1 == *name))
+            .map(|(tag, name, note)| format!("{name} ({tag}): {note}"))
+            .collect()
+    };
     if !verify {
+        let notes = refit_notes(calibrations);
         let (state, published) = commit(store, inner, calibrations.to_vec(), "imported");
-        if state != JobState::Done || refit_notes.is_empty() {
+        if state != JobState::Done || notes.is_empty() {
             return (state, published);
         }
-        return (state, format!("{published}; {}", refit_notes.join("; ")));
+        return (state, format!("{published}; {}", notes.join("; ")));
     }
     let mut report = progress_reporter(inner, job);
     let checked = match check_bundle(gpu, inner, job, calibrations, &mut report) {
@@ -1840,7 +1852,7 @@ fn import_bundle(
         mut publish,
         redo,
     } = checked;
-    notes.splice(0..0, refit_notes);
+    notes.splice(0..0, refit_notes(&publish));
     if !redo.is_empty() {
         match recalibrate_failed(gpu, inner, job, redo, &mut notes, &mut report) {
             Ok(recalibrated) => publish.extend(recalibrated),
@@ -1861,6 +1873,25 @@ fn import_bundle(
         return (state, published);
     }
     (JobState::Done, format!("{published}; {}", notes.join("; ")))
+}
+
+/// Every calibration of a bundle made no tighter than its refit here
+/// ([`calibrate::no_tighter_than_own_fit`]), and (tag, kernel, what changed) where it changed one.
+#[allow(clippy::type_complexity)]
+fn refit_bundle(
+    inner: &Inner,
+    calibrations: &[TaggedCalibration],
+) -> std::result::Result<(Vec<TaggedCalibration>, Vec<(Interference, String, String)>), JobEnd> {
+    let mut own = Vec::with_capacity(calibrations.len());
+    let mut changed = Vec::new();
+    for (tag, name, cal) in calibrations {
+        let (cal, note) =
+            calibrate::no_tighter_than_own_fit(cal, &inner.device, &inner.config.recipe)
+                .map_err(|e| nothing_imported(inner, &e, &format!("refitting {name} ({tag})")))?;
+        changed.extend(note.map(|n| (*tag, name.clone(), n)));
+        own.push((*tag, name.clone(), cal));
+    }
+    Ok((own, changed))
 }
 
 /// A bundle's calibrations after the arrival check: those to publish as they came, and the
@@ -2400,6 +2431,36 @@ mod tests {
 
     /// Untagged, a bound answers for both conditions: it is stale when either calibration is,
     /// even where the current one's bound is the larger and is the one served.
+    /// A time below the bound is saved before it is answered only where the next calibration
+    /// stands on it: bounds that are current wait for the periodic save, stale ones (which a
+    /// recalibration will replace) do not; a time that raises no floor never waits.
+    #[test]
+    fn a_floor_under_bounds_due_for_recalibration_is_saved_before_it_is_answered() {
+        let current = tempfile::tempdir().unwrap();
+        let service = srad_calibrated(current.path());
+        let bound = service.bound("srad", 32, None).unwrap();
+        let outcome = service.report("srad", 32, None, &[bound / 2]).unwrap();
+        assert!(outcome.save_generation.is_none(), "current bounds");
+        drop(service);
+
+        let stale = tempfile::tempdir().unwrap();
+        srad_calibrated_then_edited(stale.path(), |v| {
+            v["kernels"]["srad"]["code"] = "other code".into();
+        });
+        let config = ServiceConfig {
+            initial_calibration: false,
+            ..ServiceConfig::default()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let service = Service::start(Box::new(gpu), Store::open(stale.path()).unwrap(), config).0;
+        assert!(service.bound_info("srad", 32, None).unwrap().stale);
+        let bound = service.bound("srad", 32, None).unwrap();
+        let outcome = service.report("srad", 32, None, &[bound / 2]).unwrap();
+        assert!(outcome.save_generation.is_some(), "stale bounds");
+        let outcome = service.report("srad", 32, None, &[bound / 3]).unwrap();
+        assert!(outcome.save_generation.is_none(), "no floor raised");
+    }
+
     #[test]
     fn the_untagged_bound_is_stale_when_either_calibration_is() {
         let dir = tempfile::tempdir().unwrap();
@@ -2769,7 +2830,7 @@ mod tests {
         assert!(
             info.notes
                 .iter()
-                .any(|n| n.contains("by a contended launch time reported from production")),
+                .any(|n| n.contains("reported from production (tagged contended)")),
             "{:?}",
             info.notes
         );

@@ -292,7 +292,11 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
     let message = next_done(&mut finished).await;
     // As exported, the refit may differ a little (slowdowns are judged from other launches
     // here): never below the bundle's bounds, and not far above them.
-    if message.contains("srad (isolated): held on this card") {
+    assert!(
+        message.contains("srad (isolated): held on this card"),
+        "{message}"
+    );
+    {
         let shipped: serde_json::Value = serde_json::from_str(&bundle).unwrap();
         let bounds = d.bounds().await;
         for e in shipped["calibrations"][0]["calibration"]["table"]["entries"]
@@ -360,6 +364,67 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
         exceedance > 1e-12,
         "the forged claim {exceedance:e} was kept"
     );
+}
+
+/// A bundle whose calibration rests partly on the verification sweep (a small budget, so not
+/// every size is measured) keeps what each size rests on through the refit: a verified size
+/// stays `verified`, with the sweep's launches, and its bound is never below the bundle's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_with_verified_sizes_keeps_their_basis() {
+    let a = Daemon::start(&[
+        "--no-initial-calibration",
+        "--seed",
+        "3",
+        "--calibration-budget",
+        "0",
+    ])
+    .await;
+    assert_eq!(a.recalibrate(&["hotspot"]).await.0, "done");
+    let bundle = a
+        .calibration()
+        .await
+        .export_calibration(&["hotspot"])
+        .await
+        .unwrap();
+    let shipped: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    let entries = shipped["calibrations"][0]["calibration"]["table"]["entries"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let verified: Vec<u32> = entries
+        .iter()
+        .filter(|e| e["verified_samples"].as_u64().unwrap_or(0) > 0)
+        .map(|e| e["sms"].as_u64().unwrap() as u32)
+        .collect();
+    assert!(!verified.is_empty(), "the sweep verified no size");
+    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let cal_d = d.calibration().await;
+    let mut finished = cal_d.receive_job_finished().await.unwrap();
+    cal_d
+        .import_calibration_with(&bundle, HashMap::new())
+        .await
+        .unwrap();
+    let message = next_done(&mut finished).await;
+    assert!(
+        message.contains("hotspot (isolated): held on this card"),
+        "{message}"
+    );
+    let bounds = d.bounds().await;
+    for e in &entries {
+        let m = e["sms"].as_u64().unwrap() as u32;
+        let info = bounds
+            .get_bound_info_tagged("hotspot", m, "isolated")
+            .await
+            .unwrap();
+        let served = u64::try_from(&info["bound_ns"]).unwrap();
+        assert!(served >= e["bound_ns"].as_u64().unwrap(), "{m} SMs");
+        let basis = <&str>::try_from(&info["basis"]).unwrap().to_string();
+        assert_eq!(
+            basis == "verified",
+            verified.contains(&m),
+            "{m} SMs: {basis}"
+        );
+    }
 }
 
 /// `bundle` with every number under the keys that hold times or bounds (and every launch time)

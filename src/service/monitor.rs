@@ -377,13 +377,16 @@ impl Service {
             && recorded.floor_raised
             && self.floor_raises_a_bound(kernel, sms, recorded.floor_ns);
         // Nor may a crash lose the floor of a bound still to come: with no calibration at this
-        // size under either tag, the next calibration's bound stands on it (a black-box run lost
-        // times reported during a first calibration and then served bounds far below them).
-        let first_floor = recorded.floor_raised
-            && [Interference::Isolated, Interference::Contended]
+        // size under either tag, or a recalibration due (queued or running, or the bounds
+        // stale), the next calibration's bound stands on it (a black-box run lost times
+        // reported during a first calibration and then served bounds far below them). Floors
+        // rise rarely once a series has a few reports, so this costs few saves.
+        let floor_of_what_comes = recorded.floor_raised
+            && ([Interference::Isolated, Interference::Contended]
                 .into_iter()
-                .all(|tag| self.calibrated_bound(kernel, sms, tag).is_none());
-        let urgent = overran || raised_quietly || first_floor;
+                .all(|tag| self.calibrated_bound(kernel, sms, tag).is_none())
+                || self.recalibration_due(kernel));
+        let urgent = overran || raised_quietly || floor_of_what_comes;
         m.request_save(urgent);
         if raised_quietly {
             let _ = self.inner.events.send(Event::BoundsChanged {
@@ -432,6 +435,20 @@ impl Service {
             kernels: vec![kernel.to_string()],
         });
         self.recalibrate_after_overrun(kernel);
+    }
+
+    /// Whether a calibration of `kernel` will replace its bounds: a job for it is queued or
+    /// running, or its bounds are stale (a recalibration is what makes them current).
+    fn recalibration_due(&self, kernel: &str) -> bool {
+        let snap = self.snapshot();
+        self.pending_jobs().contains_key(kernel)
+            || [Interference::Isolated, Interference::Contended]
+                .into_iter()
+                .any(|tag| {
+                    snap.tables(tag)
+                        .get(kernel)
+                        .is_some_and(|k| self.is_stale(k))
+                })
     }
 
     /// Whether a floor of `floor_ns` at `sms` raises some bound served: it is above a calibrated
@@ -621,9 +638,15 @@ impl Service {
             };
             // The series it came from: untagged, a contended time holds up a bound whose
             // calibration is the isolated one, and the reader must be able to tell.
-            let under = floor.tag.map_or(String::new(), |t| format!(" {t}"));
+            let under = match floor.tag {
+                Some(Interference::Contended) => " (tagged contended)",
+                Some(Interference::Isolated) => {
+                    " (tagged isolated, or untagged and filed as isolated)"
+                }
+                None => "",
+            };
             notes.push(format!(
-                "raised from {} ns to {} ns by a{under} launch time reported from production {where_} on {} (Monitor1.Report)",
+                "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report)",
                 entry.bound_ns,
                 floor.floor_ns,
                 floor.at.to_rfc3339()

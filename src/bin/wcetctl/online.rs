@@ -470,7 +470,11 @@ async fn predicted_by_daemon(
             .map(|(m, t)| (m, t as f64))
             .collect(),
     };
-    print_prediction(json, kernel, &curve, &label);
+    // The daemon's label says what the prediction rests on after "from the".
+    let basis = label
+        .split_once(" from the ")
+        .map_or(label.as_str(), |(_, b)| b);
+    print_prediction(json, kernel, &curve, &label, basis);
     Ok(())
 }
 

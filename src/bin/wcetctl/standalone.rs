@@ -651,7 +651,7 @@ pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> 
         "a prediction of the typical time, never a bound: roofline on {} from the {}",
         d.name, work.basis
     );
-    print_prediction(json, &kernel, &curve, &label);
+    print_prediction(json, &kernel, &curve, &label, &work.basis);
     Ok(())
 }
 
@@ -661,6 +661,7 @@ pub(crate) fn print_prediction(
     kernel: &str,
     curve: &wcetd::model::predict::PredictedCurve,
     label: &str,
+    basis: &str,
 ) {
     if json {
         let points: Vec<(u32, u64)> = curve
@@ -670,8 +671,8 @@ pub(crate) fn print_prediction(
             .collect();
         println!(
             "{}",
-            serde_json::json!({"kernel": kernel, "device": curve.device, "prediction": label,
-                "knee_sms": curve.knee(), "predicted_typical_ns": points})
+            serde_json::json!({"kernel": kernel, "device": curve.device, "basis": basis,
+                "prediction": label, "knee_sms": curve.knee(), "predicted_typical_ns": points})
         );
         return;
     }

@@ -67,6 +67,15 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
         entry: entry.to_string(),
         ..Default::default()
     };
+    // Directives without a `;` (`.loc`, `.file`, `.section`) end at their line.
+    let body: String = body
+        .lines()
+        .filter(|l| {
+            let t = l.trim();
+            !t.starts_with('.') || t.contains(';')
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
     // Statements end with `;`, whatever the lines; labels and scope braces lead a statement.
     let mut labels: BTreeMap<&str, usize> = BTreeMap::new();
     let statements: Vec<&str> = body
@@ -306,6 +315,9 @@ $L__BB1_1:
         let ptx =
             format!(".entry odd(.param .u64 a)\n{{\n$L1: {ONE_FMA}\n@%p1 bra $L1;\n\tret;\n}}\n");
         assert_eq!(counts(&ptx, "odd"), (2.0, 8.0, true));
+        // Line information (`-lineinfo`) before an instruction hides nothing.
+        let ptx = format!(".entry loc(.param .u64 a)\n{{\n.loc 1 5 3\n{ONE_FMA}\n\tret;\n}}\n");
+        assert_eq!(counts(&ptx, "loc"), (2.0, 8.0, false));
         // A forward branch is not a loop.
         let ptx =
             format!(".entry fwd(.param .u64 a)\n{{\n@%p1 bra $L2;\n{ONE_FMA}\n$L2:\n\tret;\n}}\n");
