@@ -211,6 +211,15 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             ));
         }
     }
+    // A size the table calls measured ships its launches.
+    for b in &e.calibration.table.entries {
+        if b.provenance == crate::model::Provenance::Measured && !measured.contains(&b.sms) {
+            found.push(format!(
+                "{what} at {} SMs: the table says measured ({} samples), the campaign ships no launch there",
+                b.sms, b.samples
+            ));
+        }
+    }
     // The verification sweep's launches, which hold up the bounds between measured sizes.
     for (m, r) in &c.verified {
         let Some(b) = e.calibration.table.entry(*m) else {

@@ -356,7 +356,8 @@ pub fn from_samples(
 }
 
 /// A calibration from elsewhere (a bundle), made no tighter than the method it names makes from
-/// the launches it ships, at the exceedance it claims: the bundle's table is kept (its notes,
+/// the launches it ships, at the exceedance it claims (or this daemon's configured one, where
+/// the claim is stronger): the bundle's table is kept (its notes,
 /// verified sizes, observed maxima), each bound raised to the refit's where that is higher, and
 /// its tail replaced by the refit's only where the refit cannot support the claim (a tail found
 /// heavy, say). The refit reads every launch shipped, the verification sweep's included, and the
@@ -369,7 +370,14 @@ pub fn no_tighter_than_own_fit(
     device: &crate::gpu::DeviceInfo,
     recipe: &Recipe,
 ) -> Result<(KernelCalibration, Option<String>), CalibrateError> {
-    let (claimed, _) = cal.table.stated_exceedance();
+    let (stated, _) = cal.table.stated_exceedance();
+    // Never a stronger guarantee than this daemon is configured to state: a claim is a number in
+    // a file. The method states a configured p as low as p/2 where it allows for slowdowns
+    // (docs/method.md, step 5), so a claim below half the configured one is refitted at the
+    // configured one, and its tail replaced.
+    let configured = recipe.method_config.exceedance;
+    let too_strong = stated < configured / 2.0;
+    let claimed = if too_strong { configured } else { stated };
     let mut config = recipe.method_config;
     config.exceedance = claimed;
     let mut evidence = recipe.slowdowns;
@@ -393,10 +401,10 @@ pub fn no_tighter_than_own_fit(
     let mut table = cal.table.clone();
     let mut what = Vec::new();
     let (refit, _) = own.stated_exceedance();
-    if crate::model::weaker_than(refit, claimed) {
+    if too_strong || crate::model::weaker_than(refit, claimed) {
         table.tail = own.tail.clone();
         what.push(format!(
-            "stated at {refit:e} per launch, not the {claimed:e} it claimed"
+            "stated at {refit:e} per launch, not the {stated:e} it claimed"
         ));
     }
     // Raised as a launch timed there would raise it: on a monotone kernel the smaller sizes too.

@@ -363,7 +363,7 @@ impl Service {
             .into_iter()
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
-        let interrupted = interrupted::take(&interrupted::path(&store, &device));
+        let interrupted = interrupted::read(&interrupted::path(&store, &device));
         let health = initial_health(&device, interrupted, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
             device,

@@ -244,6 +244,13 @@ async fn an_edited_bundle_is_refused_even_with_force() {
             }
         }
     });
+    // The table says measured where the campaign ships no launch.
+    let measured_without_launches = edit(&|v| {
+        let entry = &mut v["calibrations"][0];
+        entry["summary"].as_object_mut().unwrap().remove("48");
+        let c = &mut entry["calibration"];
+        c["campaign"]["sizes"].as_object_mut().unwrap().remove("48");
+    });
     let twice = edit(&|v| {
         let first = v["calibrations"][0].clone();
         v["calibrations"].as_array_mut().unwrap().push(first);
@@ -255,6 +262,10 @@ async fn an_edited_bundle_is_refused_even_with_force() {
         (&size_left_out, "srad (isolated) has no bound at 16 SMs"),
         (&launch_deleted, "the summary says"),
         (&twice, "srad (isolated) appears twice"),
+        (
+            &measured_without_launches,
+            "at 48 SMs: the table says measured (120 samples), the campaign ships no launch there",
+        ),
     ] {
         let force = HashMap::from([("force", zbus::Variant::from(true))]);
         let err = cal_d
@@ -315,6 +326,27 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
             );
         }
     }
+
+    // A stronger guarantee claimed, nothing else edited, the same configuration: stated as this
+    // daemon states its own, not as the file says.
+    let mut claim: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    for c in claim["calibrations"].as_array_mut().unwrap() {
+        c["calibration"]["table"]["tail"]["exceedance"] = 1e-12.into();
+    }
+    cal_d
+        .import_calibration_with(&claim.to_string(), HashMap::new())
+        .await
+        .unwrap();
+    let message = next_done(&mut finished).await;
+    assert!(message.contains("not the 1e-12 it claimed"), "{message}");
+    let info = d
+        .bounds()
+        .await
+        .get_bound_info_tagged("srad", 16, "isolated")
+        .await
+        .unwrap();
+    let exceedance = f64::try_from(&info["exceedance"]).unwrap();
+    assert!(exceedance >= 5e-10, "the claimed {exceedance:e} was kept");
 
     let mut v: serde_json::Value = serde_json::from_str(&bundle).unwrap();
     v["fingerprint"]["driver"] = "999.0".into();

@@ -3,7 +3,8 @@
 //! record when the job ends, however it ends. A record found at start means the process died
 //! during that job (SIGKILL, a power cut, a crash): its kernels keep the bounds from before it,
 //! which is safe, but nothing else would say the recalibration an operator asked for never
-//! happened. `Health` says so, as after a failed job, until the next job succeeds.
+//! happened. `Health` says so, as after a failed job, until the next job ends: the record is
+//! left in place until then, so restarts in between keep saying it.
 
 use chrono::{DateTime, Utc};
 use std::path::{Path, PathBuf};
@@ -54,10 +55,10 @@ pub(super) fn clear(path: &Path) {
     }
 }
 
-/// At start: what the previous run left unfinished, for `Health`, and the record removed.
-pub(super) fn take(path: &Path) -> Option<String> {
+/// At start: what a previous run left unfinished, for `Health`. The record stays until the next
+/// job ends (which replaces it), so a restart without a job does not forget it.
+pub(super) fn read(path: &Path) -> Option<String> {
     let text = std::fs::read(path).ok()?;
-    clear(path);
     Some(match serde_json::from_slice::<Record>(&text) {
         Ok(r) => {
             let again = if r.what == "calibrating" {
@@ -66,7 +67,7 @@ pub(super) fn take(path: &Path) -> Option<String> {
                 "the import again".to_string()
             };
             format!(
-                "the previous run ended during job {} ({} {}, started {}): those kernels keep the bounds from before it; run {again}",
+                "an earlier run ended during job {} ({} {}, started {}): those kernels keep the bounds from before it; run {again}",
                 r.job,
                 r.what,
                 r.kernels.join(", "),
@@ -74,7 +75,7 @@ pub(super) fn take(path: &Path) -> Option<String> {
             )
         }
         Err(_) => format!(
-            "the previous run ended during a job whose record ({}) cannot be read: its kernels keep the bounds from before it",
+            "an earlier run ended during a job whose record ({}) cannot be read: its kernels keep the bounds from before it",
             path.display()
         ),
     })
