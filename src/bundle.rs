@@ -154,29 +154,45 @@ pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
     found
 }
 
-/// The sizes this device can realise (`sizes`) at which a calibration of the bundle has no
-/// bound: each is a hole in the curve served, found only when a scheduler asks there, so such a
-/// bundle is refused even stale (`force`). Empty when every calibration covers every size.
+/// Where a calibration of the bundle does not cover exactly the sizes this device can realise
+/// (`sizes`): a size without a bound is a hole in the curve served, found only when a scheduler
+/// asks there, and a size this device cannot realise is one its bounds cannot answer for (the
+/// job would fail on it), so such a bundle is refused even stale (`force`). Empty when every
+/// calibration covers exactly these sizes.
 pub fn missing_sizes(bundle: &Bundle, sizes: &[u32]) -> Vec<String> {
-    bundle
-        .calibrations
-        .iter()
-        .filter_map(|e| {
-            let missing: Vec<String> = sizes
-                .iter()
-                .filter(|&&m| e.calibration.table.entry(m).is_none_or(|b| b.bound_ns == 0))
-                .map(u32::to_string)
-                .collect();
-            (!missing.is_empty()).then(|| {
-                format!(
-                    "{} ({}) has no bound at {} SMs",
-                    e.kernel,
-                    e.interference,
-                    missing.join(", ")
-                )
-            })
-        })
-        .collect()
+    let list = |v: Vec<u32>| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let mut found = Vec::new();
+    for e in &bundle.calibrations {
+        let table = &e.calibration.table;
+        let missing: Vec<u32> = sizes
+            .iter()
+            .copied()
+            .filter(|&m| table.entry(m).is_none_or(|b| b.bound_ns == 0))
+            .collect();
+        if !missing.is_empty() {
+            found.push(format!(
+                "{} ({}) has no bound at {} SMs",
+                e.kernel,
+                e.interference,
+                list(missing)
+            ));
+        }
+        let foreign: Vec<u32> = table
+            .entries
+            .iter()
+            .map(|b| b.sms)
+            .filter(|m| !sizes.contains(m))
+            .collect();
+        if !foreign.is_empty() {
+            found.push(format!(
+                "{} ({}) has bounds at {} SMs, which this device cannot realise",
+                e.kernel,
+                e.interference,
+                list(foreign)
+            ));
+        }
+    }
+    found
 }
 
 /// Where an entry's summary or table disagrees with the launches it ships.

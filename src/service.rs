@@ -1107,7 +1107,7 @@ impl Service {
         let missing = crate::bundle::missing_sizes(bundle, &self.inner.device.partition_sizes);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgs(format!(
-                "the bundle lacks sizes this device serves ({}); nothing imported; accepted: a calibration with a bound at every realisable size of this device ({}), as `wcetctl export` on a device of this model writes it",
+                "the bundle's sizes are not this device's ({}); nothing imported; accepted: a calibration with a bound at every realisable size of this device and no other ({}), as `wcetctl export` on a device of this model writes it",
                 missing.join("; "),
                 self.inner
                     .device

@@ -244,6 +244,15 @@ async fn an_edited_bundle_is_refused_even_with_force() {
             }
         }
     });
+    // A size this device cannot realise, beside all those it can.
+    let foreign_size = edit(&|v| {
+        let entries = cal(v)["table"]["entries"].as_array_mut().unwrap();
+        let mut extra = entries.last().unwrap().clone();
+        extra["sms"] = 200.into();
+        extra["provenance"] = "fitted".into();
+        extra["samples"] = 0.into();
+        entries.push(extra);
+    });
     // The table says measured where the campaign ships no launch.
     let measured_without_launches = edit(&|v| {
         let entry = &mut v["calibrations"][0];
@@ -262,6 +271,10 @@ async fn an_edited_bundle_is_refused_even_with_force() {
         (&size_left_out, "srad (isolated) has no bound at 16 SMs"),
         (&launch_deleted, "the summary says"),
         (&twice, "srad (isolated) appears twice"),
+        (
+            &foreign_size,
+            "has bounds at 200 SMs, which this device cannot realise",
+        ),
         (
             &measured_without_launches,
             "at 48 SMs: the table says measured (120 samples), the campaign ships no launch there",
