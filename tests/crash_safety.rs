@@ -73,34 +73,42 @@ async fn sigkill_during_recalibration_serves_old_or_new_never_a_mix() {
     .expect("test ran past its time limit");
 }
 
+/// A daemon paced at 1 ms a launch on `fx`'s state, running a recalibration of `kernels` (every
+/// kernel when empty) that has reported progress: seconds from its end. Returns it and the job.
+async fn paced_daemon_in_a_job(
+    fx: &Fixture,
+    conn: &zbus::Connection,
+    kernels: &[&str],
+) -> (Daemon, u64) {
+    use futures_util::StreamExt;
+    let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
+    wait_for_daemon(conn, &mut d).await;
+    let calibration = wcetd::client::CalibrationProxy::new(conn)
+        .await
+        .expect("proxy");
+    let mut progress = calibration
+        .receive_job_progress()
+        .await
+        .expect("JobProgress");
+    let job = calibration.recalibrate(kernels).await.expect("Recalibrate");
+    while let Some(signal) = progress.next().await {
+        if signal.args().expect("JobProgress args").job == job {
+            break;
+        }
+    }
+    (d, job)
+}
+
 /// SIGTERM while a recalibration runs: the job is cancelled and ends before the process exits
 /// (its end is in the log, and `stop` fails if the signal killed the process), no temporary file
 /// is left, and the next start serves the bounds of before.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
     tokio::time::timeout(Duration::from_secs(90), async {
-        use futures_util::StreamExt;
         let fx = Fixture::new();
         let conn = fx.connect().await;
         let old = calibrate_state(&fx).await;
-        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
-        wait_for_daemon(&conn, &mut d).await;
-        let calibration = wcetd::client::CalibrationProxy::new(&conn)
-            .await
-            .expect("proxy");
-        let mut progress = calibration
-            .receive_job_progress()
-            .await
-            .expect("JobProgress");
-        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),))
-            .await
-            .expect("Recalibrate");
-        // Running, and paced at 1 ms a launch: seconds from its end.
-        while let Some(signal) = progress.next().await {
-            if signal.args().expect("JobProgress args").job == job {
-                break;
-            }
-        }
+        let (mut d, job) = paced_daemon_in_a_job(&fx, &conn, &[]).await;
         d.stop();
         let log = d.log_text();
         assert!(
@@ -131,28 +139,10 @@ async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_the_previous_run_did_not_finish_is_named_in_health() {
     tokio::time::timeout(Duration::from_secs(90), async {
-        use futures_util::StreamExt;
         let fx = Fixture::new();
         let conn = fx.connect().await;
         let old = calibrate_state(&fx).await;
-        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
-        wait_for_daemon(&conn, &mut d).await;
-        let calibration = wcetd::client::CalibrationProxy::new(&conn)
-            .await
-            .expect("proxy");
-        let mut progress = calibration
-            .receive_job_progress()
-            .await
-            .expect("JobProgress");
-        let job = calibration
-            .recalibrate(&["srad", "bfs"])
-            .await
-            .expect("Recalibrate");
-        while let Some(signal) = progress.next().await {
-            if signal.args().expect("JobProgress args").job == job {
-                break;
-            }
-        }
+        let (mut d, _) = paced_daemon_in_a_job(&fx, &conn, &["srad", "bfs"]).await;
         d.kill9();
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
         wait_for_daemon(&conn, &mut d).await;

@@ -131,6 +131,48 @@ async fn next_done(finished: &mut wcetd::client::JobFinishedStream) -> String {
     args.message.to_string()
 }
 
+/// A daemon (seed 4, nothing calibrated) that imported `bundle`: it, its `JobFinished` stream,
+/// and the import job's message (the job must be done).
+async fn imported_by_a_fresh_daemon(
+    bundle: &str,
+) -> (Daemon, wcetd::client::JobFinishedStream, String) {
+    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let cal_d = d.calibration().await;
+    let mut finished = cal_d.receive_job_finished().await.unwrap();
+    cal_d
+        .import_calibration_with(bundle, HashMap::new())
+        .await
+        .unwrap();
+    let message = next_done(&mut finished).await;
+    (d, finished, message)
+}
+
+/// Import `bundle` into `d` (with `force` or not) and wait for the job: its message, and srad's
+/// isolated bound and stated exceedance at 16 SMs then.
+async fn import_and_read(
+    d: &Daemon,
+    finished: &mut wcetd::client::JobFinishedStream,
+    bundle: &str,
+    force: bool,
+) -> (String, u64, f64) {
+    let options = HashMap::from([("force", zbus::Variant::from(force))]);
+    d.calibration()
+        .await
+        .import_calibration_with(bundle, options)
+        .await
+        .unwrap();
+    let message = next_done(finished).await;
+    let info = d
+        .bounds()
+        .await
+        .get_bound_info_tagged("srad", 16, "isolated")
+        .await
+        .unwrap();
+    let bound = u64::try_from(&info["bound_ns"]).unwrap();
+    let exceedance = f64::try_from(&info["exceedance"]).unwrap();
+    (message, bound, exceedance)
+}
+
 /// srad's calibration exported by a daemon (seed 3) that calibrated `kernels`.
 async fn srad_bundle(kernels: &[&str]) -> String {
     let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
@@ -302,18 +344,11 @@ async fn an_edited_bundle_is_refused_even_with_force() {
 /// A bundle edited so that it agrees with itself (a size's slowest launches deleted, its summary,
 /// sample count and bound lowered to what is left, a stronger exceedance claimed) passes every
 /// check of its own numbers, and `force` skips the check on this card; what it ships is refitted
-/// here, and nothing published is tighter than that refit. A bundle as exported is left as it is.
+/// here, and nothing published is tighter than that refit. A bundle as exported moves little.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
     let bundle = srad_bundle(&["srad"]).await;
-    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
-    let cal_d = d.calibration().await;
-    let mut finished = cal_d.receive_job_finished().await.unwrap();
-    cal_d
-        .import_calibration_with(&bundle, HashMap::new())
-        .await
-        .unwrap();
-    let message = next_done(&mut finished).await;
+    let (d, mut finished, message) = imported_by_a_fresh_daemon(&bundle).await;
     // As exported, the refit may differ a little (slowdowns are judged from other launches
     // here): never below the bundle's bounds, and not far above them.
     assert!(
@@ -346,19 +381,9 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
     for c in claim["calibrations"].as_array_mut().unwrap() {
         c["calibration"]["table"]["tail"]["exceedance"] = 1e-12.into();
     }
-    cal_d
-        .import_calibration_with(&claim.to_string(), HashMap::new())
-        .await
-        .unwrap();
-    let message = next_done(&mut finished).await;
+    let (message, _, exceedance) =
+        import_and_read(&d, &mut finished, &claim.to_string(), false).await;
     assert!(message.contains("not the 1e-12 it claimed"), "{message}");
-    let info = d
-        .bounds()
-        .await
-        .get_bound_info_tagged("srad", 16, "isolated")
-        .await
-        .unwrap();
-    let exceedance = f64::try_from(&info["exceedance"]).unwrap();
     assert!(exceedance >= 5e-10, "the claimed {exceedance:e} was kept");
 
     let mut v: serde_json::Value = serde_json::from_str(&bundle).unwrap();
@@ -389,21 +414,9 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
     for other in v["calibrations"].as_array_mut().unwrap().iter_mut().skip(1) {
         other["calibration"]["campaign"]["environment"]["fingerprint"]["driver"] = "999.0".into();
     }
-    let force = HashMap::from([("force", zbus::Variant::from(true))]);
-    cal_d
-        .import_calibration_with(&v.to_string(), force)
-        .await
-        .unwrap();
-    let message = next_done(&mut finished).await;
+    let (message, bound, exceedance) =
+        import_and_read(&d, &mut finished, &v.to_string(), true).await;
     assert!(message.contains("refitted here"), "{message}");
-    let info = d
-        .bounds()
-        .await
-        .get_bound_info_tagged("srad", 16, "isolated")
-        .await
-        .unwrap();
-    let bound = u64::try_from(&info["bound_ns"]).unwrap();
-    let exceedance = f64::try_from(&info["exceedance"]).unwrap();
     assert!(bound > cut + 1, "{bound} <= the forged {}", cut + 1);
     assert!(
         exceedance > 1e-12,
@@ -442,14 +455,7 @@ async fn a_bundle_with_verified_sizes_keeps_their_basis() {
         .map(|e| e["sms"].as_u64().unwrap() as u32)
         .collect();
     assert!(!verified.is_empty(), "the sweep verified no size");
-    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
-    let cal_d = d.calibration().await;
-    let mut finished = cal_d.receive_job_finished().await.unwrap();
-    cal_d
-        .import_calibration_with(&bundle, HashMap::new())
-        .await
-        .unwrap();
-    let message = next_done(&mut finished).await;
+    let (d, _, message) = imported_by_a_fresh_daemon(&bundle).await;
     assert!(
         message.contains("hotspot (isolated): held on this card"),
         "{message}"
