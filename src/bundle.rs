@@ -154,11 +154,10 @@ pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
     found
 }
 
-/// Where a calibration of the bundle does not cover exactly the sizes this device can realise
-/// (`sizes`): a size without a bound is a hole in the curve served, found only when a scheduler
-/// asks there, and a size this device cannot realise is one its bounds cannot answer for (the
-/// job would fail on it), so such a bundle is refused even stale (`force`). Empty when every
-/// calibration covers exactly these sizes.
+/// Where a calibration of the bundle has no bound at a size this device can realise (`sizes`):
+/// a hole in the curve served, found only when a scheduler asks there, so such a bundle is
+/// refused even stale (`force`). (Bounds at sizes this device cannot realise, as where a card's
+/// placement probe refused one its peers have, are dropped on import: [`realisable_only`].)
 pub fn missing_sizes(bundle: &Bundle, sizes: &[u32]) -> Vec<String> {
     let list = |v: Vec<u32>| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
     let mut found = Vec::new();
@@ -175,20 +174,6 @@ pub fn missing_sizes(bundle: &Bundle, sizes: &[u32]) -> Vec<String> {
                 e.kernel,
                 e.interference,
                 list(missing)
-            ));
-        }
-        let foreign: Vec<u32> = table
-            .entries
-            .iter()
-            .map(|b| b.sms)
-            .filter(|m| !sizes.contains(m))
-            .collect();
-        if !foreign.is_empty() {
-            found.push(format!(
-                "{} ({}) has bounds at {} SMs, which this device cannot realise",
-                e.kernel,
-                e.interference,
-                list(foreign)
             ));
         }
     }
@@ -227,12 +212,33 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             ));
         }
     }
-    // A size the table calls measured ships its launches.
+    // A size is called measured exactly where it ships its launches (the fit marks every such
+    // size measured; the fewest launches at a measured size is what a table without a tail
+    // model states its guarantee from).
     for b in &e.calibration.table.entries {
-        if b.provenance == crate::model::Provenance::Measured && !measured.contains(&b.sms) {
+        let is_measured = b.provenance == crate::model::Provenance::Measured;
+        if is_measured != measured.contains(&b.sms) {
+            found.push(if is_measured {
+                format!(
+                    "{what} at {} SMs: the table says measured ({} samples), the campaign ships no launch there",
+                    b.sms, b.samples
+                )
+            } else {
+                format!(
+                    "{what} at {} SMs: the campaign ships launches there, the table says {}",
+                    b.sms,
+                    b.basis()
+                )
+            });
+        }
+    }
+    // A tail states its bound at the weaker of its ratio model's and the additive part's (the
+    // device's rare delays): never stronger than the latter.
+    if let Some(t) = &e.calibration.table.tail {
+        if t.exceedance < t.additive_exceedance * (1.0 - 1e-9) {
             found.push(format!(
-                "{what} at {} SMs: the table says measured ({} samples), the campaign ships no launch there",
-                b.sms, b.samples
+                "{what}: the tail states {:e} per launch, stronger than the {:e} of its own additive part",
+                t.exceedance, t.additive_exceedance
             ));
         }
     }
@@ -250,6 +256,25 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
         }
     }
     found
+}
+
+/// `cal` without its bounds at sizes this device cannot realise (`sizes`), and which were
+/// dropped: nothing here can ask for them, and the arrival check could not run them.
+pub fn realisable_only(cal: &mut KernelCalibration, sizes: &[u32]) -> Vec<u32> {
+    let dropped: Vec<u32> = cal
+        .table
+        .entries
+        .iter()
+        .map(|b| b.sms)
+        .filter(|m| !sizes.contains(m))
+        .collect();
+    if !dropped.is_empty() {
+        cal.table.entries.retain(|b| sizes.contains(&b.sms));
+        cal.table.notes.push(format!(
+            "bounds at {dropped:?} SMs dropped on import: this device cannot realise those sizes"
+        ));
+    }
+    dropped
 }
 
 #[cfg(test)]

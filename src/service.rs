@@ -1062,6 +1062,7 @@ impl Service {
             .into_iter()
             .map(|e| {
                 let mut cal = e.calibration;
+                crate::bundle::realisable_only(&mut cal, &self.inner.device.partition_sizes);
                 cal.origin = Origin::Bundle;
                 cal.source = source.clone();
                 if !names.contains(&e.kernel) {
@@ -1107,7 +1108,7 @@ impl Service {
         let missing = crate::bundle::missing_sizes(bundle, &self.inner.device.partition_sizes);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgs(format!(
-                "the bundle's sizes are not this device's ({}); nothing imported; accepted: a calibration with a bound at every realisable size of this device and no other ({}), as `wcetctl export` on a device of this model writes it",
+                "the bundle lacks sizes this device serves ({}); nothing imported; accepted: a calibration with a bound at every realisable size of this device ({})",
                 missing.join("; "),
                 self.inner
                     .device
@@ -1494,12 +1495,15 @@ fn worker_loop(
             .get(&job.id)
             .map(|(s, _)| s.kernels.clone())
             .unwrap_or_default();
-        interrupted::mark(&running, job.id, job.work.doing(), &kernels);
+        // A job cancelled before it starts runs nothing that a crash could interrupt.
+        let recorded = !job.cancel.load(Ordering::SeqCst);
+        if recorded {
+            interrupted::mark(&running, job.id, job.work.doing(), &kernels);
+        }
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_job(gpu.as_mut(), &store, &inner, &job)
         }));
-        interrupted::clear(&running);
         let (state, message) = outcome.unwrap_or_else(|panic| {
             let what = panic
                 .downcast_ref::<String>()
@@ -1511,6 +1515,9 @@ fn worker_loop(
                 format!("internal error ({what}); bounds unchanged, please report it"),
             )
         });
+        if recorded {
+            interrupted::ended(&running, job.id, state == JobState::Done);
+        }
         inner.pending.fetch_sub(1, Ordering::SeqCst);
         set_job(&inner, job.id, |s| {
             s.state = state;

@@ -151,7 +151,7 @@ async fn a_job_the_previous_run_did_not_finish_is_named_in_health() {
         assert!(
             said.starts_with("degraded: an earlier run ended during job")
                 && said.contains("calibrating srad, bfs")
-                && said.contains("`wcetctl recalibrate srad bfs`"),
+                && said.contains("`wcetctl recalibrate bfs srad`"),
             "{said}"
         );
         // A restart without a job does not forget it.

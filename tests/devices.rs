@@ -286,21 +286,24 @@ async fn an_edited_bundle_is_refused_even_with_force() {
             }
         }
     });
-    // A size this device cannot realise, beside all those it can.
-    let foreign_size = edit(&|v| {
-        let entries = cal(v)["table"]["entries"].as_array_mut().unwrap();
-        let mut extra = entries.last().unwrap().clone();
-        extra["sms"] = 200.into();
-        extra["provenance"] = "fitted".into();
-        extra["samples"] = 0.into();
-        entries.push(extra);
-    });
     // The table says measured where the campaign ships no launch.
     let measured_without_launches = edit(&|v| {
         let entry = &mut v["calibrations"][0];
         entry["summary"].as_object_mut().unwrap().remove("48");
         let c = &mut entry["calibration"];
         c["campaign"]["sizes"].as_object_mut().unwrap().remove("48");
+    });
+    // A measured size called fitted (a table without a tail states its guarantee from the
+    // fewest launches at a measured size).
+    let measured_called_fitted = edit(&|v| {
+        for e in cal(v)["table"]["entries"].as_array_mut().unwrap() {
+            if e["sms"] == 48 {
+                e["provenance"] = "fitted".into();
+            }
+        }
+    });
+    let stronger_than_its_parts = edit(&|v| {
+        cal(v)["table"]["tail"]["exceedance"] = 1e-12.into();
     });
     let twice = edit(&|v| {
         let first = v["calibrations"][0].clone();
@@ -314,8 +317,12 @@ async fn an_edited_bundle_is_refused_even_with_force() {
         (&launch_deleted, "the summary says"),
         (&twice, "srad (isolated) appears twice"),
         (
-            &foreign_size,
-            "has bounds at 200 SMs, which this device cannot realise",
+            &stronger_than_its_parts,
+            "the tail states 1e-12 per launch, stronger than the",
+        ),
+        (
+            &measured_called_fitted,
+            "at 48 SMs: the campaign ships launches there, the table says fitted",
         ),
         (
             &measured_without_launches,
@@ -378,8 +385,10 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
     // A stronger guarantee claimed, nothing else edited, the same configuration: stated as this
     // daemon states its own, not as the file says.
     let mut claim: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    // (Its additive part too: a tail stronger than its own additive part is refused outright.)
     for c in claim["calibrations"].as_array_mut().unwrap() {
         c["calibration"]["table"]["tail"]["exceedance"] = 1e-12.into();
+        c["calibration"]["table"]["tail"]["additive_exceedance"] = 1e-12.into();
     }
     let (message, _, exceedance) =
         import_and_read(&d, &mut finished, &claim.to_string(), false).await;
@@ -409,6 +418,7 @@ async fn a_bundle_is_never_tighter_than_this_daemons_fit_of_its_launches() {
         }
     }
     c["table"]["tail"]["exceedance"] = 1e-12.into();
+    c["table"]["tail"]["additive_exceedance"] = 1e-12.into();
     entry["summary"][&key]["launches"] = n.into();
     entry["summary"][&key]["max_ns"] = cut.into();
     for other in v["calibrations"].as_array_mut().unwrap().iter_mut().skip(1) {
