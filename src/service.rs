@@ -2436,8 +2436,6 @@ mod tests {
         }
     }
 
-    /// Untagged, a bound answers for both conditions: it is stale when either calibration is,
-    /// even where the current one's bound is the larger and is the one served.
     /// A time below the bound is saved before it is answered only where the next calibration
     /// stands on it: bounds that are current wait for the periodic save, stale ones (which a
     /// recalibration will replace) do not; a time that raises no floor never waits.
@@ -2468,6 +2466,8 @@ mod tests {
         assert!(outcome.save_generation.is_none(), "no floor raised");
     }
 
+    /// Untagged, a bound answers for both conditions: it is stale when either calibration is,
+    /// even where the current one's bound is the larger and is the one served.
     #[test]
     fn the_untagged_bound_is_stale_when_either_calibration_is() {
         let dir = tempfile::tempdir().unwrap();
