@@ -440,6 +440,7 @@ mod tests {
                     p999_ns: 900_000,
                 },
                 overruns: 1,
+                carried: 0,
                 bound_ns: 800_000,
                 calibration: "c".into(),
                 epoch_started: Some(now),

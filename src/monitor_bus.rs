@@ -166,6 +166,7 @@ fn observed_dict(o: &ObservedInfo) -> HashMap<String, Variant<'static>> {
     put("p99_ns", o.quantiles.p99_ns.into());
     put("p999_ns", o.quantiles.p999_ns.into());
     put("overruns", o.overruns.into());
+    put("carried", o.carried.into());
     put("bound_ns", o.bound_ns.into());
     put("partition_sms", o.partition_sms.into());
     put("headroom_ns", o.headroom_ns().into());

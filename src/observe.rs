@@ -282,8 +282,12 @@ pub struct Epoch {
     pub histogram: CompactHistogram,
     /// The exact largest time.
     pub max_ns: u64,
-    /// Times above the bound served when they were reported.
+    /// Times above the bound served when they were reported, and those carried in.
     pub overruns: u64,
+    /// Times carried in from the epoch before: reported while this epoch's calibration was
+    /// being measured, and above its bounds (see [`ReportedTimes::carry_over`]). Each is an
+    /// overrun of this calibration, and is counted here, in the histogram and in `overruns`.
+    pub carried: u64,
 }
 
 impl Epoch {
@@ -294,6 +298,7 @@ impl Epoch {
             histogram: CompactHistogram::default(),
             max_ns: 0,
             overruns: 0,
+            carried: 0,
         }
     }
 
@@ -389,6 +394,10 @@ pub struct ReportedTimes {
     kernels: HashMap<String, BTreeMap<(PartitionSize, Interference), Series>>,
     /// Times buffered in every histogram, kept exact: only this type merges.
     pending: usize,
+    /// Per kernel being recalibrated, the largest time reported at each (size, interference)
+    /// since its recalibration began; judged again against the new calibration when it is
+    /// published. Not saved: a recalibration does not outlive the process.
+    during_recalibration: HashMap<String, BTreeMap<(PartitionSize, Interference), u64>>,
 }
 
 impl ReportedTimes {
@@ -426,12 +435,78 @@ impl ReportedTimes {
             series.floor_ns = max_ns;
             series.floor_at = now;
         }
+        if let Some(during) = self.during_recalibration.get_mut(kernel) {
+            let largest = during.entry((sms, tag)).or_default();
+            *largest = (*largest).max(max_ns);
+        }
         Recorded {
             overruns,
             max_ns,
             floor_ns: series.floor_ns,
             floor_raised,
         }
+    }
+
+    /// A recalibration of `kernel` begins: from now on the largest time of each of its series is
+    /// kept apart, to be judged against what it publishes. Already begun: nothing changes.
+    pub fn recalibration_started(&mut self, kernel: &str) {
+        self.during_recalibration
+            .entry(kernel.to_string())
+            .or_default();
+    }
+
+    /// The recalibration of `kernel` is over, published or not.
+    pub fn recalibration_ended(&mut self, kernel: &str) {
+        self.during_recalibration.remove(kernel);
+    }
+
+    /// The largest time reported at each (size, interference) of `kernel` since its running
+    /// recalibration began (empty when none runs).
+    pub fn reported_during_recalibration(
+        &self,
+        kernel: &str,
+    ) -> Vec<((PartitionSize, Interference), u64)> {
+        self.during_recalibration
+            .get(kernel)
+            .map(|d| d.iter().map(|(&key, &t)| (key, t)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Judge `time_ns`, reported at `(kernel, sms, tag)` while `judged.calibration` was being
+    /// measured (so filed in the epoch before it), again against that calibration's bound: above
+    /// it, the time is carried into the calibration's epoch as an overrun, so that a kernel whose
+    /// new bounds are already below a time seen in production is not taken for one without
+    /// overruns. Not carried when the epoch already holds a time as large (it was reported after
+    /// the publication, and judged then). Whether it was carried.
+    pub fn carry_over(
+        &mut self,
+        (kernel, sms, tag): (&str, PartitionSize, Interference),
+        judged: Judged<'_>,
+        time_ns: u64,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let Some(series) = self
+            .kernels
+            .get_mut(kernel)
+            .and_then(|k| k.get_mut(&(sms, tag)))
+        else {
+            return false;
+        };
+        if judged.bound_ns.is_none_or(|b| time_ns <= b) {
+            return false;
+        }
+        let (epoch, merged) = series.epoch_for(judged.calibration, now);
+        if epoch.max_ns >= time_ns {
+            self.pending -= merged;
+            return false;
+        }
+        epoch.histogram.push(&[time_ns]);
+        self.pending = self.pending - merged + 1;
+        epoch.max_ns = time_ns;
+        epoch.overruns += 1;
+        epoch.carried += 1;
+        series.overruns_total += 1;
+        true
     }
 
     /// Merge every buffered time of `kernel` (before saving it).
@@ -509,6 +584,9 @@ struct StoredEpoch {
     started: DateTime<Utc>,
     max_ns: u64,
     overruns: u64,
+    /// Absent in older files, and where none was carried.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    carried: u64,
     /// Base64 of the hdrhistogram V2 (or V2+deflate) serialisation; "" when empty.
     histogram: String,
 }
@@ -709,6 +787,10 @@ impl ObservationFile {
     }
 }
 
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
 fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) -> StoredSeries {
     let b64 = base64::engine::general_purpose::STANDARD;
     StoredSeries {
@@ -728,6 +810,7 @@ fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) ->
                 started: e.started,
                 max_ns: e.max_ns,
                 overruns: e.overruns,
+                carried: e.carried,
                 histogram: b64.encode(e.histogram.v2()),
             })
             .collect(),
@@ -760,6 +843,7 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
                     histogram,
                     max_ns: e.max_ns,
                     overruns: e.overruns,
+                    carried: e.carried.min(e.overruns),
                 }
             })
             .collect::<Vec<_>>();
@@ -891,6 +975,60 @@ mod tests {
         assert_eq!(s.epochs.len(), EPOCHS_KEPT);
         assert_eq!(s.epochs[0].calibration, "c3");
         assert_eq!(s.floor_ns, 100 + EPOCHS_KEPT as u64 + 2);
+    }
+
+    /// A time reported while a recalibration ran is judged again against what it publishes:
+    /// above the new bound it is carried into the new epoch as an overrun, once; one reported
+    /// before the recalibration began, or below the new bound, is not. What was carried is
+    /// saved and loaded with the epoch.
+    #[test]
+    fn times_reported_during_a_recalibration_are_judged_against_what_it_publishes() {
+        let mut obs = ReportedTimes::default();
+        let now = Utc::now();
+        let key = ("k", 8, Interference::Isolated);
+        let old = Judged {
+            calibration: "old",
+            bound_ns: Some(10_000),
+        };
+        obs.record(key, old, &[9_000], now);
+        obs.recalibration_started("k");
+        obs.record(key, old, &[5_000, 7_000], now);
+        assert_eq!(
+            obs.reported_during_recalibration("k"),
+            vec![((8, Interference::Isolated), 7_000)],
+            "9,000 came before the recalibration"
+        );
+        let generous = Judged {
+            calibration: "new",
+            bound_ns: Some(7_000),
+        };
+        assert!(!obs.carry_over(key, generous, 7_000, now), "not above");
+        let new = Judged {
+            calibration: "new",
+            bound_ns: Some(6_000),
+        };
+        assert!(obs.carry_over(key, new, 7_000, now));
+        assert!(!obs.carry_over(key, new, 7_000, now), "carried once");
+        obs.recalibration_ended("k");
+        assert!(obs.reported_during_recalibration("k").is_empty());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
+            .unwrap();
+        let (back, how) = file.load();
+        assert_eq!(how, Loaded::Clean);
+        for obs in [obs, back] {
+            let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
+            let e = s.epochs.last().unwrap();
+            assert_eq!(
+                (e.calibration.as_str(), e.count(), e.max_ns),
+                ("new", 1, 7_000)
+            );
+            assert_eq!((e.overruns, e.carried), (1, 1));
+            assert_eq!((s.reported_total, s.overruns_total), (3, 1));
+            assert_eq!(s.epochs.len(), 2);
+        }
     }
 
     #[test]

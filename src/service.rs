@@ -847,33 +847,16 @@ impl Service {
         }
     }
 
-    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz. Where
-    /// the calibration read no clock (imported samples), the clock its fingerprint names: a
-    /// stale import made under another clock policy is scaled as a measured calibration is.
+    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz.
     fn clocks(&self, cal: &KernelCalibration) -> (u32, u32) {
-        let env = cal.environment();
-        let nominal = if env.fingerprint == self.inner.device.fingerprint {
-            None
-        } else {
-            clock_in_policy(&env.fingerprint.clock_policy)
-        };
-        let calibrated = env
-            .sm_clock_mhz_max
-            .or(nominal)
-            .unwrap_or(self.inner.device.sm_clock_mhz);
-        (calibrated, self.current_clock_mhz().unwrap_or(0))
+        self.inner.clocks(cal)
     }
 
     /// `cal`'s bound at the largest realisable size not above `sms`, scaled to the current clock
     /// as it is served.
     fn served_at(&self, cal: &KernelCalibration, sms: u32) -> u64 {
         let bound = cal.table.at_most(sms).map_or(0, |e| e.bound_ns);
-        match self.clocks(cal) {
-            (calibrated, current) if current > 0 && calibrated > current => {
-                stretch(bound, calibrated, current)
-            }
-            _ => bound,
-        }
+        self.inner.clock_scaled(cal, bound)
     }
 
     /// The bound served for `kernel` on `sms` SMs: [`Service::bound_info`]'s `bound_ns`, without
@@ -1453,6 +1436,42 @@ fn join(sizes: &[u32]) -> String {
         .join(", ")
 }
 
+impl Inner {
+    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz. Where
+    /// the calibration read no clock (imported samples), the clock its fingerprint names: a
+    /// stale import made under another clock policy is scaled as a measured calibration is.
+    fn clocks(&self, cal: &KernelCalibration) -> (u32, u32) {
+        let env = cal.environment();
+        let nominal = if env.fingerprint == self.device.fingerprint {
+            None
+        } else {
+            clock_in_policy(&env.fingerprint.clock_policy)
+        };
+        let calibrated = env
+            .sm_clock_mhz_max
+            .or(nominal)
+            .unwrap_or(self.device.sm_clock_mhz);
+        (calibrated, self.current_clock_mhz.load(Ordering::SeqCst))
+    }
+
+    /// `bound_ns` of `cal` scaled to the current clock as it is served.
+    fn clock_scaled(&self, cal: &KernelCalibration, bound_ns: u64) -> u64 {
+        match self.clocks(cal) {
+            (calibrated, current) if current > 0 && calibrated > current => {
+                stretch(bound_ns, calibrated, current)
+            }
+            _ => bound_ns,
+        }
+    }
+
+    /// `cal`'s calibrated bound at exactly `partition`, scaled to the current clock as it is
+    /// served, before production floors.
+    fn calibrated_at(&self, cal: &KernelCalibration, partition: u32) -> Option<u64> {
+        let entry = cal.table.entry(partition)?;
+        Some(self.clock_scaled(cal, entry.bound_ns))
+    }
+}
+
 /// Only the worker touches the GPU, so it also reads the clock: between jobs and while idle.
 fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
     let mhz = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
@@ -1499,6 +1518,7 @@ fn worker_loop(
         let recorded = !job.cancel.load(Ordering::SeqCst);
         if recorded {
             interrupted::mark(&running, job.id, job.work.doing(), &kernels);
+            monitor::recalibration_started(&inner, &kernels);
         }
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1517,6 +1537,7 @@ fn worker_loop(
         });
         if recorded {
             interrupted::ended(&running, job.id, state == JobState::Done);
+            monitor::recalibration_ended(&inner, &kernels);
         }
         inner.pending.fetch_sub(1, Ordering::SeqCst);
         set_job(&inner, job.id, |s| {
@@ -2113,15 +2134,17 @@ fn commit(store: &Store, inner: &Inner, results: Vec<TaggedCalibration>, verb: &
         );
     }
     // On disk now: their launch times can rest in the spill file, as loaded ones do.
-    for (tag, name) in inserted {
-        if let Some(cal) = next.tables_mut(tag).get_mut(&name) {
+    for (tag, name) in &inserted {
+        if let Some(cal) = next.tables_mut(*tag).get_mut(name) {
             store.spill_times(cal);
         }
     }
+    let next = Arc::new(next);
     *inner
         .snapshot
         .write()
-        .unwrap_or_else(PoisonError::into_inner) = Arc::new(next);
+        .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
+    monitor::judge_again_when_published(inner, &next, &inserted);
     set_health(inner, "ok".into());
     let _ = inner.events.send(Event::BoundsChanged {
         kernels: names.clone(),
@@ -2464,6 +2487,57 @@ mod tests {
         assert!(outcome.save_generation.is_some(), "stale bounds");
         let outcome = service.report("srad", 32, None, &[bound / 3]).unwrap();
         assert!(outcome.save_generation.is_none(), "no floor raised");
+    }
+
+    /// A time reported while a recalibration runs is filed in the epoch of the bound it was
+    /// judged against, which the publication ends. Above the bound that recalibration then
+    /// publishes, it is judged again and carried into the new epoch: the kernel stays among the
+    /// overrun kernels (it left them at the publication before) and `GetObserved` counts it.
+    #[test]
+    fn a_time_reported_during_a_recalibration_is_judged_against_what_it_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(srad_calibrated(dir.path()));
+        // Paced, so that the job is still measuring when the time is reported.
+        let paced = SimOptions {
+            pace_us_per_launch: 500,
+            ..SimOptions::default()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), paced);
+        let service = Service::start(
+            Box::new(gpu),
+            Store::open(dir.path()).unwrap(),
+            short_campaigns(),
+        )
+        .0;
+        let before = service
+            .bound_info("srad", 32, Some(Interference::Isolated))
+            .unwrap();
+        let mut events = service.subscribe();
+        let job = service
+            .recalibrate_with(&["srad".to_string()], &[Interference::Isolated])
+            .unwrap();
+        while !matches!(events.blocking_recv(), Ok(Event::JobProgress { job: j, .. }) if j == job) {
+        }
+        let slow = 3 * before.entry.bound_ns;
+        let outcome = service.report("srad", 32, None, &[slow]).unwrap();
+        assert_eq!(outcome.overruns, 1);
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        assert_eq!(service.job(job).unwrap().state, JobState::Done);
+        let after = service
+            .bound_info("srad", 32, Some(Interference::Isolated))
+            .unwrap();
+        assert_ne!(after.calibration_id, before.calibration_id, "published");
+        assert_eq!(after.entry.bound_ns, slow, "held up by the floor");
+        assert_eq!(service.overrun_kernels(), vec!["srad".to_string()]);
+        let observed = service.observed("srad", 32, None).unwrap();
+        assert_eq!(
+            (observed.count, observed.overruns, observed.carried),
+            (1, 1, 1)
+        );
+        assert_eq!(observed.calibration, after.calibration_id);
+        assert_eq!(observed.max_ns, slow);
     }
 
     /// Untagged, a bound answers for both conditions: it is stale when either calibration is,

@@ -14,7 +14,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 
-use super::{Event, Result, Service, ServiceError};
+use super::{Event, Inner, Result, Service, ServiceError};
 use crate::gpu::{DeviceInfo, Interference, PartitionSize};
 use crate::model::BoundEntry;
 use crate::observe::{
@@ -96,6 +96,9 @@ pub struct ObservedInfo {
     pub max_ns: u64,
     pub quantiles: Quantiles,
     pub overruns: u64,
+    /// Of `count` and `overruns`, the times carried in: reported while the calibration judged
+    /// was being measured, and above its bound ([`judge_again_when_published`]).
+    pub carried: u64,
     /// The bound served at this size now (0 when the kernel has none).
     pub bound_ns: u64,
     pub calibration: String,
@@ -319,6 +322,84 @@ pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
         .expect("spawning the observation saver thread");
 }
 
+/// The worker begins a job on `kernels`: the times reported for them from now on are judged
+/// again against what the job publishes ([`judge_again_when_published`]).
+pub(super) fn recalibration_started(inner: &Inner, kernels: &[String]) {
+    let mut obs = lock(&inner.monitor.observations);
+    for kernel in kernels {
+        obs.recalibration_started(kernel);
+    }
+}
+
+/// The worker's job on `kernels` is over, whatever it published.
+pub(super) fn recalibration_ended(inner: &Inner, kernels: &[String]) {
+    let mut obs = lock(&inner.monitor.observations);
+    for kernel in kernels {
+        obs.recalibration_ended(kernel);
+    }
+}
+
+/// `published` (tag, kernel) calibrations of `snap` were just made the ones served. A time
+/// reported while they were measured was judged against the calibration served then, and filed
+/// in its epoch, which the publication ends. Were it left there, a kernel whose new bounds are
+/// already below a time seen in production would leave `OverrunKernels` as if nothing were
+/// wrong. So the largest such time of each series of the published tag is judged again, against
+/// the new calibrated bound (clock-scaled, before floors: the floor it set already holds the
+/// served bound up, so against the served bound nothing would ever overrun), and carried into
+/// the new epoch as an overrun when above it: logged, `BoundExceeded` (with the new calibrated
+/// bound) and `OverrunKernels` signalled, saved at once. No recalibration is queued for it: the
+/// one just published ran while the time was reported, and a loop of recalibrations against a
+/// production slower than any campaign would help no one; the operator decides.
+pub(super) fn judge_again_when_published(
+    inner: &Inner,
+    snap: &crate::store::Calibration,
+    published: &[(Interference, String)],
+) {
+    let m = &inner.monitor;
+    let now = Utc::now();
+    let mut carried = Vec::new();
+    {
+        let mut obs = lock(&m.observations);
+        for (tag, kernel) in published {
+            let Some(cal) = snap.tables(*tag).get(kernel) else {
+                continue;
+            };
+            for ((sms, series_tag), time_ns) in obs.reported_during_recalibration(kernel) {
+                let Some(bound_ns) = inner.calibrated_at(cal, sms).filter(|_| series_tag == *tag)
+                else {
+                    continue;
+                };
+                let judged = Judged {
+                    calibration: &cal.id,
+                    bound_ns: Some(bound_ns),
+                };
+                if obs.carry_over((kernel, sms, series_tag), judged, time_ns, now) {
+                    carried.push((kernel.clone(), sms, time_ns, bound_ns));
+                }
+            }
+        }
+    }
+    for (kernel, sms, observed_ns, bound_ns) in &carried {
+        tracing::warn!(
+            kernel,
+            sms,
+            observed_ns,
+            bound_ns,
+            "a launch time reported while this calibration was measured exceeds its bound; the kernel stays among the overrun kernels"
+        );
+        let _ = m.events.send(MonitorEvent::BoundExceeded {
+            kernel: kernel.clone(),
+            sms: *sms,
+            observed_ns: *observed_ns,
+            bound_ns: *bound_ns,
+        });
+    }
+    if !carried.is_empty() {
+        let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
+        m.request_save(true);
+    }
+}
+
 impl Service {
     fn monitor(&self) -> &MonitorState {
         &self.inner.monitor
@@ -466,9 +547,7 @@ impl Service {
     fn calibrated_bound(&self, kernel: &str, partition: u32, tag: Interference) -> Option<u64> {
         let (snap, interference) = self.calibration_of(kernel, Some(tag), partition).ok()?;
         let cal = snap.tables(interference).get(kernel)?;
-        let mut entry = *cal.table.entry(partition)?;
-        self.scale_for_clock(cal, &mut entry, &mut Vec::new());
-        Some(entry.bound_ns)
+        self.inner.calibrated_at(cal, partition)
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
@@ -723,6 +802,7 @@ impl Service {
             max_ns: 0,
             quantiles: Quantiles::default(),
             overruns: 0,
+            carried: 0,
             bound_ns: 0,
             calibration: String::new(),
             epoch_started: None,
@@ -785,6 +865,7 @@ impl Service {
         out.count = current.iter().map(|e| e.count()).sum();
         out.max_ns = current.iter().map(|e| e.max_ns).max().unwrap_or(0);
         out.overruns = current.iter().map(|e| e.overruns).sum();
+        out.carried = current.iter().map(|e| e.carried).sum();
         out.quantiles = match current.as_mut_slice() {
             [] => Quantiles::default(),
             [one] => one.quantiles(),
