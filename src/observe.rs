@@ -509,6 +509,21 @@ impl ReportedTimes {
         true
     }
 
+    /// Raise the floor of `(kernel, sms, tag)` to `floor_ns`, reported at `at` (a floor read
+    /// back from the journal: its times are in no histogram, only the floor is kept).
+    fn raise_floor(&mut self, floor: &JournalledFloor) {
+        let series = self
+            .kernels
+            .entry(floor.kernel.clone())
+            .or_default()
+            .entry((floor.sms, floor.interference))
+            .or_insert_with(|| Series::new(floor.at));
+        if floor.floor_ns > series.floor_ns {
+            series.floor_ns = floor.floor_ns;
+            series.floor_at = floor.at;
+        }
+    }
+
     /// Merge every buffered time of `kernel` (before saving it).
     pub fn merge_kernel(&mut self, kernel: &str) {
         let merged: usize = self
@@ -562,6 +577,17 @@ impl ReportedTimes {
             .map(|e| e.histogram.heap_bytes())
             .sum()
     }
+}
+
+/// A floor as the journal keeps it, one JSON line each: a time that raised the floor of its
+/// series since the observations file was last saved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalledFloor {
+    pub kernel: String,
+    pub sms: PartitionSize,
+    pub interference: Interference,
+    pub floor_ns: u64,
+    pub at: DateTime<Utc>,
 }
 
 /// One series as stored.
@@ -634,6 +660,76 @@ impl ObservationFile {
         &self.path
     }
 
+    /// The journal of floors raised since the last save, `observations-<digest>.floors` beside
+    /// the file, and the one set aside by a save in progress or one that failed, `.floors.old`.
+    pub fn journal_paths(&self) -> (PathBuf, PathBuf) {
+        (
+            self.path.with_extension("floors"),
+            self.path.with_extension("floors.old"),
+        )
+    }
+
+    /// Append `floors` to the journal, fsynced: once this returns, a crash loses none of them
+    /// (the next load raises the floors it holds). Never at the same time as [`Self::save`]:
+    /// the caller takes turns.
+    pub fn journal(&self, floors: &[JournalledFloor]) -> std::io::Result<()> {
+        let mut lines = Vec::new();
+        for floor in floors {
+            serde_json::to_writer(&mut lines, floor)?;
+            lines.push(b'\n');
+        }
+        append_synced(&self.journal_paths().0, &lines)
+    }
+
+    /// Before a save: what the journal holds is in memory, so in the file being written, and
+    /// floors journalled from now on go to a new journal. One set aside by a save that failed is
+    /// kept, with this one appended to it.
+    fn set_journal_aside(&self) -> std::io::Result<()> {
+        let (current, aside) = self.journal_paths();
+        if !current.exists() {
+            return Ok(());
+        }
+        if aside.exists() {
+            append_synced(&aside, &std::fs::read(&current)?)?;
+            std::fs::remove_file(&current)?;
+        } else {
+            std::fs::rename(&current, &aside)?;
+        }
+        crate::store::sync_directory_of(&current)
+    }
+
+    /// Raise `obs`'s floors to those journalled (set aside, then current); how many lines were
+    /// read. A line that does not parse is skipped with a log line: a crash during an append
+    /// leaves at most the last one torn, and that report was not answered.
+    fn replay_journal(&self, obs: &mut ReportedTimes) -> usize {
+        let (current, aside) = self.journal_paths();
+        let mut read = 0;
+        for path in [aside, current] {
+            let text = match std::fs::read(&path) {
+                Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    tracing::error!(path = %path.display(), error = %e, "the floor journal cannot be read; floors raised since the last save may be missing");
+                    continue;
+                }
+            };
+            let mut skipped = 0;
+            for line in text.lines().filter(|l| !l.trim().is_empty()) {
+                match serde_json::from_str::<JournalledFloor>(line) {
+                    Ok(f) if (1..=MAX_TIME_NS).contains(&f.floor_ns) => {
+                        obs.raise_floor(&f);
+                        read += 1;
+                    }
+                    _ => skipped += 1,
+                }
+            }
+            if skipped > 0 {
+                tracing::warn!(path = %path.display(), skipped, "floor journal lines that do not parse (or hold no time from 1 ns to 1 h) are skipped");
+            }
+        }
+        read
+    }
+
     /// Write every series atomically (temporary file, fsync, rename, directory fsync), streamed
     /// one kernel at a time under `obs`'s lock, so that saving copies nothing whole and a report
     /// waits at most for one kernel's series to be encoded.
@@ -642,6 +738,7 @@ impl ObservationFile {
             obs.lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
         };
+        self.set_journal_aside()?;
         let mut kernels: Vec<String> = lock().kernels().map(str::to_string).collect();
         kernels.sort();
         crate::store::write_atomically(&self.path, |out| {
@@ -667,7 +764,13 @@ impl ObservationFile {
                 }
             }
             out.write_all(b"]}\n")
-        })
+        })?;
+        // Saved: what was set aside is in the file. Left behind, it is only read again.
+        let aside = self.journal_paths().1;
+        if std::fs::remove_file(&aside).is_ok() {
+            let _ = crate::store::sync_directory_of(&aside);
+        }
+        Ok(())
     }
 
     /// The stored observations. A file that does not parse, or holds a histogram that does not
@@ -677,6 +780,15 @@ impl ObservationFile {
     /// caller has saved what was kept (the monitor asks for a save at once) a crash loses
     /// nothing: the next start recovers the same floors from it again.
     pub fn load(&self) -> (ReportedTimes, Loaded) {
+        let (mut obs, loaded) = self.load_file();
+        let journalled = self.replay_journal(&mut obs);
+        match loaded {
+            Loaded::Fresh if journalled > 0 => (obs, Loaded::Clean),
+            loaded => (obs, loaded),
+        }
+    }
+
+    fn load_file(&self) -> (ReportedTimes, Loaded) {
         match self.parse() {
             Ok(None) => (ReportedTimes::default(), Loaded::Fresh),
             Ok(Some((obs, problems))) if problems.is_empty() => (obs, Loaded::Clean),
@@ -700,12 +812,14 @@ impl ObservationFile {
     /// file as it is: for reading another fingerprint's floors, whose file this daemon does not
     /// own and never rewrites.
     pub fn read(&self) -> (ReportedTimes, Option<String>) {
-        match self.parse() {
+        let (mut obs, problems) = match self.parse() {
             Ok(Some((obs, problems))) if problems.is_empty() => (obs, None),
             Ok(Some((obs, problems))) => (obs, Some(problems.join("; "))),
             Ok(None) => (ReportedTimes::default(), None),
             Err(why) => (ReportedTimes::default(), Some(why)),
-        }
+        };
+        self.replay_journal(&mut obs);
+        (obs, problems)
     }
 
     /// The UUID of the card the file's times were reported on, from its first line alone;
@@ -785,6 +899,34 @@ impl ObservationFile {
         }
         Some((stored, damaged))
     }
+}
+
+/// Append `bytes` to `path` (created if needed) and fsync it, and its directory when it was
+/// created. A torn last line left by a crash is ended first, so that it cannot swallow the
+/// first line appended after it.
+fn append_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom};
+    let created = !path.exists();
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)?;
+    let len = file.metadata()?.len();
+    if len > 0 {
+        let mut last = [0u8];
+        file.seek(SeekFrom::Start(len - 1))?;
+        file.read_exact(&mut last)?;
+        if last[0] != b'\n' {
+            file.write_all(b"\n")?;
+        }
+    }
+    file.write_all(bytes)?;
+    file.sync_data()?;
+    if created {
+        crate::store::sync_directory_of(path)?;
+    }
+    Ok(())
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -1029,6 +1171,61 @@ mod tests {
             assert_eq!((s.reported_total, s.overruns_total), (3, 1));
             assert_eq!(s.epochs.len(), 2);
         }
+    }
+
+    /// Floors journalled since the last save are raised at load, with or without a file; a torn
+    /// last line (a crash during an append) is skipped and swallows no later line; a save takes
+    /// the journal in and removes it.
+    #[test]
+    fn journalled_floors_are_raised_at_load_until_a_save_holds_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let floor = |kernel: &str, floor_ns| JournalledFloor {
+            kernel: kernel.into(),
+            sms: 8,
+            interference: Interference::Isolated,
+            floor_ns,
+            at: Utc::now(),
+        };
+        let floor_of = |obs: &ReportedTimes, kernel: &str| {
+            obs.kernel(kernel)
+                .map(|k| k[&(8, Interference::Isolated)].floor_ns)
+        };
+        file.journal(&[floor("a", 500)]).unwrap();
+        let (obs, how) = file.load();
+        assert_eq!((how, floor_of(&obs, "a")), (Loaded::Clean, Some(500)));
+
+        let (journal, aside) = file.journal_paths();
+        let mut torn = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&journal)
+            .unwrap();
+        torn.write_all(br#"{"kernel":"b","sms":8,"interf"#).unwrap();
+        file.journal(&[floor("c", 700)]).unwrap();
+        let (obs, _) = file.load();
+        assert_eq!(
+            [
+                floor_of(&obs, "a"),
+                floor_of(&obs, "b"),
+                floor_of(&obs, "c")
+            ],
+            [Some(500), None, Some(700)]
+        );
+
+        file.save(&std::sync::Mutex::new(obs), "SIM-0").unwrap();
+        assert!(!journal.exists() && !aside.exists());
+        let (obs, how) = file.load();
+        assert_eq!(how, Loaded::Clean);
+        assert_eq!(
+            (floor_of(&obs, "a"), floor_of(&obs, "c")),
+            (Some(500), Some(700))
+        );
+        file.journal(&[floor("a", 900), floor("a", 600)]).unwrap();
+        assert_eq!(
+            floor_of(&file.load().0, "a"),
+            Some(900),
+            "the highest holds"
+        );
     }
 
     #[test]

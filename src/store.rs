@@ -411,6 +411,11 @@ pub fn write_atomically(
     result
 }
 
+/// Make the entries of `path`'s directory durable: a file created, renamed or removed there.
+pub fn sync_directory_of(path: &Path) -> std::io::Result<()> {
+    File::open(directory_of(path))?.sync_all()
+}
+
 fn directory_of(path: &Path) -> PathBuf {
     match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),

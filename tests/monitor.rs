@@ -493,6 +493,58 @@ async fn times_reported_before_any_calibration_survive_a_crash() {
     .expect("test ran past its time limit");
 }
 
+/// A time below the bounds served, with no recalibration due, raises only a floor. The floor is
+/// journalled before the answer, so a `kill -9` right after it loses only the histogram: the
+/// next run holds every later bound at that size up to it. (Before the journal it waited for the
+/// periodic save, here a minute away, and was lost.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_floor_below_current_bounds_survives_a_crash() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        calibrate_state(&fx).await;
+        let flags = ["--observation-save-interval", "60"];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        // An overrun is saved before it is answered, so the next save is a minute away.
+        let over = bound(&conn, KERNEL, SMS).await + 1_000;
+        report(&conn, KERNEL, SMS, &[over]).await.expect("Report");
+        // At a larger size, which a floor at 64 SMs does not hold up.
+        let larger = wcetd::client::BoundsProxy::new(&conn)
+            .await
+            .unwrap()
+            .partition_sizes()
+            .await
+            .unwrap()
+            .into_iter()
+            .max()
+            .unwrap();
+        assert!(larger > SMS);
+        let time = bound(&conn, KERNEL, larger).await / 2;
+        report(&conn, KERNEL, larger, &[time])
+            .await
+            .expect("Report");
+        d.kill9();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        let after = observed(&conn, KERNEL, larger).await;
+        assert_eq!(get::<u64>(&after, "floor_ns"), time);
+        assert_eq!(
+            get::<u64>(&after, "count"),
+            0,
+            "the histogram waits for a save"
+        );
+        d.stop();
+        assert_eq!(
+            files_containing(&fx.state(), ".floors"),
+            Vec::<String>::new(),
+            "the save at shutdown holds the journal's floors"
+        );
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_observations_file_is_moved_aside_and_the_daemon_serves_on() {
     tokio::time::timeout(Duration::from_secs(90), async {

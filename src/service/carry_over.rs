@@ -67,14 +67,22 @@ fn keep_observed_floors(store: &Store, old: &mut Calibration, now: &crate::gpu::
     use crate::observe::ObservationFile;
     let stale_own = ObservationFile::new(store.dir(), old.fingerprint());
     let current = ObservationFile::new(store.dir(), now);
-    let this_card: Vec<ObservationFile> = std::fs::read_dir(store.dir())
+    // A fingerprint's floors may be in its journal alone (a crash before its first save).
+    let digests: std::collections::BTreeSet<String> = std::fs::read_dir(store.dir())
         .into_iter()
         .flatten()
         .filter_map(|e| {
             let name = e.ok()?.file_name().into_string().ok()?;
-            let digest = name.strip_prefix("observations-")?.strip_suffix(".json")?;
-            Some(ObservationFile::of_digest(store.dir(), digest))
+            let rest = name.strip_prefix("observations-")?;
+            [".json", ".floors", ".floors.old"]
+                .iter()
+                .find_map(|suffix| rest.strip_suffix(suffix))
+                .map(str::to_string)
         })
+        .collect();
+    let this_card: Vec<ObservationFile> = digests
+        .iter()
+        .map(|digest| ObservationFile::of_digest(store.dir(), digest))
         .filter(|f| f.path() != stale_own.path() && f.path() != current.path())
         // This card's, and, to be safe, any whose card cannot be read (a damaged first line):
         // its times are applied, or what of it cannot be read is named in the notes.

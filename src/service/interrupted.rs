@@ -43,9 +43,7 @@ fn write(path: &Path, records: &[Record]) {
         match std::fs::remove_file(path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             // The removal made durable, so that a power cut cannot bring the record back.
-            _ => path.parent().map_or(Ok(()), |d| {
-                std::fs::File::open(d).and_then(|d| d.sync_all())
-            }),
+            _ => crate::store::sync_directory_of(path),
         }
     } else {
         crate::store::write_atomically(path, |out| {

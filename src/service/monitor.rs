@@ -18,7 +18,8 @@ use super::{Event, Inner, Result, Service, ServiceError};
 use crate::gpu::{DeviceInfo, Interference, PartitionSize};
 use crate::model::BoundEntry;
 use crate::observe::{
-    Judged, Loaded, ObservationFile, Quantiles, ReportedTimes, MAX_TIMES_PER_REPORT, MAX_TIME_NS,
+    JournalledFloor, Judged, Loaded, ObservationFile, Quantiles, ReportedTimes,
+    MAX_TIMES_PER_REPORT, MAX_TIME_NS,
 };
 use crate::store::{KernelCalibration, Store};
 
@@ -84,6 +85,9 @@ pub struct ReportOutcome {
     /// When the report raised a bound: the observations generation to wait for
     /// ([`Service::observations_saved`]) before answering, so the raise survives a crash.
     pub save_generation: Option<u64>,
+    /// When it raised a floor and no bound: the journal entry to wait for
+    /// ([`Service::floors_journalled`]), so that no later bound can fall below it after a crash.
+    pub journal_seq: Option<u64>,
 }
 
 /// What `GetObserved` answers: the current epoch (the times judged against the bounds served
@@ -138,6 +142,10 @@ struct Floor {
 struct SaveRequest {
     dirty: bool,
     urgent: bool,
+    /// Floors to journal, in the order they were queued, and how many were ever queued (the
+    /// last one's number).
+    floors: Vec<JournalledFloor>,
+    floors_queued: u64,
 }
 
 /// Monitoring's share of the service's state.
@@ -155,6 +163,9 @@ pub(super) struct MonitorState {
     /// The generation the last save covered, and why it failed if it did (a failed save is
     /// retried at the next save interval, and makes `Health` degraded until one succeeds).
     saved: watch::Sender<SaveOutcome>,
+    /// The number of the last floor journalled (or saved in the file), and why the last
+    /// journal append failed if it did.
+    journalled: watch::Sender<SaveOutcome>,
     wake: (Mutex<SaveRequest>, Condvar),
     /// Held while saving: the saver thread and the save at shutdown write the same temporary
     /// file, so they must take turns. `true` once the save at shutdown is done: no save starts
@@ -211,6 +222,7 @@ impl MonitorState {
             events: broadcast::channel(1024).0,
             changed: watch::channel(0).0,
             saved: watch::channel(SaveOutcome::default()).0,
+            journalled: watch::channel(SaveOutcome::default()).0,
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
             saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
@@ -233,6 +245,37 @@ impl MonitorState {
         if wake {
             self.wake.1.notify_one();
         }
+    }
+
+    /// Queue `floor` for the journal; its number, to wait for.
+    fn journal_floor(&self, floor: JournalledFloor) -> u64 {
+        let mut req = lock(&self.wake.0);
+        req.floors.push(floor);
+        req.floors_queued += 1;
+        self.wake.1.notify_one();
+        req.floors_queued
+    }
+
+    /// Append `floors`, the last numbered `through`, to the journal; published either way.
+    fn journal(&self, floors: &[JournalledFloor], through: u64) {
+        let closed = lock(&self.saving);
+        // After the save at shutdown, which holds every floor, nothing is written.
+        let error = match (*closed, self.file.journal(floors)) {
+            (true, _) | (false, Ok(())) => None,
+            (false, Err(e)) => {
+                tracing::error!(path = %self.file.journal_paths().0.display(), error = %e,
+                    "journalling raised floors failed; they are kept in memory and saved with the observations");
+                // Saved at once instead (called from the saver, which looks again): one save,
+                // whose failure `Health` shows and which is then retried at the interval.
+                let mut req = lock(&self.wake.0);
+                (req.dirty, req.urgent) = (true, true);
+                Some(e.to_string())
+            }
+        };
+        self.journalled.send_replace(SaveOutcome {
+            generation: through,
+            error,
+        });
     }
 
     /// Save now, one kernel at a time; the generation saved is published either way.
@@ -296,7 +339,7 @@ pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
                 loop {
                     let due = last + interval;
                     let now = Instant::now();
-                    if req.dirty && (req.urgent || now >= due) {
+                    if req.dirty && (req.urgent || now >= due) || !req.floors.is_empty() {
                         break;
                     }
                     req = if req.dirty {
@@ -313,10 +356,28 @@ pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
                             .unwrap_or_else(PoisonError::into_inner)
                     };
                 }
-                *req = SaveRequest::default();
+                let full = req.dirty && (req.urgent || Instant::now() >= last + interval);
+                let floors = std::mem::take(&mut req.floors);
+                let through = req.floors_queued;
+                if full {
+                    (req.dirty, req.urgent) = (false, false);
+                }
                 drop(req);
+                if !full {
+                    monitor.journal(&floors, through);
+                    continue;
+                }
                 monitor.save();
                 last = Instant::now();
+                // The save holds every floor queued before it began; failed, they are journalled.
+                if monitor.save_error().is_none() {
+                    monitor.journalled.send_replace(SaveOutcome {
+                        generation: through,
+                        error: None,
+                    });
+                } else if !floors.is_empty() {
+                    monitor.journal(&floors, through);
+                }
             }
         })
         .expect("spawning the observation saver thread");
@@ -469,6 +530,17 @@ impl Service {
                 || self.recalibration_due(kernel));
         let urgent = overran || raised_quietly || floor_of_what_comes;
         m.request_save(urgent);
+        // Any other floor raised is journalled before the answer (far cheaper than a save): a
+        // later calibration may come out below it, and the floor must be there to hold it up.
+        let journal_seq = (recorded.floor_raised && !urgent).then(|| {
+            m.journal_floor(JournalledFloor {
+                kernel: kernel.to_string(),
+                sms,
+                interference: series_tag,
+                floor_ns: recorded.floor_ns,
+                at: now,
+            })
+        });
         if raised_quietly {
             let _ = self.inner.events.send(Event::BoundsChanged {
                 kernels: vec![kernel.to_string()],
@@ -482,6 +554,7 @@ impl Service {
             max_ns: recorded.max_ns,
             bound_ns: bound_ns.unwrap_or(0),
             save_generation: urgent.then_some(generation),
+            journal_seq,
         })
     }
 
@@ -943,6 +1016,26 @@ impl Service {
     /// Wait until observations of `generation` or later are on disk, at most `limit`. A save
     /// that failed, or did not finish in time, is an error: the times are recorded and the raised
     /// bound is served, but a crash now would lose them, and the reporter must know.
+    /// Wait until the floor journal holds entry `seq` ([`ReportOutcome::journal_seq`]), at most
+    /// `limit`; an error says the floor is served but not on disk.
+    pub async fn floors_journalled(&self, seq: u64, limit: Duration) -> Result<()> {
+        let mut journalled = self.monitor().journalled.subscribe();
+        let outcome = tokio::time::timeout(limit, journalled.wait_for(|j| j.generation >= seq))
+            .await
+            .ok()
+            .and_then(|r| r.ok().map(|o| o.error.clone()));
+        match outcome {
+            Some(None) => Ok(()),
+            Some(Some(e)) => Err(ServiceError::Failed(format!(
+                "the report is recorded and its floor raised, but journalling it failed ({e}), so a crash before the next save would lose the floor; the save is retried (see Health)"
+            ))),
+            None => Err(ServiceError::Failed(format!(
+                "the report is recorded and its floor raised, but not on disk within {} s; it is saved when the disk allows (see Health)",
+                limit.as_secs()
+            ))),
+        }
+    }
+
     pub async fn observations_saved(&self, generation: u64, limit: Duration) -> Result<()> {
         let mut saved = self.monitor().saved.subscribe();
         let outcome = match tokio::time::timeout(
