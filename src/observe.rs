@@ -435,7 +435,11 @@ impl ReportedTimes {
             series.floor_ns = max_ns;
             series.floor_at = now;
         }
-        if let Some(during) = self.during_recalibration.get_mut(kernel) {
+        // Empty but while a job runs: no hashing on the common path.
+        if let Some(during) = (!self.during_recalibration.is_empty())
+            .then(|| self.during_recalibration.get_mut(kernel))
+            .flatten()
+        {
             let largest = during.entry((sms, tag)).or_default();
             *largest = (*largest).max(max_ns);
         }
