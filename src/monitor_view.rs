@@ -24,6 +24,9 @@ pub struct Row {
     pub bound_ns: u64,
     pub headroom_ns: i64,
     pub overruns: u64,
+    /// Of `overruns`, those carried in from a recalibration (`GetObserved`'s `carried`; 0 in
+    /// `watch`, whose flat list does not carry it).
+    pub carried: u64,
     pub overruns_total: u64,
     pub floor_ns: u64,
 }
@@ -45,6 +48,7 @@ impl Row {
                 .and_then(|v| i64::try_from(v).ok())
                 .unwrap_or(0),
             overruns: t("overruns"),
+            carried: t("carried"),
             overruns_total: t("overruns_total"),
             floor_ns: t("floor_ns"),
         }
@@ -75,6 +79,7 @@ impl Row {
             bound_ns,
             headroom_ns: i64::try_from(wide).unwrap_or(if wide < 0 { i64::MIN } else { i64::MAX }),
             overruns,
+            carried: 0,
             overruns_total,
             floor_ns: 0,
         }
