@@ -138,7 +138,8 @@ impl Monitor {
             self.service
                 .observations_saved(generation, SAVE_WAIT)
                 .await?;
-        } else if let Some(seq) = outcome.journal_seq {
+        }
+        if let Some(seq) = outcome.journal_seq {
             self.service.floors_journalled(seq, SAVE_WAIT).await?;
         }
         Ok(())

@@ -2139,12 +2139,7 @@ fn commit(store: &Store, inner: &Inner, results: Vec<TaggedCalibration>, verb: &
             store.spill_times(cal);
         }
     }
-    let next = Arc::new(next);
-    *inner
-        .snapshot
-        .write()
-        .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
-    monitor::judge_again_when_published(inner, &next, &inserted);
+    monitor::publish(inner, Arc::new(next), &inserted);
     set_health(inner, "ok".into());
     let _ = inner.events.send(Event::BoundsChanged {
         kernels: names.clone(),
@@ -2469,6 +2464,18 @@ mod tests {
         let bound = service.bound("srad", 32, None).unwrap();
         let outcome = service.report("srad", 32, None, &[bound / 2]).unwrap();
         assert!(outcome.save_generation.is_none(), "current bounds");
+        let journalled = outcome.journal_seq.expect("journalled instead");
+        let outcome = service.report("srad", 32, None, &[bound / 3]).unwrap();
+        assert!(
+            outcome.journal_seq.is_none_or(|s| s == journalled),
+            "no floor raised: it waits at most for the floor above it on its way to disk"
+        );
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        runtime
+            .block_on(service.floors_journalled(journalled, std::time::Duration::from_secs(10)))
+            .unwrap();
+        let outcome = service.report("srad", 32, None, &[bound / 4]).unwrap();
+        assert_eq!((outcome.save_generation, outcome.journal_seq), (None, None));
         drop(service);
 
         let stale = tempfile::tempdir().unwrap();
@@ -2484,20 +2491,87 @@ mod tests {
         assert!(service.bound_info("srad", 32, None).unwrap().stale);
         let bound = service.bound("srad", 32, None).unwrap();
         let outcome = service.report("srad", 32, None, &[bound / 2]).unwrap();
-        assert!(outcome.save_generation.is_some(), "stale bounds");
+        let raised = outcome.save_generation.expect("stale bounds");
         let outcome = service.report("srad", 32, None, &[bound / 3]).unwrap();
-        assert!(outcome.save_generation.is_none(), "no floor raised");
+        assert!(
+            outcome.save_generation.is_none_or(|g| g == raised),
+            "no floor raised: it waits at most for the save on its way, the floor above it"
+        );
+        runtime
+            .block_on(service.observations_saved(raised, std::time::Duration::from_secs(10)))
+            .unwrap();
+        let outcome = service.report("srad", 32, None, &[bound / 4]).unwrap();
+        assert_eq!(
+            (outcome.save_generation, outcome.journal_seq),
+            (None, None),
+            "nothing on its way"
+        );
+    }
+
+    /// A floor raised after the save at shutdown (a report still in flight while the daemon
+    /// stops) is journalled all the same, and the next start reads it. A journal that cannot be
+    /// written (here a directory stands in its place) costs a save instead, not an error.
+    #[test]
+    fn floors_are_journalled_after_the_last_save_and_a_broken_journal_costs_a_save() {
+        let wait = std::time::Duration::from_secs(10);
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let service = srad_calibrated(dir.path());
+        let file = crate::observe::ObservationFile::new(dir.path(), &service.device().fingerprint);
+        let bound = service.bound("srad", 32, None).unwrap();
+        service.save_observations();
+        let outcome = service.report("srad", 32, None, &[bound / 2]).unwrap();
+        let seq = outcome
+            .journal_seq
+            .expect("a floor below the bound is journalled");
+        runtime
+            .block_on(service.floors_journalled(seq, wait))
+            .unwrap();
+        drop(service);
+        let floor = |obs: &crate::observe::ReportedTimes| {
+            obs.kernel("srad").unwrap()[&(32, Interference::Isolated)].floor_ns
+        };
+        assert_eq!(floor(&file.load().0), bound / 2);
+
+        let journal = file.journal_paths().0;
+        std::fs::remove_file(&journal).unwrap();
+        std::fs::create_dir(&journal).unwrap();
+        let config = ServiceConfig {
+            initial_calibration: false,
+            ..short_campaigns()
+        };
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+        let outcome = service.report("srad", 32, None, &[bound * 2 / 3]).unwrap();
+        let seq = outcome.journal_seq.expect("journalled");
+        runtime
+            .block_on(service.floors_journalled(seq, wait))
+            .expect("saved instead");
+        drop(service);
+        assert_eq!(floor(&file.load().0), bound * 2 / 3);
     }
 
     /// A time reported while a recalibration runs is filed in the epoch of the bound it was
     /// judged against, which the publication ends. Above the bound that recalibration then
     /// publishes, it is judged again and carried into the new epoch: the kernel stays among the
-    /// overrun kernels (it left them at the publication before) and `GetObserved` counts it.
+    /// overrun kernels (it left them at the publication before) and `GetObserved` counts it. An
+    /// untagged time is judged as `GetBound` serves, against the larger of the two tags' bounds:
+    /// one between a new isolated bound and the contended bound is not carried.
     #[test]
     fn a_time_reported_during_a_recalibration_is_judged_against_what_it_publishes() {
+        // Contended launches of backprop are slower than isolated ones: its contended bounds
+        // are the larger, which untagged times are judged against.
+        const K: &str = "backprop";
         let dir = tempfile::tempdir().unwrap();
-        drop(srad_calibrated(dir.path()));
-        // Paced, so that the job is still measuring when the time is reported.
+        {
+            let first = short_campaign_service(dir.path());
+            let mut events = first.subscribe();
+            let job = first.recalibrate(&[K.to_string()]).unwrap();
+            while !first.job(job).unwrap().state.finished() {
+                let _ = events.blocking_recv();
+            }
+        }
+        // Paced, so that the job is still measuring when the times are reported.
         let paced = SimOptions {
             pace_us_per_launch: 500,
             ..SimOptions::default()
@@ -2509,35 +2583,52 @@ mod tests {
             short_campaigns(),
         )
         .0;
-        let before = service
-            .bound_info("srad", 32, Some(Interference::Isolated))
-            .unwrap();
+        let isolated = |m| service.bound_info(K, m, Some(Interference::Isolated));
+        let before = isolated(32).unwrap();
+        let contended64 = service.bound(K, 64, Some(Interference::Contended)).unwrap();
         let mut events = service.subscribe();
         let job = service
-            .recalibrate_with(&["srad".to_string()], &[Interference::Isolated])
+            .recalibrate_with(&[K.to_string()], &[Interference::Isolated])
             .unwrap();
         while !matches!(events.blocking_recv(), Ok(Event::JobProgress { job: j, .. }) if j == job) {
         }
         let slow = 3 * before.entry.bound_ns;
-        let outcome = service.report("srad", 32, None, &[slow]).unwrap();
-        assert_eq!(outcome.overruns, 1);
+        let tagged = service
+            .report(K, 32, Some(Interference::Isolated), &[slow])
+            .unwrap();
+        assert_eq!(tagged.overruns, 1);
+        // At a larger size, whose floor does not hold up the bound at 32 SMs.
+        let below_contended = contended64 - 1;
+        let untagged = service.report(K, 64, None, &[below_contended]).unwrap();
+        assert_eq!(untagged.overruns, 0);
         while !service.job(job).unwrap().state.finished() {
             let _ = events.blocking_recv();
         }
         assert_eq!(service.job(job).unwrap().state, JobState::Done);
-        let after = service
-            .bound_info("srad", 32, Some(Interference::Isolated))
-            .unwrap();
+        let after = isolated(32).unwrap();
         assert_ne!(after.calibration_id, before.calibration_id, "published");
         assert_eq!(after.entry.bound_ns, slow, "held up by the floor");
-        assert_eq!(service.overrun_kernels(), vec!["srad".to_string()]);
-        let observed = service.observed("srad", 32, None).unwrap();
+        assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+        let at32 = service
+            .observed(K, 32, Some(Interference::Isolated))
+            .unwrap();
+        assert_eq!((at32.count, at32.overruns, at32.carried), (1, 1, 1));
         assert_eq!(
-            (observed.count, observed.overruns, observed.carried),
-            (1, 1, 1)
+            (at32.calibration, at32.max_ns),
+            (after.calibration_id, slow)
         );
-        assert_eq!(observed.calibration, after.calibration_id);
-        assert_eq!(observed.max_ns, slow);
+        assert_eq!(at32.overruns_total, 1, "counted once");
+        // Above the new isolated bound (which its floor holds up), not above the contended one
+        // GetBound serves: not carried.
+        let isolated64 = isolated(64).unwrap();
+        assert!(
+            isolated64
+                .observed
+                .is_some_and(|f| f.raised && f.floor_ns == below_contended),
+            "{isolated64:?}"
+        );
+        let at64 = service.observed(K, 64, None).unwrap();
+        assert_eq!((at64.overruns, at64.carried), (0, 0));
     }
 
     /// Untagged, a bound answers for both conditions: it is stale when either calibration is,

@@ -10,6 +10,7 @@
 
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
@@ -82,11 +83,13 @@ pub struct ReportOutcome {
     pub max_ns: u64,
     /// The bound served when the report came (0: none).
     pub bound_ns: u64,
-    /// When the report raised a bound: the observations generation to wait for
-    /// ([`Service::observations_saved`]) before answering, so the raise survives a crash.
+    /// When the report raised a bound (or a save of another report's is on its way): the
+    /// observations generation to wait for ([`Service::observations_saved`]) before answering,
+    /// so the raise survives a crash.
     pub save_generation: Option<u64>,
-    /// When it raised a floor and no bound: the journal entry to wait for
-    /// ([`Service::floors_journalled`]), so that no later bound can fall below it after a crash.
+    /// When it raised a floor and no bound (or another report's floor is on its way to the
+    /// journal): the journal entry to wait for ([`Service::floors_journalled`]), so that no
+    /// later bound can fall below it after a crash. Both are waited for when both are given.
     pub journal_seq: Option<u64>,
 }
 
@@ -101,7 +104,7 @@ pub struct ObservedInfo {
     pub quantiles: Quantiles,
     pub overruns: u64,
     /// Of `count` and `overruns`, the times carried in: reported while the calibration judged
-    /// was being measured, and above its bound ([`judge_again_when_published`]).
+    /// was being measured, and above its bound ([`publish`]).
     pub carried: u64,
     /// The bound served at this size now (0 when the kernel has none).
     pub bound_ns: u64,
@@ -146,6 +149,9 @@ struct SaveRequest {
     /// last one's number).
     floors: Vec<JournalledFloor>,
     floors_queued: u64,
+    /// A journal append failed: the floors after it are not durable through the journal until
+    /// a save holds them.
+    journal_broken: bool,
 }
 
 /// Monitoring's share of the service's state.
@@ -163,9 +169,12 @@ pub(super) struct MonitorState {
     /// The generation the last save covered, and why it failed if it did (a failed save is
     /// retried at the next save interval, and makes `Health` degraded until one succeeds).
     saved: watch::Sender<SaveOutcome>,
-    /// The number of the last floor journalled (or saved in the file), and why the last
-    /// journal append failed if it did.
+    /// The number up to which every floor queued is journalled or saved in the file (it only
+    /// moves on without a gap), and, while a failed journal append is not yet covered by a
+    /// save, why the save that should have covered it failed.
     journalled: watch::Sender<SaveOutcome>,
+    /// The generation of the last report that asked for a save before its answer.
+    last_urgent: AtomicU64,
     wake: (Mutex<SaveRequest>, Condvar),
     /// Held while saving: the saver thread and the save at shutdown write the same temporary
     /// file, so they must take turns. `true` once the save at shutdown is done: no save starts
@@ -223,6 +232,7 @@ impl MonitorState {
             changed: watch::channel(0).0,
             saved: watch::channel(SaveOutcome::default()).0,
             journalled: watch::channel(SaveOutcome::default()).0,
+            last_urgent: AtomicU64::new(0),
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
             saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
@@ -256,34 +266,46 @@ impl MonitorState {
         req.floors_queued
     }
 
-    /// Append `floors`, the last numbered `through`, to the journal; published either way.
-    fn journal(&self, floors: &[JournalledFloor], through: u64) {
-        let closed = lock(&self.saving);
-        // After the save at shutdown, which holds every floor, nothing is written.
-        let error = match (*closed, self.file.journal(floors)) {
-            (true, _) | (false, Ok(())) => None,
-            (false, Err(e)) => {
-                tracing::error!(path = %self.file.journal_paths().0.display(), error = %e,
-                    "journalling raised floors failed; they are kept in memory and saved with the observations");
-                // Saved at once instead (called from the saver, which looks again): one save,
-                // whose failure `Health` shows and which is then retried at the interval.
-                let mut req = lock(&self.wake.0);
-                (req.dirty, req.urgent) = (true, true);
-                Some(e.to_string())
-            }
-        };
-        self.journalled.send_replace(SaveOutcome {
-            generation: through,
-            error,
-        });
+    /// What a report that raises nothing waits for before its answer: a save asked for and not
+    /// made yet, and floors queued and not journalled yet (any of them may be the floor above
+    /// its time).
+    fn in_flight(&self) -> (Option<u64>, Option<u64>) {
+        let urgent = self.last_urgent.load(Ordering::SeqCst);
+        let save = (self.saved.borrow().generation < urgent).then_some(urgent);
+        let queued = lock(&self.wake.0).floors_queued;
+        let journal = (self.journalled.borrow().generation < queued).then_some(queued);
+        (save, journal)
     }
 
-    /// Save now, one kernel at a time; the generation saved is published either way.
-    fn save(&self) {
-        let closed = lock(&self.saving);
-        if !*closed {
-            self.save_now();
+    /// Append `floors`, the last numbered `through`, to the journal (after the save at shutdown
+    /// too: the next start reads it). Published when every floor before them is durable too;
+    /// a failure asks for a save at once instead, which publishes.
+    fn journal(&self, floors: &[JournalledFloor], through: u64) {
+        let _turn = lock(&self.saving);
+        match self.file.journal(floors) {
+            Ok(()) if !lock(&self.wake.0).journal_broken => {
+                self.journalled.send_modify(|j| {
+                    j.generation = j.generation.max(through);
+                    j.error = None;
+                });
+            }
+            Ok(()) => {}
+            Err(e) => {
+                tracing::error!(path = %self.file.journal_paths().0.display(), error = %e,
+                    "journalling raised floors failed; they are kept in memory and saved with the observations at once");
+                // Called from the saver, which looks again: one save, whose failure `Health`
+                // shows and which is then retried at the interval.
+                let mut req = lock(&self.wake.0);
+                (req.dirty, req.urgent, req.journal_broken) = (true, true, true);
+            }
         }
+    }
+
+    /// Save now, one kernel at a time; the generation saved is published either way. Whether it
+    /// was saved (not after the save at shutdown, nor when it failed).
+    fn save(&self) -> bool {
+        let closed = lock(&self.saving);
+        !*closed && self.save_now()
     }
 
     /// The last save, at shutdown: what was reported is on disk, and no save starts after it.
@@ -295,9 +317,11 @@ impl MonitorState {
         }
     }
 
-    /// Only with `saving` held.
-    fn save_now(&self) {
+    /// Only with `saving` held. Every floor queued before it starts is in memory, so a save
+    /// that succeeds makes them durable, a broken journal included.
+    fn save_now(&self) -> bool {
         let generation = *self.changed.borrow();
+        let floors_through = lock(&self.wake.0).floors_queued;
         let error = match self.file.save(&self.observations, &self.device_uuid) {
             Ok(()) => None,
             Err(e) => {
@@ -309,8 +333,22 @@ impl MonitorState {
                 Some(e.to_string())
             }
         };
+        match &error {
+            None => {
+                lock(&self.wake.0).journal_broken = false;
+                self.journalled.send_modify(|j| {
+                    j.generation = j.generation.max(floors_through);
+                    j.error = None;
+                });
+            }
+            Some(e) if lock(&self.wake.0).journal_broken => {
+                self.journalled.send_modify(|j| j.error = Some(e.clone()));
+            }
+            Some(_) => {}
+        }
         self.saved.send_replace(SaveOutcome { generation, error });
         crate::store::release_freed_memory();
+        self.saved.borrow().error.is_none()
     }
 
     /// The observations file moved aside at start, with why (for `Health`).
@@ -363,19 +401,13 @@ pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
                     (req.dirty, req.urgent) = (false, false);
                 }
                 drop(req);
-                if !full {
-                    monitor.journal(&floors, through);
-                    continue;
+                // A save holds every floor queued before it began; without one they are
+                // journalled.
+                let saved = full && monitor.save();
+                if full {
+                    last = Instant::now();
                 }
-                monitor.save();
-                last = Instant::now();
-                // The save holds every floor queued before it began; failed, they are journalled.
-                if monitor.save_error().is_none() {
-                    monitor.journalled.send_replace(SaveOutcome {
-                        generation: through,
-                        error: None,
-                    });
-                } else if !floors.is_empty() {
+                if !saved && !floors.is_empty() {
                     monitor.journal(&floors, through);
                 }
             }
@@ -384,7 +416,7 @@ pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
 }
 
 /// The worker begins a job on `kernels`: the times reported for them from now on are judged
-/// again against what the job publishes ([`judge_again_when_published`]).
+/// again against what the job publishes ([`publish`]).
 pub(super) fn recalibration_started(inner: &Inner, kernels: &[String]) {
     let mut obs = lock(&inner.monitor.observations);
     for kernel in kernels {
@@ -400,20 +432,27 @@ pub(super) fn recalibration_ended(inner: &Inner, kernels: &[String]) {
     }
 }
 
-/// `published` (tag, kernel) calibrations of `snap` were just made the ones served. A time
-/// reported while they were measured was judged against the calibration served then, and filed
-/// in its epoch, which the publication ends. Were it left there, a kernel whose new bounds are
-/// already below a time seen in production would leave `OverrunKernels` as if nothing were
-/// wrong. So the largest such time of each series of the published tag is judged again, against
-/// the new calibrated bound (clock-scaled, before floors: the floor it set already holds the
-/// served bound up, so against the served bound nothing would ever overrun), and carried into
-/// the new epoch as an overrun when above it: logged, `BoundExceeded` (with the new calibrated
-/// bound) and `OverrunKernels` signalled, saved at once. No recalibration is queued for it: the
-/// one just published ran while the time was reported, and a loop of recalibrations against a
-/// production slower than any campaign would help no one; the operator decides.
-pub(super) fn judge_again_when_published(
+/// Make `next` the calibrations served, `published` (tag, kernel) being the new ones in it, and
+/// judge again the times reported while they were measured. Such a time was judged against the
+/// calibration served then and filed in its epoch, which the publication ends; were it left
+/// there, a kernel whose new bounds are already below a time seen in production would leave
+/// `OverrunKernels` as if nothing were wrong.
+///
+/// So the largest such time of each size and tag is judged as a report of it would be judged
+/// now (an untagged one against the larger of the tags' bounds, a tagged one against its tag's)
+/// where that calibration is a new one: against its calibrated bound (clock-scaled, before
+/// floors: the floor the time set already holds the served bound up, so against the served
+/// bound nothing would ever overrun). Above it, the time is carried into the new epoch as an
+/// overrun: logged, `BoundExceeded` (with the calibrated bound) and `OverrunKernels` signalled,
+/// saved at once. The swap and the judging hold the observations' lock, which a report holds
+/// from reading its bound to recording its times, so no report falls between them.
+///
+/// No recalibration is queued for a carried time: the one just published ran while it was
+/// reported, and a loop of recalibrations against a production slower than any campaign would
+/// help no one; the operator decides.
+pub(super) fn publish(
     inner: &Inner,
-    snap: &crate::store::Calibration,
+    next: Arc<crate::store::Calibration>,
     published: &[(Interference, String)],
 ) {
     let m = &inner.monitor;
@@ -421,12 +460,27 @@ pub(super) fn judge_again_when_published(
     let mut carried = Vec::new();
     {
         let mut obs = lock(&m.observations);
-        for (tag, kernel) in published {
-            let Some(cal) = snap.tables(*tag).get(kernel) else {
-                continue;
-            };
-            for ((sms, series_tag), time_ns) in obs.reported_during_recalibration(kernel) {
-                let Some(bound_ns) = inner.calibrated_at(cal, sms).filter(|_| series_tag == *tag)
+        *inner
+            .snapshot
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
+        let new_ids: Vec<&str> = published
+            .iter()
+            .filter_map(|(tag, kernel)| next.tables(*tag).get(kernel))
+            .map(|cal| cal.id.as_str())
+            .collect();
+        let kernels: BTreeSet<&String> = published.iter().map(|(_, k)| k).collect();
+        for kernel in kernels {
+            for ((sms, tag), time_ns) in obs.reported_during_recalibration(kernel) {
+                let judge = match tag {
+                    Some(t) => vec![t],
+                    None => vec![Interference::Isolated, Interference::Contended],
+                }
+                .into_iter()
+                .filter_map(|t| next.tables(t).get(kernel))
+                .filter_map(|cal| Some((cal, inner.calibrated_at(cal, sms)?)))
+                .max_by_key(|&(_, bound_ns)| bound_ns);
+                let Some((cal, bound_ns)) = judge.filter(|(c, _)| new_ids.contains(&c.id.as_str()))
                 else {
                     continue;
                 };
@@ -434,7 +488,8 @@ pub(super) fn judge_again_when_published(
                     calibration: &cal.id,
                     bound_ns: Some(bound_ns),
                 };
-                if obs.carry_over((kernel, sms, series_tag), judged, time_ns, now) {
+                let series = (kernel.as_str(), sms, tag.unwrap_or(Interference::Isolated));
+                if obs.carry_over(series, judged, time_ns, now) {
                     carried.push((kernel.clone(), sms, time_ns, bound_ns));
                 }
             }
@@ -479,16 +534,6 @@ impl Service {
         times: &[u64],
     ) -> Result<ReportOutcome> {
         self.check_report(kernel, sms, times)?;
-        let served = match self.served_bound(kernel, sms, tag) {
-            Ok(b) => Some(b),
-            Err(ServiceError::NotCalibrated(_)) => None,
-            Err(e) => return Err(e),
-        };
-        let bound_ns = served.as_ref().map(|b| b.0);
-        let judged = Judged {
-            calibration: served.as_ref().map_or("", |b| b.1.as_str()),
-            bound_ns,
-        };
         // An untagged time is filed as isolated, whatever the daemon calibrates first: an
         // isolated floor holds up the isolated, the contended and GetBound's bounds alike
         // ([`Self::observed_floor`]), the conservative reading when the scheduler does not say
@@ -497,7 +542,25 @@ impl Service {
         let series_tag = tag.unwrap_or(Interference::Isolated);
         let m = self.monitor();
         let now = Utc::now();
-        let recorded = lock(&m.observations).record((kernel, sms, series_tag), judged, times, now);
+        let (bound_ns, recorded) = {
+            // Judged and recorded under the lock a publication holds while it swaps the
+            // calibration and judges again the times reported while it was measured
+            // ([`publish`]): a report falls wholly before or wholly after it.
+            let mut obs = lock(&m.observations);
+            let served = match self.served_bound(kernel, sms, tag) {
+                Ok(b) => Some(b),
+                Err(ServiceError::NotCalibrated(_)) => None,
+                Err(e) => return Err(e),
+            };
+            let bound_ns = served.as_ref().map(|b| b.0);
+            let judged = Judged {
+                calibration: served.as_ref().map_or("", |b| b.1.as_str()),
+                bound_ns,
+            };
+            let recorded = obs.record((kernel, sms, series_tag), judged, times, now);
+            obs.note_if_recalibrating((kernel, sms, tag), recorded.max_ns);
+            (bound_ns, recorded)
+        };
         if recorded.floor_raised {
             self.set_floor(kernel, sms, series_tag, recorded.floor_ns, now);
         }
@@ -530,17 +593,27 @@ impl Service {
                 || self.recalibration_due(kernel));
         let urgent = overran || raised_quietly || floor_of_what_comes;
         m.request_save(urgent);
+        if urgent {
+            m.last_urgent.fetch_max(generation, Ordering::SeqCst);
+        }
         // Any other floor raised is journalled before the answer (far cheaper than a save): a
         // later calibration may come out below it, and the floor must be there to hold it up.
-        let journal_seq = (recorded.floor_raised && !urgent).then(|| {
-            m.journal_floor(JournalledFloor {
+        // A report that raises nothing waits for what is on its way to disk: the floor above
+        // its time may be another report's, not written yet.
+        let (save_generation, journal_seq) = if urgent {
+            (Some(generation), None)
+        } else if recorded.floor_raised {
+            let floor = JournalledFloor {
                 kernel: kernel.to_string(),
                 sms,
                 interference: series_tag,
                 floor_ns: recorded.floor_ns,
                 at: now,
-            })
-        });
+            };
+            (None, Some(m.journal_floor(floor)))
+        } else {
+            m.in_flight()
+        };
         if raised_quietly {
             let _ = self.inner.events.send(Event::BoundsChanged {
                 kernels: vec![kernel.to_string()],
@@ -553,7 +626,7 @@ impl Service {
             overruns: recorded.overruns,
             max_ns: recorded.max_ns,
             bound_ns: bound_ns.unwrap_or(0),
-            save_generation: urgent.then_some(generation),
+            save_generation,
             journal_seq,
         })
     }
@@ -1013,21 +1086,23 @@ impl Service {
         self.monitor().changed.subscribe()
     }
 
-    /// Wait until observations of `generation` or later are on disk, at most `limit`. A save
-    /// that failed, or did not finish in time, is an error: the times are recorded and the raised
-    /// bound is served, but a crash now would lose them, and the reporter must know.
-    /// Wait until the floor journal holds entry `seq` ([`ReportOutcome::journal_seq`]), at most
-    /// `limit`; an error says the floor is served but not on disk.
+    /// Wait until the floor journal (or a save) holds floor `seq` ([`ReportOutcome::journal_seq`])
+    /// and every one before it, at most `limit`. An error says the floor is served but not on
+    /// disk: not in time, or a journal append failed and so did the save that followed it.
     pub async fn floors_journalled(&self, seq: u64, limit: Duration) -> Result<()> {
         let mut journalled = self.monitor().journalled.subscribe();
-        let outcome = tokio::time::timeout(limit, journalled.wait_for(|j| j.generation >= seq))
-            .await
-            .ok()
-            .and_then(|r| r.ok().map(|o| o.error.clone()));
+        let outcome = tokio::time::timeout(
+            limit,
+            journalled.wait_for(|j| j.generation >= seq || j.error.is_some()),
+        )
+        .await
+        .ok()
+        .and_then(|r| r.ok().map(|j| (j.generation >= seq, j.error.clone())));
         match outcome {
-            Some(None) => Ok(()),
-            Some(Some(e)) => Err(ServiceError::Failed(format!(
-                "the report is recorded and its floor raised, but journalling it failed ({e}), so a crash before the next save would lose the floor; the save is retried (see Health)"
+            Some((true, _)) => Ok(()),
+            Some((false, e)) => Err(ServiceError::Failed(format!(
+                "the report is recorded and its floor raised, but journalling it failed and so did saving it ({}), so a crash now would lose the floor; the save is retried (see Health)",
+                e.unwrap_or_default()
             ))),
             None => Err(ServiceError::Failed(format!(
                 "the report is recorded and its floor raised, but not on disk within {} s; it is saved when the disk allows (see Health)",
@@ -1036,6 +1111,9 @@ impl Service {
         }
     }
 
+    /// Wait until observations of `generation` or later are on disk, at most `limit`. A save
+    /// that failed, or did not finish in time, is an error: the times are recorded and the raised
+    /// bound is served, but a crash now would lose them, and the reporter must know.
     pub async fn observations_saved(&self, generation: u64, limit: Duration) -> Result<()> {
         let mut saved = self.monitor().saved.subscribe();
         let outcome = match tokio::time::timeout(
