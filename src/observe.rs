@@ -802,6 +802,10 @@ impl ObservationFile {
     pub fn load(&self) -> (ReportedTimes, Loaded) {
         let (mut obs, loaded) = self.load_file();
         let journalled = self.replay_journal(&mut obs);
+        if journalled > 0 {
+            tracing::info!(floors = journalled, path = %self.journal_paths().0.display(),
+                "floors journalled since the last save are raised over the file's");
+        }
         match loaded {
             Loaded::Fresh if journalled > 0 => (obs, Loaded::Clean),
             loaded => (obs, loaded),
