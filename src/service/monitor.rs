@@ -10,7 +10,6 @@
 
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
@@ -83,13 +82,12 @@ pub struct ReportOutcome {
     pub max_ns: u64,
     /// The bound served when the report came (0: none).
     pub bound_ns: u64,
-    /// When the report raised a bound (or a save of another report's is on its way): the
-    /// observations generation to wait for ([`Service::observations_saved`]) before answering,
-    /// so the raise survives a crash.
+    /// When the report raised a bound: the observations generation to wait for
+    /// ([`Service::observations_saved`]) before answering, so the raise survives a crash.
     pub save_generation: Option<u64>,
-    /// When it raised a floor and no bound (or another report's floor is on its way to the
-    /// journal): the journal entry to wait for ([`Service::floors_journalled`]), so that no
-    /// later bound can fall below it after a crash. Both are waited for when both are given.
+    /// When it raised a floor and no bound (or another report's floor is on its way to disk):
+    /// the journal entry to wait for ([`Service::floors_journalled`]), so that no later bound
+    /// can fall below it after a crash.
     pub journal_seq: Option<u64>,
 }
 
@@ -173,8 +171,6 @@ pub(super) struct MonitorState {
     /// moves on without a gap), and, while a failed journal append is not yet covered by a
     /// save, why the save that should have covered it failed.
     journalled: watch::Sender<SaveOutcome>,
-    /// The generation of the last report that asked for a save before its answer.
-    last_urgent: AtomicU64,
     wake: (Mutex<SaveRequest>, Condvar),
     /// Held while saving: the saver thread and the save at shutdown write the same temporary
     /// file, so they must take turns. `true` once the save at shutdown is done: no save starts
@@ -232,7 +228,6 @@ impl MonitorState {
             changed: watch::channel(0).0,
             saved: watch::channel(SaveOutcome::default()).0,
             journalled: watch::channel(SaveOutcome::default()).0,
-            last_urgent: AtomicU64::new(0),
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
             saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
@@ -266,15 +261,12 @@ impl MonitorState {
         req.floors_queued
     }
 
-    /// What a report that raises nothing waits for before its answer: a save asked for and not
-    /// made yet, and floors queued and not journalled yet (any of them may be the floor above
-    /// its time).
-    fn in_flight(&self) -> (Option<u64>, Option<u64>) {
-        let urgent = self.last_urgent.load(Ordering::SeqCst);
-        let save = (self.saved.borrow().generation < urgent).then_some(urgent);
+    /// What a report that raises no floor waits for before its answer: the floors queued and
+    /// not yet journalled or saved (any of them may be the floor above its time; every floor
+    /// raised is queued, an overrun's too, so a save asked for is covered).
+    fn in_flight(&self) -> Option<u64> {
         let queued = lock(&self.wake.0).floors_queued;
-        let journal = (self.journalled.borrow().generation < queued).then_some(queued);
-        (save, journal)
+        (self.journalled.borrow().generation < queued).then_some(queued)
     }
 
     /// Append `floors`, the last numbered `through`, to the journal (after the save at shutdown
@@ -542,7 +534,7 @@ impl Service {
         let series_tag = tag.unwrap_or(Interference::Isolated);
         let m = self.monitor();
         let now = Utc::now();
-        let (bound_ns, recorded) = {
+        let (bound_ns, recorded, journal_seq) = {
             // Judged and recorded under the lock a publication holds while it swaps the
             // calibration and judges again the times reported while it was measured
             // ([`publish`]): a report falls wholly before or wholly after it.
@@ -559,7 +551,18 @@ impl Service {
             };
             let recorded = obs.record((kernel, sms, series_tag), judged, times, now);
             obs.note_if_recalibrating((kernel, sms, tag), recorded.max_ns);
-            (bound_ns, recorded)
+            // Queued before the lock is let go, so that a report after this one, which this
+            // floor may hold up, sees it on its way to disk ([`MonitorState::in_flight`]).
+            let journal_seq = recorded.floor_raised.then(|| {
+                m.journal_floor(JournalledFloor {
+                    kernel: kernel.to_string(),
+                    sms,
+                    interference: series_tag,
+                    floor_ns: recorded.floor_ns,
+                    at: now,
+                })
+            });
+            (bound_ns, recorded, journal_seq)
         };
         if recorded.floor_raised {
             self.set_floor(kernel, sms, series_tag, recorded.floor_ns, now);
@@ -593,26 +596,14 @@ impl Service {
                 || self.recalibration_due(kernel));
         let urgent = overran || raised_quietly || floor_of_what_comes;
         m.request_save(urgent);
-        if urgent {
-            m.last_urgent.fetch_max(generation, Ordering::SeqCst);
-        }
         // Any other floor raised is journalled before the answer (far cheaper than a save): a
         // later calibration may come out below it, and the floor must be there to hold it up.
-        // A report that raises nothing waits for what is on its way to disk: the floor above
-        // its time may be another report's, not written yet.
+        // A report that raises nothing waits for the floors on their way to disk: the floor
+        // above its time may be another report's, not written yet.
         let (save_generation, journal_seq) = if urgent {
             (Some(generation), None)
-        } else if recorded.floor_raised {
-            let floor = JournalledFloor {
-                kernel: kernel.to_string(),
-                sms,
-                interference: series_tag,
-                floor_ns: recorded.floor_ns,
-                at: now,
-            };
-            (None, Some(m.journal_floor(floor)))
         } else {
-            m.in_flight()
+            (None, journal_seq.or_else(|| m.in_flight()))
         };
         if raised_quietly {
             let _ = self.inner.events.send(Event::BoundsChanged {
