@@ -86,8 +86,17 @@ pub fn object_path(gpu: Option<u32>) -> String {
     }
 }
 
+/// Why a wait on `job` ends when the daemon running it leaves the bus: a job does not outlive
+/// its daemon (ids start again at 1), so waiting on would be waiting forever.
+pub fn daemon_left(job: u64) -> String {
+    format!(
+        "the daemon left the bus while job {job} ran (it stopped or crashed): the job is lost and its kernels keep the bounds they had; once the daemon is back, `wcetctl status` says what it serves (its Health names the interrupted job), and the job can be asked for again"
+    )
+}
+
 /// Wait for `job` to finish, reporting progress; returns (state, message). Subscribes to the
-/// signals before asking for the job's state, so a job that finishes in between is not missed.
+/// signals before asking for the job's state, so a job that finishes in between is not missed;
+/// fails when the daemon leaves the bus meanwhile ([`daemon_left`]).
 pub async fn wait_for_job(
     calibration: &CalibrationProxy<'_>,
     job: u64,
@@ -96,6 +105,7 @@ pub async fn wait_for_job(
     use futures_util::StreamExt;
     let mut finished = calibration.receive_job_finished().await?;
     let mut progress = calibration.receive_job_progress().await?;
+    let mut owner = calibration.inner().receive_owner_changed().await?;
     let (state, p, message) = calibration.get_job(job).await?;
     if matches!(state.as_str(), "done" | "failed" | "cancelled") {
         return Ok((state, message));
@@ -115,6 +125,7 @@ pub async fn wait_for_job(
                     on_progress(args.progress);
                 }
             }
+            Some(_) = owner.next() => return Err(zbus::Error::Failure(daemon_left(job))),
             else => return calibration.get_job(job).await.map(|(s, _, m)| (s, m)),
         }
     }

@@ -352,3 +352,46 @@ async fn a_fault_the_process_cannot_recover_from_exits_for_a_restart_and_keeps_t
     .await
     .expect("test ran past its time limit");
 }
+
+/// `wcetctl recalibrate` waits for its job to end; when the daemon dies under it (here SIGKILL),
+/// it says the job is lost and exits with a failure instead of waiting forever (a black-box run
+/// found it still waiting after the daemon had restarted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wcetctl_stops_waiting_when_the_daemon_dies_under_its_job() {
+    use futures_util::StreamExt;
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
+        wait_for_daemon(&conn, &mut d).await;
+        let calibration = wcetd::client::CalibrationProxy::new(&conn)
+            .await
+            .expect("proxy");
+        let mut progress = calibration
+            .receive_job_progress()
+            .await
+            .expect("JobProgress");
+        let waiting = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .args(["--bus-address", fx.address(), "recalibrate", "lud"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("running wcetctl");
+        // Its job is running, so it is waiting on it.
+        progress.next().await.expect("a job's progress");
+        d.kill9();
+        let out = tokio::task::spawn_blocking(move || waiting.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("the daemon left the bus while job 1 ran"),
+            "{stderr}"
+        );
+    })
+    .await
+    .expect("test ran past its time limit");
+}

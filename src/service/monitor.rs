@@ -1092,11 +1092,11 @@ impl Service {
         match outcome {
             Some((true, _)) => Ok(()),
             Some((false, e)) => Err(ServiceError::Failed(format!(
-                "the report is recorded and its floor raised, but journalling it failed and so did saving it ({}), so a crash now would lose the floor; the save is retried (see Health)",
+                "the report is recorded, but a floor it or an earlier report raised (the one above its times) is not on disk: journalling it failed and so did saving it ({}), so a crash now would lose the floor; the save is retried (see Health)",
                 e.unwrap_or_default()
             ))),
             None => Err(ServiceError::Failed(format!(
-                "the report is recorded and its floor raised, but not on disk within {} s; it is saved when the disk allows (see Health)",
+                "the report is recorded, but a floor it or an earlier report raised (the one above its times) is not on disk within {} s; it is saved when the disk allows (see Health)",
                 limit.as_secs()
             ))),
         }

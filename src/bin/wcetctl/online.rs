@@ -491,6 +491,7 @@ pub(crate) async fn recalibrate(
     // Listen before the job exists, so that neither its end nor a Ctrl-C can be missed.
     let mut finished = calibration.receive_job_finished().await?;
     let mut progress = calibration.receive_job_progress().await?;
+    let mut owner = calibration.inner().receive_owner_changed().await?;
     let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     let job = if interference.is_empty() {
         calibration.recalibrate(&names).await
@@ -528,6 +529,12 @@ pub(crate) async fn recalibrate(
                         b.set_message(now);
                     }
                 }
+            }
+            Some(_) = owner.next() => {
+                if let Some(b) = &bar {
+                    b.abandon();
+                }
+                anyhow::bail!(wcetd::client::daemon_left(job));
             }
             _ = interrupt.recv() => {
                 // Said above the bar, which stays where it is.
