@@ -2,7 +2,9 @@
 //! (kernel, partition size, interference) as an hdrhistogram histogram of 3 significant digits
 //! with the exact maximum beside it (a histogram rounds), in epochs: one per calibration the times
 //! were judged against, the older ones kept with the calibration they judged. Saved atomically to
-//! the state directory, each histogram in hdrhistogram's own V2 serialisation.
+//! the state directory, each histogram in hdrhistogram's own V2 serialisation; between saves,
+//! every floor raised is appended to a journal beside the file (one fsynced JSON line each),
+//! which loading raises over the file's floors.
 //!
 //! This module keeps; it does not judge. Which bound a time is compared with and what an overrun
 //! does is the service's business (`service/monitor.rs`).

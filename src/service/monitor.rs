@@ -1,7 +1,9 @@
 //! The service's side of production monitoring (`org.wcetd.Monitor1`): judging reported launch
 //! times against the bounds served, raising a bound to every time reported at its size (design
-//! rule 1), the overrun events, the recalibration an overrun may queue, and saving observations at
-//! most every few seconds. The histograms and their file are `observe.rs`'s.
+//! rule 1), the overrun events, the recalibration an overrun may queue, judging again at a
+//! publication the times reported while it was measured, and saving observations at most every
+//! few seconds, with every raised floor journalled before its report is answered. The histograms,
+//! their file and the journal's format are `observe.rs`'s.
 //!
 //! Floors are applied where bounds are served ([`Service::bound_info`]), not written into the
 //! calibration: a recalibration replaces the bounds, never the times reported at their sizes.
