@@ -2493,9 +2493,9 @@ mod tests {
         let outcome = service.report("srad", 32, None, &[bound / 2]).unwrap();
         let raised = outcome.save_generation.expect("stale bounds");
         let outcome = service.report("srad", 32, None, &[bound / 3]).unwrap();
-        assert!(
-            outcome.save_generation.is_none_or(|g| g == raised),
-            "no floor raised: it waits at most for the save on its way, the floor above it"
+        assert_eq!(
+            outcome.save_generation, None,
+            "no floor raised: it waits for no save, only for the floor above it on its way"
         );
         runtime
             .block_on(service.observations_saved(raised, std::time::Duration::from_secs(10)))
