@@ -5,7 +5,8 @@
 # OLD_WCETCTL=path/to/wcetctl also scores the method as it was before issue 13 on the same data;
 # PREV_WCETCTL, as it was before the second round (built from 681ccab).
 # ROUND=2 runs the second round's fresh report seeds (docs/evaluation/preregistration-2.md): every
-# seed range shifted by 10,000.
+# seed range shifted by 10,000; ROUND=3 and ROUND=4 by 20,000 and 30,000 (preregistration-3.md,
+# preregistration-4.md), PREV_WCETCTL then being the method before that round.
 set -euo pipefail
 R=$(( (${ROUND:-1} - 1) * 10000 ))
 work=${1:-$(mktemp -d)}
@@ -23,8 +24,10 @@ run() { # prefix seed simulate-args...
         "$W" simulate --seed "$s" --launches 10000 --geometry-out "$work/geo_$s.csv" "$@" > "$work/cal_$s.csv"
     [ -s "$work/held_$s.csv" ] ||
         "$W" simulate --seed $((s + 500)) --launches 3000 "$@" > "$work/held_$s.csv"
-    if [ "$p" = t ]; then
-        evaluate "$W" t "$s" --calibrate-at 8,32,132 --sweep-launches 0
+    if [ "$p" = t ] || [ "$p" = m ]; then
+        evaluate "$W" "$p" "$s" --calibrate-at 8,32,132 --sweep-launches 0
+        [ -z "${PREV_WCETCTL:-}" ] ||
+            evaluate "$PREV_WCETCTL" "prev_$p" "$s" --methods wcetd --calibrate-at 8,32,132 --sweep-launches 0
         return
     fi
     evaluate "$W" "$p" "$s"                                   # wcetd with its sweep, and the published strategies
@@ -44,4 +47,8 @@ for s in $(seq $((64001 + R)) $((64008 + R))); do run fh "$s" --profile $F/repor
 for s in $(seq $((65001 + R)) $((65004 + R))); do run fe "$s" --profile $F/report-embedded.toml; done
 for s in $(seq $((66001 + R)) $((66004 + R))); do run fk "$s" --profile $F/report-h200.toml --contended; done
 for s in $(seq $((67001 + R)) $((67008 + R))); do run t "$s"; done
+# From the fourth round: three sizes on the H100's real medians replayed (preregistration-4.md).
+if [ "${ROUND:-1}" -ge 4 ]; then
+    for s in $(seq $((68001 + R)) $((68008 + R))); do run m "$s" --profile calibration/profiles/h100-measured.toml; done
+fi
 cd "$work" && python3 "$OLDPWD/docs/evaluation/summarize.py"

@@ -1,11 +1,12 @@
 """Pools `wcetctl --json evaluate` outputs in the current directory (written by run.sh) into the
 tables of docs/method.md. Prefixes: h (H200), e (embedded), k (H200 contended), fh/fe/fk (the
-foreign report set on the same), t (three sizes, offline); ns_ (wcetd without the sweep) and
+foreign report set on the same), t (three sizes, offline), m (three sizes on the H100's
+measured curves, from the fourth round); ns_ (wcetd without the sweep) and
 old_ (the method before issue 13), prev_ (before the round ROUND names: the second by default) and all_ (every size
 measured) where present."""
 import json, glob, collections, csv, os, re
 
-PREV_ROUND = {'3': 'third'}.get(os.environ.get('ROUND', '2'), 'second')
+PREV_ROUND = {'3': 'third', '4': 'fourth'}.get(os.environ.get('ROUND', '2'), 'second')
 
 HEAVY = {'tmatch', 'rep.pareto'}
 DATASETS = [('h', 'Built-in suite, H200 (17 sizes), 8 seed pairs'),
@@ -14,7 +15,9 @@ DATASETS = [('h', 'Built-in suite, H200 (17 sizes), 8 seed pairs'),
             ('fh', 'Foreign report set, H200, 8 seed pairs'),
             ('fe', 'Foreign report set, embedded, 4 seed pairs'),
             ('fk', 'Foreign report set, H200 contended, 4 seed pairs'),
-            ('t', 'Three sizes (8, 32, 132), offline, no sweep, built-in H200, 8 seed pairs')]
+            ('t', 'Three sizes (8, 32, 132), offline, no sweep, built-in H200, 8 seed pairs'),
+            ('m', 'Three sizes (8, 32, 132), offline, no sweep, H100 measured curves replayed, 8 seed pairs')]
+THREE = ('t', 'm')
 METHODS = ['wcetd', 'fixed-margin', 'incremental-margin', 'minimal-offset', 'fewest-points', 'envelope']
 
 def load(prefix):
@@ -52,12 +55,12 @@ for prefix, label in DATASETS:
     print("| method | kernels | sizes scored | violations | worst under-prediction | mean pessimism (light tails) | max pessimism (light tails) | mean pessimism (heavy tails) |")
     print("|---|---|---|---|---|---|---|---|")
     for m in METHODS:
-        table_row(m + (' (with sweep)' if m == 'wcetd' and prefix != 't' else ''), rows, m)
+        table_row(m + (' (with sweep)' if m == 'wcetd' and prefix not in THREE else ''), rows, m)
     table_row('wcetd without sweep', load('ns_' + prefix), 'wcetd')
     table_row('wcetd before issue 13', load('old_' + prefix), 'wcetd')
     table_row(f'wcetd before the {PREV_ROUND} round', load('prev_' + prefix), 'wcetd')
     table_row('wcetd, every size measured', load('all_' + prefix), 'wcetd')
-    print(f"\nPer kernel, `wcetd`{' with the sweep' if prefix != 't' else ''} (pooled over seeds):\n")
+    print(f"\nPer kernel, `wcetd`{' with the sweep' if prefix not in THREE else ''} (pooled over seeds):\n")
     print("| kernel | violations | mean pessimism | max pessimism | sizes measured (mean) | laws chosen |")
     print("|---|---|---|---|---|---|")
     byk = collections.defaultdict(list)
@@ -78,7 +81,7 @@ print("\n### Sizes measured in full per kernel (mean)\n")
 print("| dataset | wcetd (with sweep) | without sweep | before the " + PREV_ROUND + " round |")
 print("|---|---|---|---|")
 for prefix, label in DATASETS:
-    if prefix == 't':
+    if prefix in THREE:
         continue
     cells = []
     for p in (prefix, 'ns_' + prefix, 'prev_' + prefix):
@@ -89,9 +92,11 @@ for prefix, label in DATASETS:
 
 # Three sizes: the issue asks for 15% where three points determine a standard shape, and a
 # stated fallback to a safe envelope where they cannot; the notes say which case a kernel is.
-three = [k for k in load('t') if k['method'] == 'wcetd' and k['kernel'] not in HEAVY]
-if three:
-    print("\n### Three sizes: where the shape is determined, and where the notes say it is not\n")
+for prefix in THREE:
+    three = [k for k in load(prefix) if k['method'] == 'wcetd' and k['kernel'] not in HEAVY]
+    if not three:
+        continue
+    print(f"\n### Three sizes ({dict(DATASETS)[prefix].split(', ')[-2]}): where the shape is determined, and where the notes say it is not\n")
     print("| case (from the notes) | (seed, kernel) pairs | kernels | sizes scored | violations | mean pessimism (light tails) |")
     print("|---|---|---|---|---|---|")
     for case, test in [('the law predicted the left-out size', lambda n: 'predicted the left-out size' in n),

@@ -17,6 +17,7 @@ use super::law::{FittedLaw, Point};
 use super::tail::{self, TailBound};
 use super::{published, validate, verify};
 use super::{BoundEntry, BoundTable, ModelError, Observations, Provenance, MONOTONE_TOLERANCE};
+use crate::kernels::Geometry;
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -177,6 +178,7 @@ fn wcetd(
     let rise = typical.monotone.then(|| verified_rise(obs)).flatten();
     typical.monotone &= rise.is_none();
     let shape = typical.shape(obs, config, true);
+    let convexity_note = shape.convexity_note();
     let mut entries = Vec::with_capacity(sizes.len());
     for &m in sizes {
         let (central, provenance) = shape.safety_chain(m)?;
@@ -194,6 +196,7 @@ fn wcetd(
         &tail,
         config,
     );
+    notes.extend(convexity_note);
     notes.extend(rise.map(|(a, b)| {
         format!("the verification sweep saw the time rise from {a} to {b} SMs beyond its noise: monotonicity not assumed")
     }));
@@ -288,6 +291,9 @@ impl TypicalFit {
             law_margin: self.law_margin,
             monotone: self.monotone,
             measured_non_monotone: !is_monotone(&self.medians),
+            log_convex: obs
+                .geometry
+                .is_some_and(|g| medians_log_convex(g, &self.medians)),
             geometry: obs.geometry,
             verified: if use_verified {
                 Some(&obs.verified)
@@ -348,6 +354,8 @@ struct Shape<'a> {
     monotone: bool,
     /// The medians themselves rise somewhere (not only the law's curve).
     measured_non_monotone: bool,
+    /// The medians do not contradict the convexity cap's shape property (step 6).
+    log_convex: bool,
     geometry: Option<crate::kernels::Geometry>,
     /// Verification launches per size, when the chain may use them.
     verified: Option<&'a std::collections::BTreeMap<u32, Vec<u64>>>,
@@ -356,9 +364,10 @@ struct Shape<'a> {
 
 impl Shape<'_> {
     /// The typical time at `m` that the bound is built on (the bound is this times the tail
-    /// ratio): every step, in order, with why it keeps the bound safe. Two steps can put the
+    /// ratio): every step, in order, with why it keeps the bound safe. Three steps can put the
     /// estimate below the law plus its margin: step 3, on monotonicity the measured medians show
-    /// (never above the higher neighbour), and step 5, an upper bound in its own right.
+    /// (never above the higher neighbour), and steps 5 and 6, upper bounds in their own right
+    /// (on a split of the time the law supplies, and on a shape property the medians show).
     fn safety_chain(&self, m: u32) -> Result<(f64, Provenance), ModelError> {
         let left = self.medians.iter().rev().find(|p| p.sms <= m);
         let right = self.medians.iter().find(|p| p.sms >= m);
@@ -381,7 +390,7 @@ impl Shape<'_> {
             (None, None) => return Err(ModelError::NoSamples),
         };
         let (lo, hi) = (l.time_ns.min(r.time_ns), l.time_ns.max(r.time_ns));
-        let estimate = if self.monotone {
+        let (estimate, floor) = if self.monotone {
             // 3. A kernel whose medians never rise: C(r) <= C(m) <= C(l) whatever the law says, so
             //    the law (or, without one, the left neighbour) is clamped between the neighbours.
             //    A law with a fitted knee or onset can trade its position against the slope
@@ -393,7 +402,7 @@ impl Shape<'_> {
             } else {
                 lo
             };
-            law.unwrap_or(hi).clamp(lo, hi).max(floor)
+            (law.unwrap_or(hi).clamp(lo, hi).max(floor), floor)
         } else {
             // 4. A kernel measured to get slower with more SMs: without a law, the higher
             //    neighbour plus the extrapolation margin. A law is never believed below the lower
@@ -409,15 +418,49 @@ impl Shape<'_> {
             //    a part that never rises with m and one that never falls, T(m) is at most a
             //    measured neighbour plus the change of the matching part, so a law whose margin
             //    is wide cannot inflate the bound beyond what the neighbours allow.
-            estimate.min(self.decomposition_cap(m, l, r).unwrap_or(f64::INFINITY))
+            let cap = self.decomposition_cap(m, l, r).unwrap_or(f64::INFINITY);
+            (estimate.min(cap), floor)
         };
-        // 6. A size the verification sweep saw: never below the upper confidence limit of its
+        // 6. ...and never above the convexity cap, where it applies: every standard shape is a
+        //    sum or maximum of powers of m or of the wave count, so log(time) is convex in
+        //    log(m) or in log(waves), and lies under the higher of the two straight lines
+        //    through the neighbours. This needs no law, so a law known only to within a wide
+        //    margin cannot inflate the bound beyond what the neighbours allow. It never goes
+        //    below the floor of step 3 or 4, each kept for its own reason.
+        let estimate = match self.convexity_cap(m, l, r) {
+            Some(cap) => estimate.min(cap.max(floor)),
+            None => estimate,
+        };
+        // 7. A size the verification sweep saw: never below the upper confidence limit of its
         //    median. Steps 2-5 rest on the law and on monotonicity; this rests on launches at
         //    m itself, so a hump or a step no law predicts still lifts the bound.
         Ok((self.verified_floor(m, estimate), Provenance::Fitted))
     }
 
-    /// Step 6 of the chain. The sweep's launches only ever raise the estimate: on an H100 the
+    /// Step 6 of the chain: the higher of the straight lines through the neighbours in log(time)
+    /// against log(SMs) and against log(waves), plus the base margin. `None` without the
+    /// launch geometry (a staircase of waves is not convex in log(m) alone) or when a measured
+    /// median already lies above the cap through its own neighbours (the shape property is
+    /// contradicted by the data).
+    fn convexity_cap(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
+        let g = self.geometry.filter(|_| self.log_convex)?;
+        Some(log_chord(g, m, l, r) * (1.0 + self.config.base_margin))
+    }
+
+    /// What the notes say of step 6: whether the cap applies, and why not.
+    fn convexity_note(&self) -> Option<String> {
+        self.geometry?;
+        Some(if self.log_convex {
+            format!(
+                "between measured sizes the bound is at most the line through the neighbours in log(time) against log(SMs) or log(waves), plus {:.0}% (no measured median lies above the line through its own neighbours)",
+                self.config.base_margin * 100.0
+            )
+        } else {
+            "a measured median lies above the line through its neighbours in log(time) against log(SMs) and log(waves): no convexity cap".into()
+        })
+    }
+
+    /// Step 7 of the chain. The sweep's launches only ever raise the estimate: on an H100 the
     /// first 32 launches of a batch ran faster than the batch's median, so capping the estimate
     /// at their upper limit (tried in issue 13's second round) let a bound fall below a launch.
     fn verified_floor(&self, m: u32, estimate: f64) -> f64 {
@@ -511,6 +554,29 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
     );
     let w = (mm - lm) / (rm - lm);
     (l.time_ns.ln() * (1.0 - w) + r.time_ns.ln() * w).exp()
+}
+
+/// t(m) on the higher of the straight lines through the neighbours in log(time) against log(m)
+/// and against log(waves) (the second only where the neighbours' wave counts differ).
+fn log_chord(g: Geometry, m: u32, l: &Point, r: &Point) -> f64 {
+    let by_sms = power_law_interpolation(m, l, r);
+    let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
+    if wl == wr {
+        return by_sms;
+    }
+    let ln = |w: u32| f64::from(w).ln();
+    let t = (ln(wm) - ln(wl)) / (ln(wr) - ln(wl));
+    let by_waves = (l.time_ns.ln() * (1.0 - t) + r.time_ns.ln() * t).exp();
+    by_sms.max(by_waves)
+}
+
+/// Every interior measured median lies on or below the convexity cap through its own
+/// neighbours (within [`MONOTONE_TOLERANCE`]): the data do not contradict the shape property
+/// step 6 of the chain rests on.
+fn medians_log_convex(g: Geometry, medians: &[Point]) -> bool {
+    medians
+        .windows(3)
+        .all(|w| w[1].time_ns <= log_chord(g, w[1].sms, &w[0], &w[2]) * MONOTONE_TOLERANCE)
 }
 
 /// Two sizes a < b where the time at b is certainly above the time at a (beyond
@@ -684,6 +750,63 @@ mod tests {
             "{:?}",
             t.notes
         );
+    }
+
+    /// A roof (1/m work against a bandwidth roof) measured at 8, 32 and 132 SMs only: three
+    /// points cannot place the knee, so the law is known only within a wide margin. Between 32 and
+    /// 132 the bound may not exceed the straight line through the neighbours in log-log (plus
+    /// the base margin) times the tail ratio, and, the roof being log-convex, may not fall below
+    /// the roof itself. Without the geometry, or with a measured median above the line, the cap
+    /// is not used.
+    #[test]
+    fn the_convexity_cap_holds_the_bound_to_the_line_through_the_neighbours() {
+        let truth = |m: u32| (3_520_000.0 / f64::from(m)).max(72_000.0);
+        let measured = |hump: f64| Observations {
+            geometry: Some(Geometry {
+                blocks: 4096,
+                blocks_per_sm: 8,
+            }),
+            by_size: [8, 32, 132]
+                .into_iter()
+                .map(|m| {
+                    let t = truth(m) * if m == 32 { hump } else { 1.0 };
+                    (m, around(t, u64::from(m)))
+                })
+                .collect(),
+            ..Observations::default()
+        };
+        let sizes: Vec<u32> = (1..=17).map(|i| (i * 8).min(132)).collect();
+        let config = MethodConfig::default();
+        let o = measured(1.0);
+        let t = bound_table(&o, &sizes, Method::Wcetd, &config).unwrap();
+        let ratio = t.tail.as_ref().unwrap().ratio;
+        let median = |m: u32| o.median_points().into_iter().find(|p| p.sms == m).unwrap();
+        let g = o.geometry.unwrap();
+        for m in (40..132).step_by(8) {
+            let bound = t.entry(m).unwrap().bound_ns as f64;
+            let cap = log_chord(g, m, &median(32), &median(132)) * 1.01 * ratio;
+            assert!(bound <= cap + 1.0, "{m}: {bound} above the cap {cap}");
+            assert!(bound >= truth(m) * ratio, "{m}: {bound} below the roof");
+        }
+        assert!(t.notes.iter().any(|n| n.contains("at most the line")));
+
+        for (o, why) in [
+            (
+                Observations {
+                    geometry: None,
+                    ..o.clone()
+                },
+                "no geometry",
+            ),
+            (measured(1.8), "a hump at 32"),
+        ] {
+            let t = bound_table(&o, &sizes, Method::Wcetd, &config).unwrap();
+            assert!(
+                !t.notes.iter().any(|n| n.contains("at most the line")),
+                "{why}: {:?}",
+                t.notes
+            );
+        }
     }
 
     #[test]
