@@ -330,7 +330,7 @@ fn wcetd_notes(
                 v.fitted.law,
                 v.error * 100.0
             ),
-            _ => "three measured sizes cannot determine this kernel's shape: between them the bound is the envelope of the measured neighbours (clamped law or step), not a law".into(),
+            _ => "three measured sizes cannot determine this kernel's shape: between them the bound rests on the measured neighbours (the law clamped between them, or a step, and the line through them where the note on that line says so), not on a law".into(),
         });
     }
     if !monotone {
