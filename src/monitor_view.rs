@@ -168,15 +168,24 @@ pub async fn snapshot(conn: &Connection, path: &str) -> anyhow::Result<Vec<Row>>
 }
 
 /// The table `observed` and `watch` print.
-pub fn render(rows: &[Row]) -> String {
+/// The table of `rows`; `with_floor` adds `floor_ns`, the largest time reported that no bound may
+/// fall below (`GetObserved` has it, `watch`'s flat list does not).
+pub fn render(rows: &[Row], with_floor: bool) -> String {
     let width = rows
         .iter()
         .map(|r| r.kernel.len())
         .max()
         .unwrap_or(6)
         .max(6);
+    let floor = |v: &dyn std::fmt::Display| {
+        if with_floor {
+            format!(" {v:>11}")
+        } else {
+            String::new()
+        }
+    };
     let mut out = format!(
-        "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>8} {:>8}\n",
+        "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}{} {:>12} {:>8} {:>8}\n",
         "kernel",
         "SMs",
         "count",
@@ -185,6 +194,7 @@ pub fn render(rows: &[Row]) -> String {
         "p999_ns",
         "max_ns",
         "bound_ns",
+        floor(&"floor_ns"),
         "headroom_ns",
         "headroom",
         "overruns"
@@ -192,7 +202,7 @@ pub fn render(rows: &[Row]) -> String {
     for r in rows {
         let mark = if r.overruns > 0 { " !" } else { "" };
         out += &format!(
-            "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>12} {:>7.1}% {:>8}{mark}\n",
+            "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}{} {:>12} {:>7.1}% {:>8}{mark}\n",
             r.kernel,
             r.sms,
             r.count,
@@ -201,6 +211,7 @@ pub fn render(rows: &[Row]) -> String {
             r.p999_ns,
             r.max_ns,
             r.bound_ns,
+            floor(&r.floor_ns),
             r.headroom_ns,
             r.headroom_pct(),
             r.overruns
@@ -246,7 +257,7 @@ pub async fn watch(
                     overrun.join(", ")
                 }
             )?;
-            write!(out, "{}", render(&rows))?;
+            write!(out, "{}", render(&rows, false))?;
             if rows.is_empty() {
                 writeln!(out, "(no launch times reported yet: Monitor1.Report)")?;
             }

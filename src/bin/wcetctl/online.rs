@@ -138,7 +138,7 @@ pub(crate) async fn observed(
     if json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
     } else {
-        print!("{}", wcetd::monitor_view::render(&rows));
+        print!("{}", wcetd::monitor_view::render(&rows, true));
     }
     Ok(())
 }
@@ -171,7 +171,7 @@ async fn report(
             "reported {} launch time{plural} of {kernel} at {sms} SMs",
             times_ns.len()
         );
-        print!("{}", wcetd::monitor_view::render(&rows));
+        print!("{}", wcetd::monitor_view::render(&rows, true));
     }
     Ok(())
 }
