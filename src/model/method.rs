@@ -291,9 +291,9 @@ impl TypicalFit {
             law_margin: self.law_margin,
             monotone: self.monotone,
             measured_non_monotone: !is_monotone(&self.medians),
-            log_convex: obs
+            convexity: obs
                 .geometry
-                .is_some_and(|g| medians_log_convex(g, &self.medians)),
+                .map(|g| Convexity::judge(g, &self.medians, self.monotone)),
             geometry: obs.geometry,
             verified: if use_verified {
                 Some(&obs.verified)
@@ -354,8 +354,8 @@ struct Shape<'a> {
     monotone: bool,
     /// The medians themselves rise somewhere (not only the law's curve).
     measured_non_monotone: bool,
-    /// The medians do not contradict the convexity cap's shape property (step 6).
-    log_convex: bool,
+    /// Whether the convexity cap (step 6) applies; `None` without the launch geometry.
+    convexity: Option<Convexity>,
     geometry: Option<crate::kernels::Geometry>,
     /// Verification launches per size, when the chain may use them.
     verified: Option<&'a std::collections::BTreeMap<u32, Vec<u64>>>,
@@ -421,12 +421,13 @@ impl Shape<'_> {
             let cap = self.decomposition_cap(m, l, r).unwrap_or(f64::INFINITY);
             (estimate.min(cap), floor)
         };
-        // 6. ...and never above the convexity cap, where it applies: every standard shape is a
-        //    sum or maximum of powers of m or of the wave count, so log(time) is convex in
-        //    log(m) or in log(waves), and lies under the higher of the two straight lines
-        //    through the neighbours. This needs no law, so a law known only to within a wide
-        //    margin cannot inflate the bound beyond what the neighbours allow. It never goes
-        //    below the floor of step 3 or 4, each kept for its own reason.
+        // 6. On a monotone kernel, never above the convexity cap: a shape that is a sum or
+        //    maximum of powers of m alone or of the wave count alone (a fixed cost, 1/m work, a
+        //    roof, a wave staircase) is convex in log(time) against log(m) or log(waves), so it
+        //    lies under the higher of the two straight lines through the neighbours. This needs
+        //    no law, so a law known only within a wide margin cannot lift the bound beyond what
+        //    the neighbours allow. Only where the measured medians show none of what breaks the
+        //    argument (`Convexity::judge`), and never below the floor of step 3.
         let estimate = match self.convexity_cap(m, l, r) {
             Some(cap) => estimate.min(cap.max(floor)),
             None => estimate,
@@ -438,26 +439,33 @@ impl Shape<'_> {
     }
 
     /// Step 6 of the chain: the higher of the straight lines through the neighbours in log(time)
-    /// against log(SMs) and against log(waves), plus the base margin. `None` without the
-    /// launch geometry (a staircase of waves is not convex in log(m) alone) or when a measured
-    /// median already lies above the cap through its own neighbours (the shape property is
-    /// contradicted by the data).
+    /// against log(SMs) and against log(waves), plus the base margin, where [`Convexity::judge`]
+    /// found nothing against it.
     fn convexity_cap(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
-        let g = self.geometry.filter(|_| self.log_convex)?;
-        Some(log_chord(g, m, l, r) * (1.0 + self.config.base_margin))
+        let g = self.geometry?;
+        if self.convexity != Some(Convexity::Applies) {
+            return None;
+        }
+        Some(log_chord(g, m, l, r)? * (1.0 + self.config.base_margin))
     }
 
     /// What the notes say of step 6: whether the cap applies, and why not.
     fn convexity_note(&self) -> Option<String> {
-        self.geometry?;
-        Some(if self.log_convex {
-            format!(
-                "between measured sizes the bound is at most the line through the neighbours in log(time) against log(SMs) or log(waves), plus {:.0}% (no measured median lies above the line through its own neighbours)",
-                self.config.base_margin * 100.0
-            )
-        } else {
-            "a measured median lies above the line through its neighbours in log(time) against log(SMs) and log(waves): no convexity cap".into()
-        })
+        let why_not = match self.convexity? {
+            Convexity::Applies => {
+                return Some(format!(
+                    "between measured sizes the typical time (the bound before its tail ratio) is at most the line through the neighbours in log(time) against log(SMs) or log(waves), plus {:.0}%: the measured medians never rise, never speed up faster than the SM count, and none lies above the line through its own neighbours",
+                    self.config.base_margin * 100.0
+                ))
+            }
+            Convexity::TooFewSizes => "fewer than three measured sizes, nothing to check the shape against".into(),
+            Convexity::NotMonotone => "the kernel is not taken to be monotone, and a rising term added to a wave staircase lies under neither line".into(),
+            Convexity::Superlinear(a, b) => format!("from {a} to {b} SMs the time fell faster than the SM count grew (a cache or similar step, which no line bounds)"),
+            Convexity::AboveLine(at) => format!("the median at {at} SMs lies above the line through its neighbours"),
+        };
+        Some(format!(
+            "no convexity cap between measured sizes: {why_not}"
+        ))
     }
 
     /// Step 7 of the chain. The sweep's launches only ever raise the estimate: on an H100 the
@@ -556,27 +564,76 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
     (l.time_ns.ln() * (1.0 - w) + r.time_ns.ln() * w).exp()
 }
 
-/// t(m) on the higher of the straight lines through the neighbours in log(time) against log(m)
-/// and against log(waves) (the second only where the neighbours' wave counts differ).
-fn log_chord(g: Geometry, m: u32, l: &Point, r: &Point) -> f64 {
-    let by_sms = power_law_interpolation(m, l, r);
-    let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
-    if wl == wr {
-        return by_sms;
+/// t(m) on the highest of the straight lines through the neighbours in log(time) against log(m)
+/// and against log(waves). The wave count depends on how many blocks fit an SM at once, which the
+/// geometry states as what the occupancy calculation allows; fewer can fit (dynamic shared
+/// memory or a cache carve-out it did not see), never more, so every occupancy up to the stated
+/// one is tried, each where the neighbours' wave counts differ. `None` where a neighbour's time
+/// is not positive: there is no logarithm to draw a line in.
+fn log_chord(g: Geometry, m: u32, l: &Point, r: &Point) -> Option<f64> {
+    if !(l.time_ns > 0.0 && r.time_ns > 0.0) {
+        return None;
     }
-    let ln = |w: u32| f64::from(w).ln();
-    let t = (ln(wm) - ln(wl)) / (ln(wr) - ln(wl));
-    let by_waves = (l.time_ns.ln() * (1.0 - t) + r.time_ns.ln() * t).exp();
-    by_sms.max(by_waves)
+    let line = |at: f64, from: f64, to: f64| {
+        let t = (at - from) / (to - from);
+        (l.time_ns.ln() * (1.0 - t) + r.time_ns.ln() * t).exp()
+    };
+    let ln = |x: u32| f64::from(x).ln();
+    let by_sms = line(ln(m), ln(l.sms), ln(r.sms));
+    let by_waves = (1..=g.blocks_per_sm.max(1))
+        .map(|fit| Geometry {
+            blocks_per_sm: fit,
+            ..g
+        })
+        .filter(|g| g.waves(l.sms) != g.waves(r.sms))
+        .map(|g| line(ln(g.waves(m)), ln(g.waves(l.sms)), ln(g.waves(r.sms))))
+        .fold(0.0, f64::max);
+    Some(by_sms.max(by_waves))
 }
 
-/// Every interior measured median lies on or below the convexity cap through its own
-/// neighbours (within [`MONOTONE_TOLERANCE`]): the data do not contradict the shape property
-/// step 6 of the chain rests on.
-fn medians_log_convex(g: Geometry, medians: &[Point]) -> bool {
-    medians
-        .windows(3)
-        .all(|w| w[1].time_ns <= log_chord(g, w[1].sms, &w[0], &w[2]) * MONOTONE_TOLERANCE)
+/// Whether step 6 of the chain, the convexity cap, may be used on a kernel, and if not, why. The
+/// cap is argued for shapes that are a sum or maximum of powers of m, or of the wave count,
+/// alone: a fixed cost, 1/m work, a roof, a wave staircase. It is not for a rising (contention)
+/// term added to a wave staircase (convex in neither coordinate), nor for a step that speeds the
+/// kernel up faster than its SM count (a working set that starts to fit a cache), so the data
+/// must show neither, and there must be a measured median for them to show it with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Convexity {
+    Applies,
+    TooFewSizes,
+    NotMonotone,
+    /// Measured sizes between which the time fell faster than the SM count grew.
+    Superlinear(u32, u32),
+    /// A measured size whose median lies above the cap through its neighbours.
+    AboveLine(u32),
+}
+
+impl Convexity {
+    /// Judged on the measured medians, with [`MONOTONE_TOLERANCE`] for their noise as
+    /// everywhere a median is compared with another.
+    fn judge(g: Geometry, medians: &[Point], monotone: bool) -> Convexity {
+        if medians.len() < 3 {
+            return Convexity::TooFewSizes;
+        }
+        if !monotone {
+            return Convexity::NotMonotone;
+        }
+        let work = |p: &Point| p.time_ns * f64::from(p.sms);
+        if let Some(w) = medians
+            .windows(2)
+            .find(|w| work(&w[1]) * MONOTONE_TOLERANCE < work(&w[0]))
+        {
+            return Convexity::Superlinear(w[0].sms, w[1].sms);
+        }
+        let above = |w: &&[Point]| {
+            log_chord(g, w[1].sms, &w[0], &w[2])
+                .is_none_or(|cap| w[1].time_ns > cap * MONOTONE_TOLERANCE)
+        };
+        match medians.windows(3).find(above) {
+            Some(w) => Convexity::AboveLine(w[1].sms),
+            None => Convexity::Applies,
+        }
+    }
 }
 
 /// Two sizes a < b where the time at b is certainly above the time at a (beyond
@@ -756,40 +813,41 @@ mod tests {
     /// points cannot place the knee, so the law is known only within a wide margin. Between 32 and
     /// 132 the bound may not exceed the straight line through the neighbours in log-log (plus
     /// the base margin) times the tail ratio, and, the roof being log-convex, may not fall below
-    /// the roof itself. Without the geometry, or with a measured median above the line, the cap
-    /// is not used.
+    /// the roof itself. Where the data show what breaks the argument, or cannot show it, the cap
+    /// is not used, and the notes say why.
     #[test]
     fn the_convexity_cap_holds_the_bound_to_the_line_through_the_neighbours() {
-        let truth = |m: u32| (3_520_000.0 / f64::from(m)).max(72_000.0);
-        let measured = |hump: f64| Observations {
+        let roof = |m: u32| (3_520_000.0 / f64::from(m)).max(72_000.0);
+        let measured = |sizes: &[u32], truth: &dyn Fn(u32) -> f64| Observations {
             geometry: Some(Geometry {
                 blocks: 4096,
                 blocks_per_sm: 8,
             }),
-            by_size: [8, 32, 132]
-                .into_iter()
-                .map(|m| {
-                    let t = truth(m) * if m == 32 { hump } else { 1.0 };
-                    (m, around(t, u64::from(m)))
-                })
+            by_size: sizes
+                .iter()
+                .map(|&m| (m, around(truth(m), u64::from(m))))
                 .collect(),
             ..Observations::default()
         };
         let sizes: Vec<u32> = (1..=17).map(|i| (i * 8).min(132)).collect();
         let config = MethodConfig::default();
-        let o = measured(1.0);
+        let o = measured(&[8, 32, 132], &roof);
         let t = bound_table(&o, &sizes, Method::Wcetd, &config).unwrap();
         let ratio = t.tail.as_ref().unwrap().ratio;
         let median = |m: u32| o.median_points().into_iter().find(|p| p.sms == m).unwrap();
         let g = o.geometry.unwrap();
         for m in (40..132).step_by(8) {
             let bound = t.entry(m).unwrap().bound_ns as f64;
-            let cap = log_chord(g, m, &median(32), &median(132)) * 1.01 * ratio;
+            let cap = log_chord(g, m, &median(32), &median(132)).unwrap() * 1.01 * ratio;
             assert!(bound <= cap + 1.0, "{m}: {bound} above the cap {cap}");
-            assert!(bound >= truth(m) * ratio, "{m}: {bound} below the roof");
+            assert!(bound >= roof(m) * ratio, "{m}: {bound} below the roof");
         }
         assert!(t.notes.iter().any(|n| n.contains("at most the line")));
 
+        let hump = |m: u32| roof(m) * if m == 32 { 1.8 } else { 1.0 };
+        // A working set that fits a cache from 64 SMs on: 30% faster than 1/m there.
+        let cache = |m: u32| 3_520_000.0 / f64::from(m) * if m >= 64 { 0.7 } else { 1.0 };
+        let contention = |m: u32| roof(m) + 400.0 * f64::from(m);
         for (o, why) in [
             (
                 Observations {
@@ -798,11 +856,31 @@ mod tests {
                 },
                 "no geometry",
             ),
-            (measured(1.8), "a hump at 32"),
+            (
+                measured(&[8, 32, 132], &hump),
+                "the median at 32 SMs lies above",
+            ),
+            (
+                measured(&[8, 132], &roof),
+                "fewer than three measured sizes",
+            ),
+            (
+                measured(&[8, 32, 132], &cache),
+                "fell faster than the SM count",
+            ),
+            (
+                measured(&[8, 64, 132], &contention),
+                "not taken to be monotone",
+            ),
         ] {
             let t = bound_table(&o, &sizes, Method::Wcetd, &config).unwrap();
             assert!(
                 !t.notes.iter().any(|n| n.contains("at most the line")),
+                "{why}: {:?}",
+                t.notes
+            );
+            assert!(
+                o.geometry.is_none() || t.notes.iter().any(|n| n.contains(why)),
                 "{why}: {:?}",
                 t.notes
             );
