@@ -356,7 +356,7 @@ struct Shape<'a> {
     measured_non_monotone: bool,
     /// Whether the convexity cap (step 6) applies; `None` without the launch geometry.
     convexity: Option<Convexity>,
-    geometry: Option<crate::kernels::Geometry>,
+    geometry: Option<Geometry>,
     /// Verification launches per size, when the chain may use them.
     verified: Option<&'a std::collections::BTreeMap<u32, Vec<u64>>>,
     config: &'a MethodConfig,
@@ -433,8 +433,9 @@ impl Shape<'_> {
             None => estimate,
         };
         // 7. A size the verification sweep saw: never below the upper confidence limit of its
-        //    median. Steps 2-5 rest on the law and on monotonicity; this rests on launches at
-        //    m itself, so a hump or a step no law predicts still lifts the bound.
+        //    median. Steps 2-6 rest on the law, on monotonicity and on a shape property; this
+        //    rests on launches at m itself, so a hump or a step no law predicts still lifts the
+        //    bound.
         Ok((self.verified_floor(m, estimate), Provenance::Fitted))
     }
 
