@@ -167,9 +167,9 @@ pub async fn snapshot(conn: &Connection, path: &str) -> anyhow::Result<Vec<Row>>
     Ok(rows)
 }
 
-/// The table `observed` and `watch` print, of `rows`; `with_floor` adds `floor_ns`, the largest
-/// time reported that no bound may fall below (`GetObserved` has it, `watch`'s flat list does
-/// not).
+/// The table `observed` and `watch` print, of `rows`; `with_floor` adds `floor_ns`, the highest
+/// reported time that bounds the size (at it, or at a larger size of a monotone kernel), which
+/// `GetObserved` has and `watch`'s flat list does not.
 pub fn render(rows: &[Row], with_floor: bool) -> String {
     let width = rows
         .iter()
