@@ -291,9 +291,10 @@ impl TypicalFit {
             law_margin: self.law_margin,
             monotone: self.monotone,
             measured_non_monotone: !is_monotone(&self.medians),
-            convexity: obs
-                .geometry
-                .map(|g| Convexity::judge(g, &self.medians, self.monotone)),
+            convexity: obs.geometry.map(|g| {
+                let swept = use_verified && !obs.verified.is_empty();
+                Convexity::judge(g, &self.medians, self.monotone, swept)
+            }),
             geometry: obs.geometry,
             verified: if use_verified {
                 Some(&obs.verified)
@@ -421,13 +422,16 @@ impl Shape<'_> {
             let cap = self.decomposition_cap(m, l, r).unwrap_or(f64::INFINITY);
             (estimate.min(cap), floor)
         };
-        // 6. On a monotone kernel, never above the convexity cap: a shape that is a sum or
-        //    maximum of powers of m alone or of the wave count alone (a fixed cost, 1/m work, a
-        //    roof, a wave staircase) is convex in log(time) against log(m) or log(waves), so it
-        //    lies under the higher of the two straight lines through the neighbours. This needs
-        //    no law, so a law known only within a wide margin cannot lift the bound beyond what
-        //    the neighbours allow. Only where the measured medians show none of what breaks the
-        //    argument (`Convexity::judge`), and never below the floor of step 3.
+        // 6. On a monotone kernel, at a size the verification sweep saw, never above the
+        //    convexity cap: a shape that is a sum or maximum of powers of m alone or of the wave
+        //    count alone (a fixed cost, 1/m work, a roof, a wave staircase) is convex in
+        //    log(time) against log(m) or log(waves), so it lies under the higher of the two
+        //    straight lines through the neighbours. This needs no law, so a law known only
+        //    within a wide margin cannot lift the bound beyond what the neighbours allow. Only
+        //    where the measured medians show none of what breaks the argument
+        //    (`Convexity::judge`), never below the floor of step 3, and only where step 7 then
+        //    holds it to launches at m: a saturating term or a cache transition inside a gap
+        //    lies above the line, and only launches there show it.
         let estimate = match self.convexity_cap(m, l, r) {
             Some(cap) => estimate.min(cap.max(floor)),
             None => estimate,
@@ -444,7 +448,8 @@ impl Shape<'_> {
     /// found nothing against it.
     fn convexity_cap(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
         let g = self.geometry?;
-        if self.convexity != Some(Convexity::Applies) {
+        let seen = self.verified?.get(&m).is_some_and(|s| !s.is_empty());
+        if self.convexity != Some(Convexity::Applies) || !seen {
             return None;
         }
         Some(log_chord(g, m, l, r)? * (1.0 + self.config.base_margin))
@@ -455,10 +460,11 @@ impl Shape<'_> {
         let why_not = match self.convexity? {
             Convexity::Applies => {
                 return Some(format!(
-                    "between measured sizes the typical time (the bound before its tail ratio) is at most the line through the neighbours in log(time) against log(SMs) or log(waves), plus {:.0}%: the measured medians never rise, never speed up faster than the SM count, and none lies above the line through its own neighbours",
+                    "at sizes the verification sweep saw, the typical time (the bound before its tail ratio) is at most the line through the measured neighbours in log(time) against log(SMs) or log(waves), plus {:.0}%, and never below what the sweep saw there: the measured medians never rise, never speed up faster than the SM count, and none lies above the line through its own neighbours",
                     self.config.base_margin * 100.0
                 ))
             }
+            Convexity::Unverified => "no verification sweep, whose launches are what check the line inside a gap (a saturating term or a cache transition there lies above it)".into(),
             Convexity::TooFewSizes => "fewer than three measured sizes, nothing to check the shape against".into(),
             Convexity::NotMonotone => "the kernel is not taken to be monotone, and a rising term added to a wave staircase lies under neither line".into(),
             Convexity::Superlinear(a, b) => format!("from {a} to {b} SMs the time fell faster than the SM count grew (a cache or similar step, which no line bounds)"),
@@ -597,10 +603,14 @@ fn log_chord(g: Geometry, m: u32, l: &Point, r: &Point) -> Option<f64> {
 /// alone: a fixed cost, 1/m work, a roof, a wave staircase. It is not for a rising (contention)
 /// term added to a wave staircase (convex in neither coordinate), nor for a step that speeds the
 /// kernel up faster than its SM count (a working set that starts to fit a cache), so the data
-/// must show neither, and there must be a measured median for them to show it with.
+/// must show neither, and there must be a measured median for them to show it with. What the
+/// measured medians cannot show (a saturating term or a soft cache transition inside a gap) only
+/// the verification sweep's launches there can, so without a sweep there is no cap.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Convexity {
     Applies,
+    /// No verification launches: nothing would catch a shape the medians cannot show.
+    Unverified,
     TooFewSizes,
     NotMonotone,
     /// Measured sizes between which the time fell faster than the SM count grew.
@@ -612,7 +622,7 @@ enum Convexity {
 impl Convexity {
     /// Judged on the measured medians, with [`MONOTONE_TOLERANCE`] for their noise as
     /// everywhere a median is compared with another.
-    fn judge(g: Geometry, medians: &[Point], monotone: bool) -> Convexity {
+    fn judge(g: Geometry, medians: &[Point], monotone: bool, swept: bool) -> Convexity {
         if medians.len() < 3 {
             return Convexity::TooFewSizes;
         }
@@ -632,6 +642,7 @@ impl Convexity {
         };
         match medians.windows(3).find(above) {
             Some(w) => Convexity::AboveLine(w[1].sms),
+            None if !swept => Convexity::Unverified,
             None => Convexity::Applies,
         }
     }
@@ -814,23 +825,29 @@ mod tests {
     /// points cannot place the knee, so the law is known only within a wide margin. Between 32 and
     /// 132 the bound may not exceed the straight line through the neighbours in log-log (plus
     /// the base margin) times the tail ratio, and, the roof being log-convex, may not fall below
-    /// the roof itself. Where the data show what breaks the argument, or cannot show it, the cap
-    /// is not used, and the notes say why.
+    /// the roof itself (the sweep's launches there hold it too). Where the data show what breaks
+    /// the argument, or cannot show it, the cap is not used, and the notes say why.
     #[test]
     fn the_convexity_cap_holds_the_bound_to_the_line_through_the_neighbours() {
         let roof = |m: u32| (3_520_000.0 / f64::from(m)).max(72_000.0);
-        let measured = |sizes: &[u32], truth: &dyn Fn(u32) -> f64| Observations {
+        let sizes: Vec<u32> = (1..=17).map(|i| (i * 8).min(132)).collect();
+        // Measured at `at`, and 32 sweep launches at every other size.
+        let measured = |at: &[u32], truth: &dyn Fn(u32) -> f64| Observations {
             geometry: Some(Geometry {
                 blocks: 4096,
                 blocks_per_sm: 8,
             }),
-            by_size: sizes
+            by_size: at
                 .iter()
                 .map(|&m| (m, around(truth(m), u64::from(m))))
                 .collect(),
+            verified: sizes
+                .iter()
+                .filter(|m| !at.contains(m))
+                .map(|&m| (m, around(truth(m), u64::from(m) + 1000)[..32].to_vec()))
+                .collect(),
             ..Observations::default()
         };
-        let sizes: Vec<u32> = (1..=17).map(|i| (i * 8).min(132)).collect();
         let config = MethodConfig::default();
         let o = measured(&[8, 32, 132], &roof);
         let t = bound_table(&o, &sizes, Method::Wcetd, &config).unwrap();
@@ -858,8 +875,18 @@ mod tests {
                 "no geometry",
             ),
             (
-                measured(&[8, 32, 132], &hump),
+                Observations {
+                    verified: Default::default(),
+                    ..measured(&[8, 32, 132], &hump)
+                },
                 "the median at 32 SMs lies above",
+            ),
+            (
+                Observations {
+                    verified: Default::default(),
+                    ..o.clone()
+                },
+                "no verification sweep",
             ),
             (
                 measured(&[8, 132], &roof),
