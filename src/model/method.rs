@@ -846,7 +846,6 @@ mod tests {
                 .filter(|m| !at.contains(m))
                 .map(|&m| (m, around(truth(m), u64::from(m) + 1000)[..32].to_vec()))
                 .collect(),
-            ..Observations::default()
         };
         let config = MethodConfig::default();
         let o = measured(&[8, 32, 132], &roof);
