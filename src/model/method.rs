@@ -178,7 +178,13 @@ fn wcetd(
     let rise = typical.monotone.then(|| verified_rise(obs)).flatten();
     typical.monotone &= rise.is_none();
     let shape = typical.shape(obs, config, true);
-    let convexity_note = shape.convexity_note();
+    // Said only where a size lies between measured ones: with every size measured it has no use.
+    let between = |m: &u32| {
+        typical.medians.first().is_some_and(|p| p.sms < *m)
+            && typical.medians.last().is_some_and(|p| p.sms > *m)
+            && !typical.medians.iter().any(|p| p.sms == *m)
+    };
+    let convexity_note = shape.convexity_note().filter(|_| sizes.iter().any(between));
     let mut entries = Vec::with_capacity(sizes.len());
     for &m in sizes {
         let (central, provenance) = shape.safety_chain(m)?;
