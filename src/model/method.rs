@@ -920,6 +920,57 @@ mod tests {
         }
     }
 
+    /// A memory-bound kernel with atomics that saturate at 71 SMs (a second review's shape):
+    /// monotone, never faster than 1/m, its medians at 8, 48 and 132 SMs under the line through
+    /// their neighbours, and yet 6% above the line at 72 SMs. Without the sweep the cap must not
+    /// be used there (it would put the bound under the kernel); with the sweep its launches at 72
+    /// hold the bound, cap or not.
+    #[test]
+    fn a_saturating_term_inside_a_gap_is_held_by_the_sweep_not_by_the_line() {
+        let truth = |m: u32| 1_661_000.0 / f64::from(m) + 379.2 * f64::from(m.min(71));
+        let sizes: Vec<u32> = (1..=17).map(|i| (i * 8).min(132)).collect();
+        let measured = [8, 48, 132];
+        let mut o = Observations {
+            geometry: Some(Geometry {
+                blocks: 8192,
+                blocks_per_sm: 2,
+            }),
+            by_size: measured
+                .iter()
+                .map(|&m| (m, around(truth(m), u64::from(m))))
+                .collect(),
+            ..Observations::default()
+        };
+        let g = o.geometry.unwrap();
+        let median =
+            |o: &Observations, m: u32| o.median_points().into_iter().find(|p| p.sms == m).unwrap();
+        let line = log_chord(g, 72, &median(&o, 48), &median(&o, 132)).unwrap() * 1.01;
+        assert!(
+            truth(72) > line * 1.04,
+            "the shape must rise above the line"
+        );
+        let config = MethodConfig::default();
+        let holds = |o: &Observations| {
+            let t = bound_table(o, &sizes, Method::Wcetd, &config).unwrap();
+            for &m in &sizes {
+                let bound = t.entry(m).unwrap().bound_ns as f64;
+                assert!(bound >= truth(m) * 1.01, "{m}: {bound} under {}", truth(m));
+            }
+            t.notes
+        };
+        let notes = holds(&o);
+        assert!(
+            notes.iter().any(|n| n.contains("no verification sweep")),
+            "{notes:?}"
+        );
+        o.verified = sizes
+            .iter()
+            .filter(|m| !measured.contains(m))
+            .map(|&m| (m, around(truth(m), u64::from(m) + 1000)[..32].to_vec()))
+            .collect();
+        holds(&o);
+    }
+
     #[test]
     fn unknown_method_names_list_the_accepted_ones() {
         let err = "nope".parse::<Method>().unwrap_err();
