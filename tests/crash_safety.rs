@@ -81,15 +81,7 @@ async fn paced_daemon_in_a_job(
     kernels: &[&str],
 ) -> (Daemon, u64) {
     use futures_util::StreamExt;
-    let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
-    wait_for_daemon(conn, &mut d).await;
-    let calibration = wcetd::client::CalibrationProxy::new(conn)
-        .await
-        .expect("proxy");
-    let mut progress = calibration
-        .receive_job_progress()
-        .await
-        .expect("JobProgress");
+    let (d, calibration, mut progress) = paced_daemon_with_progress(fx, conn).await;
     let job = calibration.recalibrate(kernels).await.expect("Recalibrate");
     while let Some(signal) = progress.next().await {
         if signal.args().expect("JobProgress args").job == job {
@@ -97,6 +89,28 @@ async fn paced_daemon_in_a_job(
         }
     }
     (d, job)
+}
+
+/// A daemon paced at 1 ms a launch on `fx`'s state, on the bus, with a subscription to its
+/// jobs' progress taken before any job starts.
+async fn paced_daemon_with_progress(
+    fx: &Fixture,
+    conn: &zbus::Connection,
+) -> (
+    Daemon,
+    wcetd::client::CalibrationProxy<'static>,
+    wcetd::client::JobProgressStream,
+) {
+    let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
+    wait_for_daemon(conn, &mut d).await;
+    let calibration = wcetd::client::CalibrationProxy::new(conn)
+        .await
+        .expect("proxy");
+    let progress = calibration
+        .receive_job_progress()
+        .await
+        .expect("JobProgress");
+    (d, calibration, progress)
 }
 
 /// SIGTERM while a recalibration runs: the job is cancelled and ends before the process exits
@@ -363,15 +377,7 @@ async fn wcetctl_stops_waiting_when_the_daemon_dies_under_its_job() {
         let fx = Fixture::new();
         let conn = fx.connect().await;
         calibrate_state(&fx).await;
-        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-pace-us", PACE_US]);
-        wait_for_daemon(&conn, &mut d).await;
-        let calibration = wcetd::client::CalibrationProxy::new(&conn)
-            .await
-            .expect("proxy");
-        let mut progress = calibration
-            .receive_job_progress()
-            .await
-            .expect("JobProgress");
+        let (mut d, _calibration, mut progress) = paced_daemon_with_progress(&fx, &conn).await;
         let waiting = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
             .args(["--bus-address", fx.address(), "recalibrate", "lud"])
             .stdout(std::process::Stdio::piped())
