@@ -676,33 +676,7 @@ impl Service {
             ))
         })?;
         let mut notes = cal.table.notes.clone();
-        let code_changed = self.code_changed(cal);
-        if code_changed {
-            notes.push(format!(
-                "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
-            ));
-        }
-        let files_changed = self.files_changed(kernel);
-        if let Some(why) = &files_changed {
-            notes.push(format!(
-                "stale: {why}; reload the kernels (`wcetctl kernels reload`), which calibrates it if it is not the code these bounds were measured for"
-            ));
-        }
-        let manifest = self
-            .catalogue()
-            .get(kernel)
-            .and_then(KernelSpec::manifest)
-            .map(|m| m.path.display().to_string());
-        // The same code under another path (a manifest moved or renamed): `source` says where
-        // it was measured from, the note where it is now.
-        if let Some(now) = manifest
-            .filter(|now| !code_changed && cal.origin == Origin::Manifest && cal.source != *now)
-        {
-            notes.push(format!(
-                "measured from the manifest at {}, the same code the catalogue now loads from {now}",
-                cal.source
-            ));
-        }
+        let files_changed = self.staleness_notes(kernel, cal, &mut notes);
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
         let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
@@ -710,10 +684,6 @@ impl Service {
             .sizes
             .get(&partition)
             .map_or((0, 0), |r| typical_and_mean(&r.times_ns.to_vec()));
-        let (exceedance, basis) = match tag {
-            Some(_) => cal.table.stated_exceedance(),
-            None => weakest_guarantee(&snap, kernel),
-        };
         // Untagged, the bound promises either condition: it is stale when either's calibration
         // is, not only the one whose bound was larger.
         let stale_other = [Interference::Isolated, Interference::Contended]
@@ -725,25 +695,7 @@ impl Service {
                 "stale: the {other} calibration, which this untagged bound also answers for, is stale (GetBoundTagged states each)"
             ));
         }
-        if exceedance > cal.table.stated_exceedance().0 {
-            notes.push(format!(
-                "stated at {exceedance:e} per launch, the other interference's guarantee: untagged, the bound serves either condition, so it promises the weaker (GetBoundTagged states each)"
-            ));
-        }
-        let guarantee = Guarantee {
-            available: [Interference::Isolated, Interference::Contended]
-                .into_iter()
-                .filter(|&t| snap.tables(t).contains_key(kernel))
-                .collect(),
-            stressor_sms: cal
-                .campaign
-                .sizes
-                .get(&partition)
-                .map_or(0, |r| r.stressor_sms),
-            configured_exceedance: self.inner.config.recipe.method_config.exceedance,
-            exceedance,
-            basis,
-        };
+        let guarantee = self.guarantee_of(&snap, kernel, tag, cal, partition, &mut notes);
         let stale = self.is_stale(cal) || stale_other.is_some();
         Ok(BoundInfo {
             guarantee,
@@ -780,6 +732,80 @@ impl Service {
             source: cal.source.clone(),
             observed,
         })
+    }
+
+    /// Notes on why `kernel`'s bounds from `cal` may no longer describe its code or files; the
+    /// reason its files changed, if they did.
+    fn staleness_notes(
+        &self,
+        kernel: &str,
+        cal: &KernelCalibration,
+        notes: &mut Vec<String>,
+    ) -> Option<String> {
+        let code_changed = self.code_changed(cal);
+        if code_changed {
+            notes.push(format!(
+                "stale: measured for other code of `{kernel}` than the catalogue has now (its manifest, module or fill files changed since, or the calibration did not record them); recalibrate it"
+            ));
+        }
+        let files_changed = self.files_changed(kernel);
+        if let Some(why) = &files_changed {
+            notes.push(format!(
+                "stale: {why}; reload the kernels (`wcetctl kernels reload`), which calibrates it if it is not the code these bounds were measured for"
+            ));
+        }
+        let manifest = self
+            .catalogue()
+            .get(kernel)
+            .and_then(KernelSpec::manifest)
+            .map(|m| m.path.display().to_string());
+        // The same code under another path (a manifest moved or renamed): `source` says where
+        // it was measured from, the note where it is now.
+        if let Some(now) = manifest
+            .filter(|now| !code_changed && cal.origin == Origin::Manifest && cal.source != *now)
+        {
+            notes.push(format!(
+                "measured from the manifest at {}, the same code the catalogue now loads from {now}",
+                cal.source
+            ));
+        }
+        files_changed
+    }
+
+    /// What an answer at `partition` guarantees (exceedance, the conditions it holds under), with
+    /// the note that explains an untagged answer's weaker exceedance.
+    fn guarantee_of(
+        &self,
+        snap: &Calibration,
+        kernel: &str,
+        tag: Option<Interference>,
+        cal: &KernelCalibration,
+        partition: u32,
+        notes: &mut Vec<String>,
+    ) -> Guarantee {
+        let (exceedance, basis) = match tag {
+            Some(_) => cal.table.stated_exceedance(),
+            None => weakest_guarantee(snap, kernel),
+        };
+        if exceedance > cal.table.stated_exceedance().0 {
+            notes.push(format!(
+                "stated at {exceedance:e} per launch, the other interference's guarantee: untagged, the bound serves either condition, so it promises the weaker (GetBoundTagged states each)"
+            ));
+        }
+        Guarantee {
+            available: [Interference::Isolated, Interference::Contended]
+                .into_iter()
+                .filter(|&t| snap.tables(t).contains_key(kernel))
+                .collect(),
+            stressor_sms: cal
+                .campaign
+                .sizes
+                .get(&partition)
+                .map_or(0, |r| r.stressor_sms),
+            configured_exceedance: self.inner.config.recipe.method_config.exceedance,
+            exceedance,
+            basis,
+        }
     }
 
     /// The predicted typical time (ns) of `kernel` at every partition size and its label, or no

@@ -20,7 +20,7 @@ use super::{Event, Inner, Result, Service, ServiceError};
 use crate::gpu::{DeviceInfo, Interference, PartitionSize};
 use crate::model::BoundEntry;
 use crate::observe::{
-    JournalledFloor, Judged, Loaded, ObservationFile, Quantiles, ReportedTimes,
+    JournalledFloor, Judged, Loaded, ObservationFile, Quantiles, Recorded, ReportedTimes,
     MAX_TIMES_PER_REPORT, MAX_TIME_NS,
 };
 use crate::store::{KernelCalibration, Store};
@@ -536,36 +536,8 @@ impl Service {
         let series_tag = tag.unwrap_or(Interference::Isolated);
         let m = self.monitor();
         let now = Utc::now();
-        let (bound_ns, recorded, journal_seq) = {
-            // Judged and recorded under the lock a publication holds while it swaps the
-            // calibration and judges again the times reported while it was measured
-            // ([`publish`]): a report falls wholly before or wholly after it.
-            let mut obs = lock(&m.observations);
-            let served = match self.served_bound(kernel, sms, tag) {
-                Ok(b) => Some(b),
-                Err(ServiceError::NotCalibrated(_)) => None,
-                Err(e) => return Err(e),
-            };
-            let bound_ns = served.as_ref().map(|b| b.0);
-            let judged = Judged {
-                calibration: served.as_ref().map_or("", |b| b.1.as_str()),
-                bound_ns,
-            };
-            let recorded = obs.record((kernel, sms, series_tag), judged, times, now);
-            obs.note_if_recalibrating((kernel, sms, tag), recorded.max_ns);
-            // Queued before the lock is let go, so that a report after this one, which this
-            // floor may hold up, sees it on its way to disk ([`MonitorState::in_flight`]).
-            let journal_seq = recorded.floor_raised.then(|| {
-                m.journal_floor(JournalledFloor {
-                    kernel: kernel.to_string(),
-                    sms,
-                    interference: series_tag,
-                    floor_ns: recorded.floor_ns,
-                    at: now,
-                })
-            });
-            (bound_ns, recorded, journal_seq)
-        };
+        let (bound_ns, recorded, journal_seq) =
+            self.judge_and_record(kernel, (sms, tag, series_tag), times, now)?;
         if recorded.floor_raised {
             self.set_floor(kernel, sms, series_tag, recorded.floor_ns, now);
         }
@@ -624,6 +596,47 @@ impl Service {
         })
     }
 
+    /// Judge `times` against the bound served for (`kernel`, `sms`, `tag`) and record them in
+    /// the `series_tag` series: the bound judged against (none before a calibration), what was
+    /// recorded, and the journal sequence of the floor it raised, if any.
+    fn judge_and_record(
+        &self,
+        kernel: &str,
+        (sms, tag, series_tag): (u32, Option<Interference>, Interference),
+        times: &[u64],
+        now: DateTime<Utc>,
+    ) -> Result<(Option<u64>, Recorded, Option<u64>)> {
+        let m = self.monitor();
+        // Judged and recorded under the lock a publication holds while it swaps the
+        // calibration and judges again the times reported while it was measured
+        // ([`publish`]): a report falls wholly before or wholly after it.
+        let mut obs = lock(&m.observations);
+        let served = match self.served_bound(kernel, sms, tag) {
+            Ok(b) => Some(b),
+            Err(ServiceError::NotCalibrated(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let bound_ns = served.as_ref().map(|b| b.0);
+        let judged = Judged {
+            calibration: served.as_ref().map_or("", |b| b.1.as_str()),
+            bound_ns,
+        };
+        let recorded = obs.record((kernel, sms, series_tag), judged, times, now);
+        obs.note_if_recalibrating((kernel, sms, tag), recorded.max_ns);
+        // Queued before the lock is let go, so that a report after this one, which this
+        // floor may hold up, sees it on its way to disk ([`MonitorState::in_flight`]).
+        let journal_seq = recorded.floor_raised.then(|| {
+            m.journal_floor(JournalledFloor {
+                kernel: kernel.to_string(),
+                sms,
+                interference: series_tag,
+                floor_ns: recorded.floor_ns,
+                at: now,
+            })
+        });
+        Ok((bound_ns, recorded, journal_seq))
+    }
+
     /// Overruns of the bound served (`bound_ns`) by a report: logged, signalled
     /// (`BoundExceeded`, `OverrunKernels`, `BoundsChanged`), and a recalibration queued if
     /// configured. The bound itself was raised by the floor already.
@@ -631,7 +644,7 @@ impl Service {
         &self,
         kernel: &str,
         sms: u32,
-        recorded: &crate::observe::Recorded,
+        recorded: &Recorded,
         bound_ns: u64,
     ) {
         let observed_ns = recorded.max_ns;
