@@ -12,7 +12,7 @@
 //! weaker exceedance than configured, is not admitted unless the caller's [`Policy`] accepts it;
 //! either way the verdict says which.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::gpu::Interference;
 use crate::request_error::{how_to_calibrate, Result, ServiceError};
@@ -117,6 +117,8 @@ pub struct KernelBound {
     pub stale: bool,
     /// What makes a stale bound current again.
     pub remedy: Remedy,
+    /// Whether the daemon can measure the kernel (not only import it): how a missing bound is got.
+    pub runnable: bool,
 }
 
 /// What makes a stale bound current again, as admission advises it.
@@ -155,6 +157,10 @@ pub trait BoundSource {
 /// Past this many analysed jobs or fixed-point steps a level is declared unschedulable: the verdict
 /// stays safe (a rejection), and a request cannot keep the daemon busy.
 const WORK_LIMIT: u64 = 100_000;
+/// Most tasks in one set, and most kernel launches in one set (its tasks' kernels together): a
+/// request is analysed off the bus's threads, but it must still end in bounded time.
+pub const MAX_TASKS: usize = 1024;
+pub const MAX_LAUNCHES: usize = 65_536;
 
 fn invalid(task: &str, field: &str, what: String) -> ServiceError {
     ServiceError::InvalidArgs(format!("task `{task}`, field {field}: {what}"))
@@ -180,9 +186,15 @@ fn validate_timing<'a>(
     tasks: impl Iterator<Item = (&'a str, &'a [String], u64, u64)>,
 ) -> Result<()> {
     let mut names = BTreeSet::new();
-    let mut count = 0;
+    let (mut count, mut launches) = (0, 0);
     for (name, kernels, period, deadline) in tasks {
         count += 1;
+        launches += kernels.len();
+        if count > MAX_TASKS || launches > MAX_LAUNCHES {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the task set is too large (task `{name}` is number {count}, with {launches} kernel launches so far); accepted: at most {MAX_TASKS} tasks and {MAX_LAUNCHES} kernel launches in one set"
+            )));
+        }
         if name.is_empty() {
             return Err(invalid(
                 "",
@@ -266,6 +278,9 @@ struct Lookup<'a> {
     policy: Policy,
     /// Tasks run at once on distinct partitions: only bounds measured under contention hold.
     co_running: bool,
+    /// The (isolated, contended) bounds already looked up, by (kernel, partition): a set may
+    /// launch one kernel many times, and a lookup is the costly part of a verdict.
+    seen: HashMap<(String, u32), (Option<KernelBound>, Option<KernelBound>)>,
     refused: Vec<String>,
     accepted: Vec<String>,
 }
@@ -291,6 +306,7 @@ impl<'a> Lookup<'a> {
             src,
             policy,
             co_running,
+            seen: HashMap::new(),
             refused: Vec::new(),
             accepted: Vec::new(),
         })
@@ -308,10 +324,7 @@ impl<'a> Lookup<'a> {
         };
         for (i, kernel) in kernels.iter().enumerate() {
             let at = |e| in_task(task, i, e);
-            let isolated =
-                optional(self.src.bound(kernel, partition, Interference::Isolated)).map_err(at)?;
-            let contended =
-                optional(self.src.bound(kernel, partition, Interference::Contended)).map_err(at)?;
+            let (isolated, contended) = self.bounds_of(kernel, partition).map_err(at)?;
             let used: Vec<KernelBound> = isolated.into_iter().chain(contended).collect();
             let Some(bound) = used.iter().map(|b| b.bound_ns).max() else {
                 // Neither exists: the lookup's own error says so and how to get one.
@@ -338,7 +351,11 @@ impl<'a> Lookup<'a> {
                 if self.co_running {
                     self.refused.push(format!(
                         "{what}: no contended bound; tasks on distinct partitions run at once, so their verdict needs bounds measured with a memory stressor on the other SMs (an isolated bound can be many times too low); {}",
-                        how_to_calibrate(kernel, Some(Interference::Contended))
+                        how_to_calibrate(
+                            kernel,
+                            Some(Interference::Contended),
+                            used.iter().all(|b| b.runnable)
+                        )
                     ));
                 }
             }
@@ -369,6 +386,24 @@ impl<'a> Lookup<'a> {
             self.judge_exceedance(&what, exceedance);
         }
         Ok(out)
+    }
+
+    /// `kernel`'s (isolated, contended) bounds at `partition`, those that exist.
+    fn bounds_of(
+        &mut self,
+        kernel: &str,
+        partition: u32,
+    ) -> Result<(Option<KernelBound>, Option<KernelBound>)> {
+        let key = (kernel.to_string(), partition);
+        if let Some(&found) = self.seen.get(&key) {
+            return Ok(found);
+        }
+        let found = (
+            optional(self.src.bound(kernel, partition, Interference::Isolated))?,
+            optional(self.src.bound(kernel, partition, Interference::Contended))?,
+        );
+        self.seen.insert(key, found);
+        Ok(found)
     }
 
     /// A bound stated at a weaker exceedance than the caller's `accept_exceedance` (the
@@ -436,7 +471,13 @@ fn result(
     deadline_ns: u64,
     b: &TaskBounds,
 ) -> TaskResult {
-    let slack = i128::from(deadline_ns) - i128::from(response_ns);
+    // u64::MAX is no finite bound (an overloaded level, or kernel bounds whose sum does not fit
+    // in 64 bits), never a time that a deadline of u64::MAX could meet.
+    let slack = if response_ns == u64::MAX {
+        i128::from(i64::MIN)
+    } else {
+        i128::from(deadline_ns) - i128::from(response_ns)
+    };
     TaskResult {
         name: name.to_string(),
         response_ns,
@@ -747,6 +788,7 @@ mod tests {
                 exceedance: self.exceedance,
                 stale: self.stale,
                 remedy: self.remedy,
+                runnable: true,
             })
         }
     }
@@ -791,6 +833,47 @@ mod tests {
             period,
             deadline: period,
         }
+    }
+
+    #[test]
+    fn a_response_too_large_for_64_bits_is_no_bound_even_for_the_longest_deadline() {
+        let mut t = table();
+        t.bounds.insert(("huge", 4), u64::MAX / 2 + 1);
+        let set = [task("t", &["huge", "huge"], 4, u64::MAX, u64::MAX)];
+        for v in [check_distinct(&t, &set), check_shared(&t, &set)] {
+            let v = v.unwrap();
+            assert!(!v.admitted, "{v:?}");
+            assert_eq!(
+                (v.tasks[0].response_ns, v.tasks[0].slack_ns),
+                (u64::MAX, i64::MIN)
+            );
+        }
+        let at_most = u64::MAX / 2;
+        t.bounds.insert(("half", 4), at_most);
+        let v = check_distinct(&t, &[task("t", &["half", "half"], 4, u64::MAX, u64::MAX)]);
+        assert!(
+            v.unwrap().admitted,
+            "2 x (2^63 - 1) fits in 64 bits and in the deadline"
+        );
+    }
+
+    #[test]
+    fn a_set_larger_than_the_limits_is_refused_and_says_them() {
+        let many: Vec<Task> = (0..=MAX_TASKS)
+            .map(|i| task(&format!("t{i}"), &["a"], 4, 1000, 1000))
+            .collect();
+        let e = check_distinct(&table(), &many).unwrap_err().to_string();
+        assert!(
+            e.contains("at most 1024 tasks and 65536 kernel launches"),
+            "{e}"
+        );
+        let long = vec!["a"; MAX_LAUNCHES + 1];
+        let e = check_shared(&table(), &[task("t", &long, 4, 1000, 1000)])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("65537 kernel launches"), "{e}");
+        let fits = vec!["a"; MAX_LAUNCHES];
+        assert!(check_shared(&table(), &[task("t", &fits, 4, u64::MAX, u64::MAX)]).is_ok());
     }
 
     #[test]

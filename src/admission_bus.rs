@@ -39,6 +39,7 @@ impl BoundSource for Service {
             bound_ns: info.entry.bound_ns,
             exceedance: info.guarantee.exceedance,
             stale: info.stale,
+            runnable: info.runnable,
             remedy: if info.files_changed {
                 Remedy::Reload
             } else if let Some(job) = info.recalibrating {
@@ -104,53 +105,84 @@ pub struct Admission {
 impl Admission {
     /// Each task on its own partition. A set refused for the bounds it would rest on (no
     /// contended bounds for co-running partitions, stale or weaker ones) is an error saying why.
-    fn check(&self, tasks: Vec<WireTask>) -> Result<(bool, Vec<WireResult>), BusError> {
-        let verdict =
-            admission::check_distinct(&self.service, &from_wire(tasks), Policy::default())?;
-        Ok(to_wire(verdict.or_refusal()?))
+    async fn check(&self, tasks: Vec<WireTask>) -> Result<(bool, Vec<WireResult>), BusError> {
+        let service = self.service.clone();
+        off_the_bus(move || {
+            let verdict =
+                admission::check_distinct(&service, &from_wire(tasks), Policy::default())?;
+            Ok(to_wire(verdict.or_refusal()?))
+        })
+        .await
     }
 
     /// All tasks on one partition, fixed priority in array order, kernels not preempted.
-    fn check_shared(&self, tasks: Vec<WireTask>) -> Result<(bool, Vec<WireResult>), BusError> {
-        let verdict = admission::check_shared(&self.service, &from_wire(tasks), Policy::default())?;
-        Ok(to_wire(verdict.or_refusal()?))
+    async fn check_shared(
+        &self,
+        tasks: Vec<WireTask>,
+    ) -> Result<(bool, Vec<WireResult>), BusError> {
+        let service = self.service.clone();
+        off_the_bus(move || {
+            let verdict = admission::check_shared(&service, &from_wire(tasks), Policy::default())?;
+            Ok(to_wire(verdict.or_refusal()?))
+        })
+        .await
     }
 
     /// `Check` (or `CheckShared` with option `shared`) answered as a dictionary with every reason
     /// and the guarantee per task; options `accept_stale` (b) and `accept_exceedance` (d) admit on
     /// weaker bounds, and the answer says which were accepted.
-    fn check_detailed(
+    async fn check_detailed(
         &self,
         tasks: Vec<WireTask>,
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Detailed, BusError> {
         let (shared, policy) = parse_options(&options)?;
-        let tasks = from_wire(tasks);
-        let verdict = if shared {
-            admission::check_shared(&self.service, &tasks, policy)?
-        } else {
-            admission::check_distinct(&self.service, &tasks, policy)?
-        };
-        Ok(detailed(
-            verdict,
-            shared,
-            self.service.device().total_sms,
-            self.service.configured_exceedance(),
-        ))
+        let service = self.service.clone();
+        off_the_bus(move || {
+            let tasks = from_wire(tasks);
+            let verdict = if shared {
+                admission::check_shared(&service, &tasks, policy)?
+            } else {
+                admission::check_distinct(&service, &tasks, policy)?
+            };
+            Ok(detailed(
+                verdict,
+                shared,
+                service.device().total_sms,
+                service.configured_exceedance(),
+            ))
+        })
+        .await
     }
 
     /// The smallest partition per task that meets its deadline, when they fit together.
-    fn suggest(&self, tasks: Vec<WireUnsized>) -> Result<Vec<(String, u32)>, BusError> {
-        let tasks: Vec<Unsized> = tasks
-            .into_iter()
-            .map(|(name, kernels, period_ns, deadline_ns)| Unsized {
-                name,
-                kernels,
-                period_ns,
-                deadline_ns,
-            })
-            .collect();
-        Ok(admission::suggest(&self.service, &tasks)?)
+    async fn suggest(&self, tasks: Vec<WireUnsized>) -> Result<Vec<(String, u32)>, BusError> {
+        let service = self.service.clone();
+        off_the_bus(move || {
+            let tasks: Vec<Unsized> = tasks
+                .into_iter()
+                .map(|(name, kernels, period_ns, deadline_ns)| Unsized {
+                    name,
+                    kernels,
+                    period_ns,
+                    deadline_ns,
+                })
+                .collect();
+            admission::suggest(&service, &tasks)
+        })
+        .await
+    }
+}
+
+/// Run an analysis on tokio's blocking pool, not on the runtime's two worker threads: a set of
+/// thousands of launches takes a while, and the bus keeps answering every other query meanwhile
+/// (a 400,000-launch `Check` analysed on a worker held a concurrent `GetBound` for 20 s).
+async fn off_the_bus<T: Send + 'static>(
+    analysis: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+) -> Result<T, BusError> {
+    match tokio::task::spawn_blocking(analysis).await {
+        Ok(answer) => Ok(answer?),
+        Err(e) => Err(ServiceError::Failed(format!("the admission analysis stopped: {e}")).into()),
     }
 }
 

@@ -346,6 +346,13 @@ impl Calibration {
                         "option interference must be of type as; accepted: [\"isolated\"], [\"contended\"] or both".into(),
                     )
                 })?;
+            if names.is_empty() {
+                // Left out, the option means the configured tags; given empty, it asks for none.
+                return Err(ServiceError::InvalidArgs(
+                    "option interference is empty; accepted: [\"isolated\"], [\"contended\"] or both (leave the option out for the configured ones)".into(),
+                )
+                .into());
+            }
             for name in names {
                 tags.push(parse_tag(&name)?);
             }

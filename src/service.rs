@@ -620,7 +620,7 @@ impl Service {
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
             ServiceError::NotCalibrated(format!(
                 "kernel `{kernel}` has no {which}calibration yet{running}; {}",
-                how_to_calibrate(kernel, tag)
+                how_to_calibrate(kernel, tag, self.catalogue().get(kernel).is_some())
             ))
         })
     }
@@ -984,9 +984,12 @@ impl Service {
         let sizes = &self.inner.device.partition_sizes;
         let mut by_size: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for (i, &(sms, t)) in samples.iter().enumerate() {
-            if t == 0 {
+            if t == 0 || t > crate::observe::MAX_TIME_NS {
+                // The limits `Report` keeps: a longer time is a unit mistake, and as a sample it
+                // would make every bound of the kernel useless.
                 return Err(ServiceError::InvalidArgs(format!(
-                    "sample {i} has a time of 0 ns; accepted: times of at least 1 ns"
+                    "sample {i} has a time of {t} ns; accepted: 1 ns to one hour ({} ns)",
+                    crate::observe::MAX_TIME_NS
                 )));
             }
             if !sizes.contains(&sms) {
@@ -998,6 +1001,14 @@ impl Service {
             by_size.entry(sms).or_default().push(t);
         }
         let tag = options.interference;
+        let code = self
+            .catalogue()
+            .get(kernel)
+            .map(KernelSpec::code_digest)
+            .unwrap_or_default();
+        if let Some(why) = measured_here(&self.inner, kernel, tag, &code) {
+            return Err(ServiceError::InvalidArgs(why));
+        }
         let imported = calibrate::Imported {
             kernel: kernel.to_string(),
             by_size,
@@ -1006,11 +1017,7 @@ impl Service {
             source: options.source,
             // Taken now, not when the job runs: a reload in between must not make samples of
             // the old code pass for the new.
-            code: self
-                .catalogue()
-                .get(kernel)
-                .map(KernelSpec::code_digest)
-                .unwrap_or_default(),
+            code,
         };
         let work = Work::Import(Box::new(imported));
         let id = self.enqueue(work, vec![kernel.to_string()], vec![tag])?;
@@ -1251,12 +1258,13 @@ impl Service {
     }
 
     pub fn cancel_job(&self, id: u64) -> Result<()> {
-        let jobs = self
+        let mut jobs = self
             .inner
             .jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let (status, cancel) = jobs.get(&id).ok_or_else(|| no_such_job(id, &jobs))?;
+        let status = status.clone();
         if status.state.finished() {
             return Err(ServiceError::InvalidArgs(format!(
                 "job {id} has already finished ({}); accepted: a queued or running job",
@@ -1264,6 +1272,22 @@ impl Service {
             )));
         }
         cancel.store(true, Ordering::SeqCst);
+        // A queued job is finished now, not when the worker reaches it: `GetJob` says so at once.
+        // Decided under the jobs lock, where the worker claims a job to start it
+        // ([`claim`]): a queued job is either cancelled here or started there, never both.
+        if status.state == JobState::Queued {
+            let message = "cancelled before it started; bounds unchanged".to_string();
+            if let Some((status, _)) = jobs.get_mut(&id) {
+                status.state = JobState::Cancelled;
+                status.message = message.clone();
+            }
+            tracing::info!(job = id, state = "cancelled", %message, "job finished");
+            let _ = self.inner.events.send(Event::JobFinished {
+                job: id,
+                state: JobState::Cancelled,
+                message,
+            });
+        }
         Ok(())
     }
 
@@ -1532,6 +1556,11 @@ fn worker_loop(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
+        if !claim(&inner, &job) {
+            // Cancelled while queued: finished and signalled by `CancelJob` already.
+            inner.pending.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
         let running = interrupted::path(&store, &inner.device);
         let kernels = inner
             .jobs
@@ -1583,6 +1612,24 @@ fn worker_loop(
     }
 }
 
+/// Take `job` from the queue to run: `Running` now, unless `CancelJob` finished it while it was
+/// queued (false). Under the jobs lock, where `CancelJob` decides too. A job cancelled by the
+/// shutdown is still claimed, and ends at once as cancelled.
+fn claim(inner: &Inner, job: &Job) -> bool {
+    let mut jobs = inner.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+    match jobs.get_mut(&job.id) {
+        Some((status, _)) if status.state == JobState::Cancelled => false,
+        Some((status, _)) => {
+            if !job.cancel.load(Ordering::SeqCst) {
+                status.state = JobState::Running;
+                status.message = "measuring".into();
+            }
+            true
+        }
+        None => true,
+    }
+}
+
 fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd {
     if job.cancel.load(Ordering::SeqCst) {
         return (
@@ -1590,10 +1637,6 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd
             "cancelled before it started; bounds unchanged".into(),
         );
     }
-    set_job(inner, job.id, |s| {
-        s.state = JobState::Running;
-        s.message = "measuring".into();
-    });
     match &job.work {
         Work::Calibrate {
             kernels,
@@ -1847,6 +1890,11 @@ fn is_lost(e: &calibrate::CalibrateError) -> bool {
 
 /// Bounds from imported samples, published as a calibration's are.
 fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEnd {
+    // Checked again here: a calibration may have been published since the import was queued.
+    let kernel = &imported.kernel;
+    if let Some(why) = measured_here(inner, kernel, imported.interference, &imported.code) {
+        return (JobState::Failed, format!("importing {kernel}: {why}"));
+    }
     match calibrate::from_samples(imported, &inner.device, &inner.config.recipe) {
         Ok(cal) => commit(
             store,
@@ -1859,6 +1907,29 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEn
             format!("importing {}: {e}; bounds unchanged", imported.kernel),
         ),
     }
+}
+
+/// Why samples imported for `kernel` under `tag` (of the code whose digest is `code`) must not
+/// replace its calibration: this daemon measured it on this device, for that code. Rule 1 keeps
+/// a bound above every launch seen at its size; imported bounds would drop those launches for
+/// ones timed elsewhere. None when there is no such calibration (none, imported, stale).
+fn measured_here(inner: &Inner, kernel: &str, tag: Interference, code: &str) -> Option<String> {
+    let snap = Arc::clone(
+        &inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let cal = snap.tables(tag).get(kernel)?;
+    let own = matches!(cal.origin, Origin::Builtin | Origin::Manifest);
+    // A built-in kernel's calibration from before code digests were recorded is of the code
+    // built in, as `code_changed` takes it.
+    let same_code = cal.code == code || (cal.code.is_empty() && cal.origin == Origin::Builtin);
+    let current = cal.environment().fingerprint == inner.device.fingerprint && same_code;
+    (own && current).then(|| format!(
+        "`{kernel}` has {tag} bounds this daemon measured on this device for the same code (calibration {}), and imported samples would replace launches timed here with ones timed elsewhere; accepted: samples of a kernel with no current {tag} calibration measured here. Recalibrate it to refresh them (`wcetctl recalibrate {kernel}`), or import the samples under another name",
+        cal.id
+    ))
 }
 
 /// Publish a bundle's calibrations, each made no tighter than this daemon's own fit of the

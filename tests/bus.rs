@@ -197,6 +197,14 @@ async fn a_cancelled_job_keeps_the_old_bounds() {
     let cal = d.calibration().await;
     let before = bounds.get_curve("srad").await.unwrap();
     let job = cal.recalibrate(&["srad"]).await.unwrap();
+    // Queued behind it, and cancelled there: finished at once, not when the worker reaches it.
+    let queued = cal.recalibrate(&["lud"]).await.unwrap();
+    cal.cancel_job(queued).await.unwrap();
+    let (state, _, message) = cal.get_job(queued).await.unwrap();
+    assert_eq!(
+        (state.as_str(), message.as_str()),
+        ("cancelled", "cancelled before it started; bounds unchanged")
+    );
     cal.cancel_job(job).await.unwrap();
     assert_eq!(d.wait_job(job).await.0, "cancelled");
     assert_eq!(bounds.get_curve("srad").await.unwrap(), before);

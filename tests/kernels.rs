@@ -465,6 +465,12 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
             "org.freedesktop.DBus.Error.InvalidArgs",
             "not accepted",
         ),
+        (
+            "k",
+            vec![(8, 100), (8, 3_600_000_000_001)],
+            "org.freedesktop.DBus.Error.InvalidArgs",
+            "accepted: 1 ns to one hour",
+        ),
     ];
     for (kernel, samples, name, text) in cases {
         let err = cal
@@ -488,6 +494,22 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
         .await
         .unwrap()
         .contains(&"k".to_string()));
+    // Samples from elsewhere never replace launches this daemon timed itself for the same code
+    // (rule 1): a black-box run imported 1.6 us samples as `bfs` and took its bound at 64 SMs
+    // from 47,675 ns to 1,664 ns.
+    assert_eq!(d.recalibrate(&["needle"]).await.0, "done");
+    let before = bounds.get_curve("needle").await.unwrap();
+    let err = cal
+        .import_samples("needle", &[(8, 1000), (64, 1000)], opts())
+        .await
+        .unwrap_err();
+    assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+    assert!(
+        err.to_string()
+            .contains("measured on this device for the same code"),
+        "{err}"
+    );
+    assert_eq!(bounds.get_curve("needle").await.unwrap(), before);
 }
 
 #[test]

@@ -480,6 +480,11 @@ async fn times_reported_before_any_calibration_survive_a_crash() {
         d.kill9();
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
         wait_for_daemon(&conn, &mut d).await;
+        // GetObserved names the floor the first bound will stand on (it said 0 with no bound).
+        for (kernel, time) in late {
+            let info = observed(&conn, kernel, 40).await;
+            assert_eq!(get::<u64>(&info, "floor_ns"), time, "{kernel}");
+        }
         let calibration = wcetd::client::CalibrationProxy::new(&conn).await.unwrap();
         let job = calibration.recalibrate(&["bfs", "needle"]).await.unwrap();
         let (state, message) = wait_for_job(&conn, job).await;

@@ -112,7 +112,8 @@ pub struct ObservedInfo {
     pub epoch_started: Option<DateTime<Utc>>,
     /// Interference tags with times in the current epoch.
     pub interference: Vec<Interference>,
-    /// The floor applied to the bound at this size (0: none).
+    /// The floor applied to the bound at this size, or, with no bound yet, the floor the first
+    /// calibration's bound will stand on (0: none).
     pub floor_ns: u64,
     /// Over every epoch kept or dropped.
     pub reported_total: u64,
@@ -640,13 +641,7 @@ impl Service {
     /// Overruns of the bound served (`bound_ns`) by a report: logged, signalled
     /// (`BoundExceeded`, `OverrunKernels`, `BoundsChanged`), and a recalibration queued if
     /// configured. The bound itself was raised by the floor already.
-    fn announce_overrun(
-        &self,
-        kernel: &str,
-        sms: u32,
-        recorded: &Recorded,
-        bound_ns: u64,
-    ) {
+    fn announce_overrun(&self, kernel: &str, sms: u32, recorded: &Recorded, bound_ns: u64) {
         let observed_ns = recorded.max_ns;
         tracing::warn!(
             kernel,
@@ -931,6 +926,11 @@ impl Service {
             .unwrap_or_else(|| self.empty_observed(kernel, partition));
         if let Ok((bound_ns, calibration, floor_ns)) = self.served_bound(kernel, partition, tag) {
             (out.bound_ns, out.calibration, out.floor_ns) = (bound_ns, calibration, floor_ns);
+        } else {
+            // No bound yet: the floor the first calibration's bound will stand on.
+            out.floor_ns = self
+                .observed_floor(kernel, tag, partition, false)
+                .map_or(0, |f| f.floor_ns);
         }
         Ok(out)
     }
