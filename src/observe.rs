@@ -886,9 +886,13 @@ impl ObservationFile {
             },
         };
         if stored.format != FORMAT_VERSION {
-            return Err(format!(
-                "format {} is not the supported {FORMAT_VERSION}",
-                stored.format
+            // Kept, not thrown away: the series read as this format's, and their floors only
+            // ever raise bounds (a black-box run flipped this one field and lost every floor,
+            // then was served a bound below a time it had reported).
+            problems.push(format!(
+                "format {} is not the supported {FORMAT_VERSION}; the {} series that read as format {FORMAT_VERSION} are kept",
+                stored.format,
+                stored.series.len()
             ));
         }
         let (obs, undecodable) = from_stored(stored.series);
@@ -1412,11 +1416,31 @@ mod tests {
         let kept: Vec<u32> = back.kernel("k").unwrap().keys().map(|k| k.0).collect();
         assert_eq!(kept, [8, 32, 64]);
         assert_eq!(aside(), 4);
+        // Another format in the header (one byte flipped, say): the series are kept, with
+        // their floors; before, the whole file was moved aside and every floor lost.
+        std::fs::write(
+            file.path(),
+            text.replacen("\"format\":1", "\"format\":7", 1),
+        )
+        .unwrap();
+        let (back, how) = file.load();
+        assert!(
+            matches!(&how, Loaded::Quarantined(why) if why.contains("format 7 is not the supported 1; the 4 series")),
+            "{how:?}"
+        );
+        for (&(sms, _), s) in back.kernel("k").unwrap() {
+            assert_eq!(
+                s.floor_ns,
+                obs.kernel("k").unwrap()[&(sms, Interference::Isolated)].floor_ns
+            );
+        }
+        assert_eq!(back.series_count(), 4);
+        assert_eq!(aside(), 5);
         // Truncated in the header: nothing to keep, moved aside.
         std::fs::write(file.path(), &text[..20]).unwrap();
         let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
-        assert_eq!(aside(), 5);
+        assert_eq!(aside(), 6);
         assert!(!file.path().exists());
     }
 

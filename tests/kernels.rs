@@ -539,6 +539,26 @@ fn kernels_check_exits_with_what_it_found() {
         text.contains("app.ok") && text.contains("grid[0] is 0"),
         "{text}"
     );
+    // A `[sim]` table the daemon would reject, checked without a device (it passed before).
+    for (name, table, why) in [
+        ("app.units", "curve_ns = [[8, \"52us\"]]", "[sim] table"),
+        (
+            "app.twice",
+            "curve_ns = [[8, 52000.0], [8, 900000.0]]",
+            "8 SMs more than once",
+        ),
+    ] {
+        let file = write_manifest(dir.path(), name);
+        let text = std::fs::read_to_string(&file).unwrap() + "[sim]\n" + table + "\n";
+        std::fs::write(&file, text).unwrap();
+        let sim = run(&[&file]);
+        let out = String::from_utf8_lossy(&sim.stdout);
+        assert_eq!(sim.status.code(), Some(1), "{out}");
+        assert!(
+            out.contains(why) && out.contains("the daemon would reject it"),
+            "{out}"
+        );
+    }
     // Names are checked together, as the daemon takes them: a built-in's, or an earlier file's.
     let builtin = write_manifest(dir.path(), "bfs");
     let again = dir.path().join("again.toml");

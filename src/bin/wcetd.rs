@@ -34,7 +34,8 @@ struct Args {
     /// Write man pages and shell completions under DIR and exit (used by systemd/install.sh).
     #[arg(long, value_name = "DIR", hide = true)]
     generate: Option<PathBuf>,
-    /// GPU backend: `cuda`, `sim` (the simulated GPU), or `auto` (CUDA when a driver loads).
+    /// GPU backend: `cuda`, `sim` (the simulated GPU), or `auto` (CUDA; the simulated GPU only on
+    /// a host with no NVIDIA driver loaded: on a GPU host whose CUDA cannot start, an error).
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
     /// Simulator device profile: `h200`, `embedded`, or a TOML file.

@@ -207,6 +207,8 @@ pub enum GpuError {
     Lost(String),
     #[error("CUDA driver error in {call}: {detail}")]
     Driver { call: &'static str, detail: String },
+    #[error("{0}")]
+    NoSuchDevice(String),
 }
 
 /// A device that kernels can be measured on.
@@ -288,6 +290,49 @@ impl std::str::FromStr for DeviceSelection {
     }
 }
 
+/// What `--backend auto` opens, from CUDA's device count: the real devices (Some), or the
+/// simulator (None) only where the host has no NVIDIA driver at all. A host whose driver is
+/// loaded (`driver_loaded`: its kernel module or control node is there) but where CUDA cannot
+/// start or sees no device is a fault to fix, never a reason to serve simulated bounds in place
+/// of its GPUs with Health `ok` (a library/module mismatch after a driver upgrade, device nodes
+/// the sandbox hides, a module not loaded yet at boot): the daemon exits, and systemd retries.
+fn auto_backend(
+    count: Result<u32, GpuError>,
+    driver_loaded: Option<&str>,
+) -> Result<Option<u32>, GpuError> {
+    match (count, driver_loaded) {
+        (Ok(n), _) if n > 0 => Ok(Some(n)),
+        // libcuda without a kernel driver (a container image, a toolkit install): no GPU here.
+        (_, None) => Ok(None),
+        (result, Some(evidence)) => {
+            let why = match result {
+                Ok(_) => "CUDA sees no device".to_string(),
+                Err(e) => e.to_string(),
+            };
+            Err(GpuError::Driver {
+                call: "open",
+                detail: format!(
+                    "this host has an NVIDIA driver ({evidence}), but no CUDA device can be used: {why}; refusing to serve simulated bounds in place of its GPUs. Fix the driver (a library and kernel module of different versions after an upgrade, device nodes hidden from the daemon, a module not loaded yet), or choose the simulator with --backend sim"
+                ),
+            })
+        }
+    }
+}
+
+/// Evidence that an NVIDIA kernel driver is loaded on this host, if any.
+fn nvidia_driver_loaded() -> Option<&'static str> {
+    [
+        (
+            "/proc/driver/nvidia/version",
+            "/proc/driver/nvidia/version exists",
+        ),
+        ("/dev/nvidiactl", "/dev/nvidiactl exists"),
+    ]
+    .into_iter()
+    .find(|(path, _)| std::path::Path::new(path).exists())
+    .map(|(_, evidence)| evidence)
+}
+
 /// A device and its index in CUDA's device order.
 pub type IndexedGpu = (u32, Box<dyn Gpu>);
 
@@ -304,16 +349,16 @@ pub fn open_devices(
     let real = match choice {
         BackendChoice::Sim => None,
         BackendChoice::Cuda => Some(cuda::device_count()?),
-        BackendChoice::Auto => match cuda::device_count() {
-            Ok(n) if n > 0 => Some(n),
-            Ok(_) | Err(_) => {
+        BackendChoice::Auto => {
+            let real = auto_backend(cuda::device_count(), nvidia_driver_loaded())?;
+            if real.is_none() {
                 tracing::warn!(
-                    "no CUDA device usable; using {sim_devices} simulated `{}`",
+                    "no NVIDIA driver on this host; using {sim_devices} simulated `{}`",
                     sim_profile.name
                 );
-                None
             }
-        },
+            real
+        }
     };
     let count = real.unwrap_or(sim_devices.max(1));
     let indices: Vec<u32> = match selection {
@@ -321,13 +366,16 @@ pub fn open_devices(
         DeviceSelection::Indices(v) => v.clone(),
     };
     if let Some(&bad) = indices.iter().find(|&&i| i >= count) {
-        return Err(GpuError::Driver {
-            call: "open",
-            detail: format!(
-                "device {bad} does not exist; accepted: 0 to {} ({count} devices)",
-                count - 1
-            ),
-        });
+        let kind = if real.is_some() { "CUDA" } else { "simulated" };
+        return Err(GpuError::NoSuchDevice(format!(
+            "device {bad} does not exist; accepted: 0 to {} ({count} {kind} devices{})",
+            count - 1,
+            if real.is_some() {
+                ""
+            } else {
+                "; more with --sim-devices N"
+            }
+        )));
     }
     indices
         .into_iter()
@@ -370,5 +418,34 @@ pub fn open(
                 Ok(simulated())
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod auto_backend_tests {
+    use super::*;
+
+    #[test]
+    fn auto_uses_the_simulator_only_where_no_nvidia_driver_is_loaded() {
+        let failed = || GpuError::Driver {
+            call: "cuInit",
+            detail: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH".into(),
+        };
+        assert_eq!(auto_backend(Ok(2), Some("x")).unwrap(), Some(2));
+        assert_eq!(auto_backend(Ok(2), None).unwrap(), Some(2));
+        assert_eq!(auto_backend(Err(GpuError::NoDriver), None).unwrap(), None);
+        assert_eq!(auto_backend(Err(failed()), None).unwrap(), None);
+        assert_eq!(auto_backend(Ok(0), None).unwrap(), None);
+        // A GPU host whose CUDA cannot start: an error that says why and how to choose the
+        // simulator, never the simulator (a black-box run got simulated H200 bounds, Health ok).
+        for count in [Err(failed()), Err(GpuError::NoDriver), Ok(0)] {
+            let e = auto_backend(count, Some("/dev/nvidiactl exists"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("/dev/nvidiactl exists") && e.contains("--backend sim"),
+                "{e}"
+            );
+        }
     }
 }

@@ -239,10 +239,24 @@ impl KernelPhysics {
                     missing.is_empty(),
                     "kernel {name}: curve_ns has no time for {missing:?}; accepted: [sms, ns] pairs covering every realisable size {sizes:?}"
                 );
-                anyhow::ensure!(
-                    curve.iter().all(|(_, t)| t.is_finite() && *t > 0.0),
-                    "kernel {name}: curve_ns times must be positive numbers of nanoseconds"
-                );
+                let mut seen = std::collections::BTreeSet::new();
+                if let Some((m, _)) = curve.iter().find(|(m, _)| !seen.insert(*m)) {
+                    anyhow::bail!(
+                        "kernel {name}: curve_ns gives {m} SMs more than once; accepted: one [sms, ns] pair per realisable size {sizes:?}"
+                    );
+                }
+                if let Some((m, _)) = curve.iter().find(|(m, _)| !sizes.contains(m)) {
+                    anyhow::bail!(
+                        "kernel {name}: curve_ns gives {m} SMs, which this device cannot realise; accepted: the realisable sizes {sizes:?}"
+                    );
+                }
+                // Below 1 ns is a unit mistake (seconds or milliseconds given as nanoseconds),
+                // and the simulator would time such launches at 0 ns.
+                if let Some((m, t)) = curve.iter().find(|(_, t)| !(t.is_finite() && *t >= 1.0)) {
+                    anyhow::bail!(
+                        "kernel {name}: curve_ns gives {t} at {m} SMs; accepted: times in nanoseconds, at least 1 (a launch of 50 us is 50000)"
+                    );
+                }
             }
             None => {
                 anyhow::ensure!(
@@ -275,6 +289,23 @@ impl KernelPhysics {
             "kernel {name}: jitter.tail_probability must be in [0, 1] and tail_alpha positive"
         );
         Ok(())
+    }
+
+    /// A manifest's `[sim]` table checked without a device (`wcetctl kernels check`): its types,
+    /// and its curve's sizes and times, but not whether they are the device's realisable sizes,
+    /// which only the daemon knows.
+    pub fn check_without_device(m: &Manifest) -> anyhow::Result<()> {
+        let Some(table) = &m.sim else { return Ok(()) };
+        let physics: KernelPhysics = toml::Value::Table(table.clone())
+            .try_into()
+            .map_err(|e| anyhow::anyhow!("kernel {}: [sim] table: {e}", m.name))?;
+        let mut sizes: Vec<u32> = match &physics.curve_ns {
+            Some(curve) => curve.iter().map(|&(m, _)| m).collect(),
+            None => Vec::new(),
+        };
+        sizes.sort_unstable();
+        sizes.dedup();
+        physics.check(&m.name, &sizes)
     }
 
     /// How the simulator runs a manifest's kernel: its `[sim]` table (a tabulated `curve_ns`, or
@@ -858,6 +889,37 @@ mod tests {
         assert!(
             err.contains("[6, 8, 10, 12, 14, 16]") && err.contains("accepted"),
             "{err}"
+        );
+    }
+
+    /// A black-box run gave 8 SMs twice (the second, 900 us, ignored: a bound of 66 us was
+    /// served there), times in seconds, and a size the device does not have; all were taken.
+    #[test]
+    fn a_curve_gives_each_realisable_size_once_in_nanoseconds() {
+        let embedded = include_str!("../../calibration/profiles/embedded.toml");
+        let with = |pairs: &str| {
+            let all = "[2, 100.0], [4, 90.0], [6, 80.0], [8, 70.0], [10, 60.0], [12, 50.0], [14, 40.0], [16, 30.0]";
+            DeviceProfile::parse(&format!(
+                "{embedded}\n[kernels.t]\ncurve_ns = [{all}{pairs}]\n"
+            ))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+        };
+        assert_eq!(with(""), Ok(()));
+        let twice = with(", [8, 900.0]").unwrap_err();
+        assert!(twice.contains("gives 8 SMs more than once"), "{twice}");
+        let absent = with(", [18, 20.0]").unwrap_err();
+        assert!(
+            absent.contains("18 SMs, which this device cannot realise"),
+            "{absent}"
+        );
+        let seconds = with("").and(with(", [3, 1.0]")).unwrap_err();
+        assert!(seconds.contains("3 SMs"), "{seconds}");
+        let text = format!("{embedded}\n[kernels.t]\ncurve_ns = [[2, 0.00005], [4, 90.0], [6, 80.0], [8, 70.0], [10, 60.0], [12, 50.0], [14, 40.0], [16, 30.0]]\n");
+        let unit = DeviceProfile::parse(&text).unwrap_err().to_string();
+        assert!(
+            unit.contains("gives 0.00005 at 2 SMs") && unit.contains("at least 1"),
+            "{unit}"
         );
     }
 

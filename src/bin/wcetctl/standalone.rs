@@ -86,8 +86,15 @@ pub(crate) fn check_manifests(json: bool, files: &[PathBuf]) -> anyhow::Result<(
     let mut files = files.to_vec();
     let mut seen = std::collections::HashSet::new();
     files.retain(|f| seen.insert(f.clone()));
-    let loaded: Vec<Result<wcetd::manifest::Manifest, String>> =
-        files.iter().map(|f| wcetd::manifest::load(f)).collect();
+    let loaded: Vec<Result<wcetd::manifest::Manifest, String>> = files
+        .iter()
+        .map(|f| {
+            let m = wcetd::manifest::load(f)?;
+            wcetd::gpu::sim::KernelPhysics::check_without_device(&m)
+                .map_err(|e| format!("{e} (the daemon would reject it)"))?;
+            Ok(m)
+        })
+        .collect();
     let (_, taken) = wcetd::kernels::Catalogue::with_manifests(
         loaded
             .iter()
