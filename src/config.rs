@@ -89,9 +89,11 @@ pub fn accepted_keys(cmd: &clap::Command) -> Vec<String> {
 }
 
 /// `key = value` as command-line tokens: a switch for `true`, nothing for `false`, one value per
-/// array element.
+/// array element. A value is joined to its flag (`--key=value`): apart, a value that starts with
+/// `-` (`calibration-budget = -1`) read as a flag of its own, and clap's error named neither.
 fn flag_tokens(arg: &clap::Arg, key: &str, value: &toml::Value) -> Result<Vec<OsString>, String> {
     let flag = OsString::from(format!("--{key}"));
+    let with = |v: &str| OsString::from(format!("--{key}={v}"));
     if !arg.get_action().takes_values() {
         return match value {
             toml::Value::Boolean(true) => Ok(vec![flag]),
@@ -117,14 +119,11 @@ fn flag_tokens(arg: &clap::Arg, key: &str, value: &toml::Value) -> Result<Vec<Os
         toml::Value::Array(items) => {
             let values = items.iter().map(scalar).collect::<Result<Vec<_>, _>>()?;
             if arg.get_value_delimiter().is_some() {
-                return Ok(vec![flag, values.join(",").into()]);
+                return Ok(vec![with(&values.join(","))]);
             }
-            Ok(values
-                .into_iter()
-                .flat_map(|v| [flag.clone(), v.into()])
-                .collect())
+            Ok(values.iter().map(|v| with(v)).collect())
         }
-        v => Ok(vec![flag, scalar(v)?.into()]),
+        v => Ok(vec![with(&scalar(v)?)]),
     }
 }
 
@@ -213,7 +212,12 @@ mod tests {
         );
         let e = parse("config = \"x\"\n", &[]).unwrap_err().to_string();
         assert!(e.contains("unknown"), "{e}");
-        assert!(format!("{:#}", parse("launches = \"many\"\n", &[]).unwrap_err()).contains("many"));
+        let e = format!("{:#}", parse("launches = \"many\"\n", &[]).unwrap_err());
+        assert!(e.contains("'many'") && e.contains("--launches"), "{e}");
+        // A negative value is a value, not a flag: the error names the key (it said
+        // "unexpected argument '-1' found").
+        let e = format!("{:#}", parse("launches = -1\n", &[]).unwrap_err());
+        assert!(e.contains("'-1'") && e.contains("--launches"), "{e}");
         assert!(locate(Some(Path::new("/nonexistent/wcetd.toml"))).is_err());
     }
 }

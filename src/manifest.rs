@@ -264,9 +264,24 @@ const ACCEPTED_SCALARS: &str = "one of buffer (with fill), i32, u32, i64, u64, f
 
 /// Read and check the manifest at `path`.
 pub fn load(path: &Path) -> Result<Manifest, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
+    // Read no further than the limit: a manifest is a few lines, and a huge file (a 20 MB
+    // summary was accepted) would sit in memory and in every `ListKernels` answer.
+    let mut text = String::new();
+    file.take(MAX_MANIFEST_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if text.len() as u64 > MAX_MANIFEST_BYTES {
+        return Err(format!(
+            "it is larger than {MAX_MANIFEST_BYTES} bytes; accepted: a manifest of at most 64 KiB (the module and fill files are separate files)"
+        ));
+    }
     parse(path, &text)
 }
+
+/// Largest manifest file read.
+const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
 
 /// Check a manifest's text; `path` locates the module and fill files.
 pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
@@ -691,6 +706,19 @@ mod tests {
         );
         let e = parse(&path, &manifest("")).unwrap_err();
         assert!(e.contains("does not define the entry point"), "{e}");
+    }
+
+    /// A black-box run loaded a manifest with a 20 MB summary.
+    #[test]
+    fn a_manifest_larger_than_64_kib_is_refused_before_it_is_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let ok = write(dir.path(), "ok.toml", &manifest(""));
+        load(&ok).unwrap();
+        let long = format!("summary = \"{}\"\n", "x".repeat(70_000));
+        let big = write(dir.path(), "big.toml", &(long + &manifest("")));
+        let e = load(&big).unwrap_err();
+        assert!(e.contains("at most 64 KiB"), "{e}");
     }
 
     /// An unknown key at the start of line 6 is named on line 6 (it was named on line 5).

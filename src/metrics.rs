@@ -329,7 +329,14 @@ pub fn write(services: &[(u32, Service)], path: &Path) -> std::io::Result<()> {
         .iter()
         .map(|(n, service)| Snapshot::gather(service, *n))
         .collect();
-    let written = crate::store::write_atomically(path, |out| render_to(&snapshots, out));
+    let written = crate::store::write_atomically(path, |out| {
+        // Readable by the node exporter, which runs as another user, whatever the daemon's umask
+        // (the unit's 0027 made it 0640). Bounds and counts are not secret.
+        use std::os::unix::fs::PermissionsExt;
+        out.get_ref()
+            .set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        render_to(&snapshots, out)
+    });
     drop(snapshots);
     crate::store::release_freed_memory();
     written
@@ -413,6 +420,22 @@ async fn watch(service: Service, wakes: tokio::sync::mpsc::Sender<Wake>) {
 mod tests {
     use super::*;
     use crate::observe::Quantiles;
+
+    /// Under the unit's umask (0027) the file came out 0640, unreadable by the node exporter.
+    #[test]
+    fn the_file_is_world_readable_whatever_the_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("wcetd.prom");
+        // SAFETY: umask only sets the process's file-creation mask; it is restored below (other
+        // tests creating files meanwhile get at most fewer permission bits).
+        let old = unsafe { libc::umask(0o027) };
+        let written = write(&[], &path);
+        unsafe { libc::umask(old) };
+        written.unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o644);
+    }
 
     fn snapshot() -> Snapshot {
         let now = DateTime::parse_from_rfc3339("2026-12-01T12:00:00Z")

@@ -318,6 +318,9 @@ struct Inner {
     /// Held through a reload, so that two at once cannot pair one's catalogue with the other's
     /// forecast.
     reloading: Mutex<()>,
+    /// Where jobs are recorded from queued to ended, so that the next start names those a crash
+    /// interrupted ([`interrupted`]).
+    job_record: PathBuf,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -363,7 +366,11 @@ impl Service {
             .into_iter()
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
-        let interrupted = interrupted::read(&interrupted::path(&store, &device));
+        let job_record = interrupted::path(&store, &device);
+        let interrupted = interrupted::read(&job_record);
+        if let Some(why) = &interrupted {
+            tracing::warn!(path = %job_record.display(), "{why}");
+        }
         let health = initial_health(&device, interrupted, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
             device,
@@ -383,6 +390,7 @@ impl Service {
             changed_on_disk: RwLock::default(),
             code_watch_failed: AtomicBool::new(false),
             reloading: Mutex::new(()),
+            job_record,
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
@@ -1175,6 +1183,7 @@ impl Service {
     }
 
     fn enqueue(&self, work: Work, kernels: Vec<String>, tags: Vec<Interference>) -> Result<u64> {
+        let names = kernels.clone();
         let limit = self.inner.config.max_queued_jobs as u64;
         // Taken in one step, so two callers at once cannot both take the last place.
         let taken = self
@@ -1202,7 +1211,9 @@ impl Service {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(id, (status, Arc::clone(&cancel)));
+        interrupted::queued(&self.inner.job_record, id, work.doing(), &names);
         if self.worker.send(Some(Job { id, work, cancel })).is_err() {
+            interrupted::ended(&self.inner.job_record, id, false);
             // Not left listed as queued forever: the job ends here, and says why.
             let why = "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
             set_job(&self.inner, id, |s| {
@@ -1281,6 +1292,7 @@ impl Service {
                 status.state = JobState::Cancelled;
                 status.message = message.clone();
             }
+            interrupted::ended(&self.inner.job_record, id, false);
             tracing::info!(job = id, state = "cancelled", %message, "job finished");
             let _ = self.inner.events.send(Event::JobFinished {
                 job: id,
@@ -1557,11 +1569,11 @@ fn worker_loop(
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
         if !claim(&inner, &job) {
-            // Cancelled while queued: finished and signalled by `CancelJob` already.
+            // Cancelled while queued: finished, signalled and unrecorded by `CancelJob` already.
             inner.pending.fetch_sub(1, Ordering::SeqCst);
             continue;
         }
-        let running = interrupted::path(&store, &inner.device);
+        let running = &inner.job_record;
         let kernels = inner
             .jobs
             .lock()
@@ -1572,8 +1584,10 @@ fn worker_loop(
         // A job cancelled before it starts runs nothing that a crash could interrupt.
         let recorded = !job.cancel.load(Ordering::SeqCst);
         if recorded {
-            interrupted::mark(&running, job.id, job.work.doing(), &kernels);
+            interrupted::started(running, job.id, job.work.doing(), &kernels);
             monitor::recalibration_started(&inner, &kernels);
+        } else {
+            interrupted::ended(running, job.id, false);
         }
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1591,7 +1605,7 @@ fn worker_loop(
             )
         });
         if recorded {
-            interrupted::ended(&running, job.id, state == JobState::Done);
+            interrupted::ended(running, job.id, state == JobState::Done);
             monitor::recalibration_ended(&inner, &kernels);
         }
         inner.pending.fetch_sub(1, Ordering::SeqCst);

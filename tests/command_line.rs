@@ -43,6 +43,18 @@ async fn a_missing_daemon_is_explained() {
         err.contains("cannot reach a bus") && err.contains("nothing-here"),
         "{err}"
     );
+    // A file the command reads is checked first: a missing one is named, not the bus.
+    for args in [
+        &["admit", "/nonexistent/set.toml"][..],
+        &["import", "--samples", "/nonexistent/samples.csv"][..],
+    ] {
+        let (code, _, err) = wcetctl(&gone, args);
+        assert_eq!(code, Some(2));
+        assert!(
+            err.contains("/nonexistent/") && err.contains("No such file") && !err.contains("bus"),
+            "{err}"
+        );
+    }
 }
 
 /// Ctrl-C during `recalibrate` cancels the job, keeps the old bounds, and exits 130; `jobs`

@@ -123,6 +123,10 @@ async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
         let conn = fx.connect().await;
         let old = calibrate_state(&fx).await;
         let (mut d, job) = paced_daemon_in_a_job(&fx, &conn, &[]).await;
+        // A job still queued at a clean stop ends with it too: nothing to name at the next start.
+        let _: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["lud"],))
+            .await
+            .expect("Recalibrate");
         d.stop();
         let log = d.log_text();
         assert!(
@@ -157,6 +161,11 @@ async fn a_job_the_previous_run_did_not_finish_is_named_in_health() {
         let conn = fx.connect().await;
         let old = calibrate_state(&fx).await;
         let (mut d, _) = paced_daemon_in_a_job(&fx, &conn, &["srad", "bfs"]).await;
+        // Queued behind it: lost with the process too, and named (a black-box run found only
+        // the running job named).
+        let queued: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["lud"],))
+            .await
+            .expect("Recalibrate");
         d.kill9();
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
         wait_for_daemon(&conn, &mut d).await;
@@ -164,9 +173,14 @@ async fn a_job_the_previous_run_did_not_finish_is_named_in_health() {
         let said = health(&conn).await;
         assert!(
             said.starts_with("degraded: an earlier run ended during job")
-                && said.contains("calibrating srad, bfs")
-                && said.contains("`wcetctl recalibrate bfs srad`"),
+                && said.contains("calibrating srad, bfs, started")
+                && said.contains(&format!("before job {queued} (calibrating lud, queued"))
+                && said.contains("`wcetctl recalibrate bfs lud srad`"),
             "{said}"
+        );
+        assert!(
+            d.log_text().contains("an earlier run ended during job"),
+            "logged as a warning"
         );
         // A restart without a job does not forget it.
         d.stop();

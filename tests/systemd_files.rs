@@ -266,12 +266,13 @@ fn unit_keeps_its_contract() {
     for line in [
         "Type=dbus",
         "BusName=org.wcetd.Wcetd1",
-        "ExecStart=/usr/bin/wcetd --system --kernel-dir /etc/wcetd/kernels.d",
+        "ExecStart=/usr/bin/wcetd --system",
         "User=wcetd",
         "StateDirectory=wcetd",
         "DevicePolicy=closed",
         "DeviceAllow=char-nvidia rw",
         "DeviceAllow=char-nvidia-uvm rw",
+        "DeviceAllow=char-nvidia-frontend rw",
         "CapabilityBoundingSet=",
     ] {
         assert!(

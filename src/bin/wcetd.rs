@@ -5,7 +5,7 @@
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use wcetd::bus::{self, BusChoice, PrivateBus};
 use wcetd::calibrate::{Recipe, VerificationSweep};
@@ -94,7 +94,8 @@ struct Args {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
     sim_devices: u32,
     /// A directory of kernel manifests (one TOML per kernel); repeatable. Read at start and by
-    /// `wcetctl kernels reload` (Calibration1.ReloadKernels).
+    /// `wcetctl kernels reload` (Calibration1.ReloadKernels). With `--system` and none given:
+    /// /etc/wcetd/kernels.d, when it exists.
     #[arg(long = "kernel-dir", value_name = "DIR")]
     kernel_dirs: Vec<PathBuf>,
     /// Launches of the delay probe (a fixed amount of work on the whole device) before each
@@ -166,8 +167,23 @@ struct Args {
     observation_save_interval: u64,
 }
 
+/// Where `--system` reads kernel manifests when no `kernel-dir` is given, by flag or in the file:
+/// the directory the package creates (`systemd/wcetd.tmpfiles`), when it exists. So the unit
+/// passes `--system` alone, and a `kernel-dir` in `/etc/wcetd/wcetd.toml` is not overridden by
+/// a flag in `ExecStart=` (the unit passed `--kernel-dir` until 2026-11-24, and a black-box run
+/// found the file's directories dropped).
+const SYSTEM_KERNEL_DIR: &str = "/etc/wcetd/kernels.d";
+
 /// The command line, with the configuration file's settings under it (flags win).
 fn parse_args() -> anyhow::Result<Args> {
+    let mut args = parse_args_and_file()?;
+    if args.system && args.kernel_dirs.is_empty() && Path::new(SYSTEM_KERNEL_DIR).is_dir() {
+        args.kernel_dirs.push(SYSTEM_KERNEL_DIR.into());
+    }
+    Ok(args)
+}
+
+fn parse_args_and_file() -> anyhow::Result<Args> {
     let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let first = Args::try_parse_from(&argv)?;
     let Some(file) = config::locate(first.config.as_deref())? else {

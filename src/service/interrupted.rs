@@ -1,10 +1,12 @@
-//! Jobs a previous run did not finish: the worker records each job in the state directory while
-//! it runs (`job-running-<fingerprint digest>.json`, written atomically) and takes the record
-//! out when the job ends. A record found at start means the process died during that job
-//! (SIGKILL, a power cut, a crash): its kernels keep the bounds from before it, which is safe,
-//! but nothing else would say the recalibration an operator asked for never happened. `Health`
-//! says so, as after a failed job, until a job succeeds: the records stay until then, across
-//! restarts, and a second interrupted job adds its own rather than replacing the first's.
+//! Jobs a previous run did not finish: each job is recorded in the state directory from the
+//! moment it is queued (`job-running-<fingerprint digest>.json`, written atomically), marked when
+//! the worker starts it, and taken out when it ends or is cancelled. A record found at start
+//! means the process died before the job ended (SIGKILL, a power cut, a crash), during it or
+//! before it started: its kernels keep the bounds they had when the process stopped (from before
+//! the job, or what it published before then), which is safe, but nothing else would say the
+//! recalibration an operator asked for never happened. `Health` says so, as after a failed job,
+//! and a warning is logged, until a job succeeds: the records stay until then, across restarts,
+//! and a second interrupted run adds its own rather than replacing the first's.
 
 use chrono::{DateTime, Utc};
 use std::path::{Path, PathBuf};
@@ -20,7 +22,11 @@ struct Record {
     /// What the job did: `calibrating`, `importing samples of`, `importing a bundle of`.
     what: String,
     kernels: Vec<String>,
+    /// When it was queued, then when it started.
     started_at: DateTime<Utc>,
+    /// Not started yet (records before 2026-11-24 are of started jobs only).
+    #[serde(default)]
+    queued: bool,
 }
 
 /// Where the running and interrupted jobs of `device` are recorded.
@@ -55,8 +61,8 @@ fn write(path: &Path, records: &[Record]) {
     }
 }
 
-/// Record that `job` is running, beside what earlier runs left unfinished.
-pub(super) fn mark(path: &Path, job: u64, what: &str, kernels: &[String]) {
+/// Record that `job` is queued, beside what earlier runs left unfinished.
+pub(super) fn queued(path: &Path, job: u64, what: &str, kernels: &[String]) {
     let mut all = records(path).unwrap_or_default();
     all.push(Record {
         pid: std::process::id(),
@@ -64,20 +70,45 @@ pub(super) fn mark(path: &Path, job: u64, what: &str, kernels: &[String]) {
         what: what.to_string(),
         kernels: kernels.to_vec(),
         started_at: Utc::now(),
+        queued: true,
     });
     write(path, &all);
 }
 
-/// `job` ended: its record goes, and when it succeeded every earlier one too (as `Health` turns
-/// `ok` after a successful job, whatever failed before it).
+fn of_this_run(r: &Record, job: u64) -> bool {
+    r.job == job && r.pid == std::process::id()
+}
+
+/// Record that `job` is running (queued before, or not recorded then: added now).
+pub(super) fn started(path: &Path, job: u64, what: &str, kernels: &[String]) {
+    let mut all = records(path).unwrap_or_default();
+    match all.iter_mut().find(|r| of_this_run(r, job)) {
+        Some(r) => {
+            r.queued = false;
+            r.started_at = Utc::now();
+        }
+        None => all.push(Record {
+            pid: std::process::id(),
+            job,
+            what: what.to_string(),
+            kernels: kernels.to_vec(),
+            started_at: Utc::now(),
+            queued: false,
+        }),
+    }
+    write(path, &all);
+}
+
+/// `job` ended, or was cancelled before it started: its record goes, and when it succeeded
+/// every earlier run's too (as `Health` turns `ok` after a successful job, whatever failed
+/// before it); this run's queued jobs stay recorded until they end.
 pub(super) fn ended(path: &Path, job: u64, succeeded: bool) {
     let all = records(path).unwrap_or_default();
-    let started_here = |r: &Record| r.job == job && r.pid == std::process::id();
-    let left: Vec<Record> = if succeeded {
-        Vec::new()
-    } else {
-        all.into_iter().filter(|r| !started_here(r)).collect()
-    };
+    let left: Vec<Record> = all
+        .into_iter()
+        .filter(|r| !of_this_run(r, job))
+        .filter(|r| !succeeded || (r.pid == std::process::id() && r.queued))
+        .collect();
     write(path, &left);
 }
 
@@ -89,23 +120,28 @@ pub(super) fn read(path: &Path) -> Option<String> {
         Ok(all) => all,
         Err(()) => {
             return Some(format!(
-                "an earlier run ended during a job whose record ({}) cannot be read: its kernels keep the bounds from before it",
+                "an earlier run ended during a job whose record ({}) cannot be read: its kernels keep the bounds they had when it stopped",
                 path.display()
             ))
         }
     };
-    let jobs: Vec<String> = all
-        .iter()
-        .map(|r| {
-            format!(
-                "job {} ({} {}, started {})",
-                r.job,
-                r.what,
-                r.kernels.join(", "),
-                r.started_at.to_rfc3339()
-            )
-        })
-        .collect();
+    let describe = |r: &Record| {
+        let when = if r.queued { "queued" } else { "started" };
+        format!(
+            "job {} ({} {}, {when} {})",
+            r.job,
+            r.what,
+            r.kernels.join(", "),
+            r.started_at.to_rfc3339()
+        )
+    };
+    let list = |queued: bool| -> Vec<String> {
+        all.iter()
+            .filter(|r| r.queued == queued)
+            .map(describe)
+            .collect()
+    };
+    let (running, waiting) = (list(false), list(true));
     let mut kernels: Vec<&str> = all
         .iter()
         .filter(|r| r.what == "calibrating")
@@ -113,13 +149,24 @@ pub(super) fn read(path: &Path) -> Option<String> {
         .collect();
     kernels.sort_unstable();
     kernels.dedup();
-    let again = if kernels.is_empty() {
-        "the import again".to_string()
-    } else {
-        format!("`wcetctl recalibrate {}`", kernels.join(" "))
+    let mut again = Vec::new();
+    if !kernels.is_empty() {
+        again.push(format!("`wcetctl recalibrate {}`", kernels.join(" ")));
+    }
+    if all.iter().any(|r| r.what != "calibrating") {
+        again.push("the import again".to_string());
+    }
+    let during = match (running.is_empty(), waiting.is_empty()) {
+        (false, true) => format!("during {}", running.join(" and ")),
+        (true, false) => format!("before {} started", waiting.join(" and ")),
+        _ => format!(
+            "during {}, before {} started",
+            running.join(" and "),
+            waiting.join(" and ")
+        ),
     };
     Some(format!(
-        "an earlier run ended during {}: those kernels keep the bounds from before it; run {again}",
-        jobs.join(" and ")
+        "an earlier run ended {during}: those kernels keep the bounds they had when it stopped (from before the job, or what it published before then); run {}",
+        again.join(" and ")
     ))
 }

@@ -4,6 +4,7 @@
 use super::*;
 
 pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
+    check_input_files(&cli.command)?;
     let state_dir = cli
         .state_dir
         .clone()
@@ -871,4 +872,26 @@ pub(crate) async fn status(
         println!("  {k:<w$} {state:<19} {tags:<19} {exceedance:>10}  {tail}");
     }
     Ok(serde_json::Value::Null)
+}
+
+/// The files a command reads, checked before the daemon is reached: a missing task set was
+/// reported as a bus error when no daemon ran (it said nothing of the file).
+fn check_input_files(command: &Command) -> anyhow::Result<()> {
+    let files: Vec<&Path> = match command {
+        Command::Admit { file, .. } | Command::Suggest { file, .. } => {
+            taskset::load(file)?;
+            Vec::new()
+        }
+        Command::Import {
+            samples, geometry, ..
+        } => std::iter::once(samples.as_path())
+            .chain(geometry.as_deref())
+            .collect(),
+        Command::ImportCalibration { file, .. } if file.as_os_str() != "-" => vec![file.as_path()],
+        _ => Vec::new(),
+    };
+    for file in files {
+        std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
+    }
+    Ok(())
 }
