@@ -249,7 +249,19 @@ async fn a_bad_sim_table_is_rejected_at_load() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_manifest_is_served_stale_until_recalibrated() {
     let (kdir, path, mut d) = daemon_with_manifest().await;
-    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
+    // Samples imported under the name are of the code it has now: current until it changes.
+    // Imported first, and only the contended bounds measured: imports never replace bounds the
+    // daemon measured itself.
+    import_campaign_samples(&d, "app.scale");
+    let mut contended = HashMap::new();
+    contended.insert("interference", zbus::Variant::from(vec!["contended"]));
+    let job = d
+        .calibration()
+        .await
+        .recalibrate_with(&["app.scale"], contended)
+        .await
+        .unwrap();
+    assert_eq!(d.wait_job(job).await.0, "done");
     let stale = |info: &HashMap<String, OwnedValue>| bool::try_from(&info["stale"]).unwrap();
     let info = d
         .bounds()
@@ -258,8 +270,6 @@ async fn a_changed_manifest_is_served_stale_until_recalibrated() {
         .await
         .unwrap();
     assert!(!stale(&info));
-    // Samples imported under the name are of the code it has now: current until it changes.
-    import_campaign_samples(&d, "app.scale");
     let isolated = |b: wcetd::client::BoundsProxy<'static>| async move {
         b.get_bound_info_tagged("app.scale", 64, "isolated")
             .await
