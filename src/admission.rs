@@ -562,21 +562,24 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
             deadline: t.deadline_ns,
         })
         .collect();
+    let level = Level::of(&jobs);
+    let budget = Budget::new(WORK_BUDGET);
     let results: Vec<TaskResult> = tasks
         .iter()
         .zip(&bounds)
         .enumerate()
         .map(|(i, (t, b))| {
-            result(
-                &t.name,
-                partition,
-                response_time(&jobs, i),
-                t.deadline_ns,
-                b,
-            )
+            let response = level.response_time(i, &budget);
+            result(&t.name, partition, response, t.deadline_ns, b)
         })
         .collect();
-    Ok(lookup.verdict(results, Vec::new()))
+    let mut missed = Vec::new();
+    if budget.exhausted() {
+        missed.push(format!(
+            "the analysis stopped at its limit of {WORK_BUDGET} steps, so the tasks it had not finished are not admitted; accepted: fewer tasks on one partition, or periods further from full utilisation"
+        ));
+    }
+    Ok(lookup.verdict(results, missed))
 }
 
 /// A task as the response-time analysis sees it: non-preemptive segments (kernel bounds) in order.
@@ -599,82 +602,132 @@ impl Job {
 
 /// Worst-case response time of `jobs[i]` under fixed-priority scheduling with preemption points
 /// at kernel boundaries (jobs before `i` have higher priority). `u64::MAX` when unbounded.
-///
-/// Bril, Lukkien and Verhaegh's analysis for deferred preemption (the multi-segment form of Davis,
-/// Burns, Bril and Lukkien 2007): blocking `B` is the longest single kernel of a lower-priority
-/// task; the last kernel `F` is the final non-preemptive segment; every job `q` of the level-i busy
-/// period is checked, because a long final segment can push the next job later (self-pushing).
 pub fn response_time(jobs: &[Job], i: usize) -> u64 {
-    let me = &jobs[i];
-    let higher = &jobs[..i];
-    let blocking = jobs[i + 1..]
-        .iter()
-        .flat_map(|j| j.segments.iter().copied())
-        .max()
-        .unwrap_or(0);
-    if overloaded(&jobs[..=i]) {
-        return u64::MAX;
+    let level = Level::of(jobs);
+    level.response_time(i, &Budget::new(WORK_BUDGET))
+}
+
+/// Fixed-point steps, counted one per job whose demand a step adds up, that one verdict may
+/// take: past them the tasks left are declared unschedulable (a rejection, so safe), and no
+/// request can keep the daemon busy for long (1,024 tasks near utilisation 1 took an estimated
+/// hour of CPU with only the per-level [`WORK_LIMIT`]).
+const WORK_BUDGET: u64 = 50_000_000;
+
+/// What is left of a verdict's [`WORK_BUDGET`].
+pub(crate) struct Budget(std::cell::Cell<u64>);
+
+impl Budget {
+    pub(crate) fn new(steps: u64) -> Budget {
+        Budget(std::cell::Cell::new(steps))
     }
-    let Some(busy) = busy_period(&jobs[..=i], blocking) else {
-        return u64::MAX;
-    };
-    let (c, f) = (me.wcet(), me.last());
-    let jobs_in_busy = busy.div_ceil(me.period).max(1);
-    if jobs_in_busy > WORK_LIMIT {
-        return u64::MAX;
+
+    /// Take `n` steps; false (and nothing left) when fewer remain.
+    fn spend(&self, n: u64) -> bool {
+        let left = self.0.get();
+        self.0.set(left.saturating_sub(n));
+        left >= n
     }
-    let mut worst = 0u64;
-    for q in 0..jobs_in_busy {
-        // Everything of job q before its last kernel can be overtaken at a kernel boundary.
-        let own = blocking
-            .saturating_add((q + 1).saturating_mul(c))
-            .saturating_sub(f);
-        let Some(start) = final_start(higher, own) else {
+
+    pub(crate) fn exhausted(&self) -> bool {
+        self.0.get() == 0
+    }
+}
+
+/// The jobs of a set as the analysis reads them: each one's total and last segment, summed once.
+struct Level<'a> {
+    jobs: &'a [Job],
+    wcet: Vec<u64>,
+}
+
+impl<'a> Level<'a> {
+    fn of(jobs: &'a [Job]) -> Level<'a> {
+        Level {
+            jobs,
+            wcet: jobs.iter().map(Job::wcet).collect(),
+        }
+    }
+
+    /// Bril, Lukkien and Verhaegh's analysis for deferred preemption (the multi-segment form of
+    /// Davis, Burns, Bril and Lukkien 2007): blocking `B` is the longest single kernel of a
+    /// lower-priority task; the last kernel `F` is the final non-preemptive segment; every job
+    /// `q` of the level-i busy period is checked, because a long final segment can push the next
+    /// job later (self-pushing). `u64::MAX` when unbounded, or when `budget` runs out.
+    fn response_time(&self, i: usize, budget: &Budget) -> u64 {
+        let me = &self.jobs[i];
+        let blocking = self.jobs[i + 1..]
+            .iter()
+            .flat_map(|j| j.segments.iter().copied())
+            .max()
+            .unwrap_or(0);
+        if self.overloaded(i) {
+            return u64::MAX;
+        }
+        let Some(busy) = self.busy_period(i, blocking, budget) else {
             return u64::MAX;
         };
-        let response = start
-            .saturating_add(f)
-            .saturating_sub(q.saturating_mul(me.period));
-        worst = worst.max(response);
+        let (c, f) = (self.wcet[i], me.last());
+        let jobs_in_busy = busy.div_ceil(me.period).max(1);
+        if jobs_in_busy > WORK_LIMIT {
+            return u64::MAX;
+        }
+        let mut worst = 0u64;
+        for q in 0..jobs_in_busy {
+            // Everything of job q before its last kernel can be overtaken at a kernel boundary.
+            let own = blocking
+                .saturating_add((q + 1).saturating_mul(c))
+                .saturating_sub(f);
+            let Some(start) = self.final_start(i, own, budget) else {
+                return u64::MAX;
+            };
+            let response = start
+                .saturating_add(f)
+                .saturating_sub(q.saturating_mul(me.period));
+            worst = worst.max(response);
+        }
+        worst
     }
-    worst
+
+    /// Whether the utilisation of the level down to `i` reaches 1 (then its busy period need not
+    /// end). The 1e-9 margin rejects sets at exactly 1 that might pass: safe, and avoids
+    /// trusting float rounding.
+    fn overloaded(&self, i: usize) -> bool {
+        let u: f64 = (0..=i)
+            .map(|j| self.wcet[j] as f64 / self.jobs[j].period as f64)
+            .sum();
+        u >= 1.0 - 1e-9
+    }
+
+    /// Length of the level-i busy period: t = B + sum over the level of ceil(t / T_j) C_j.
+    fn busy_period(&self, i: usize, blocking: u64, budget: &Budget) -> Option<u64> {
+        let demand = |t: u64| {
+            (0..=i).fold(blocking, |a, j| {
+                a.saturating_add(t.div_ceil(self.jobs[j].period).saturating_mul(self.wcet[j]))
+            })
+        };
+        fixed_point(demand(1), demand, i as u64 + 1, budget)
+    }
+
+    /// Start of the final segment: w = own + sum over higher priorities of (floor(w / T_j) + 1)
+    /// C_j. The `+ 1` counts a higher-priority release at exactly w, which the dispatcher would
+    /// pick first.
+    fn final_start(&self, i: usize, own: u64, budget: &Budget) -> Option<u64> {
+        let demand = |w: u64| {
+            (0..i).fold(own, |a, j| {
+                a.saturating_add((w / self.jobs[j].period + 1).saturating_mul(self.wcet[j]))
+            })
+        };
+        fixed_point(demand(own), demand, i as u64, budget)
+    }
 }
 
-/// Whether the level's utilisation reaches 1 (then its busy period need not end). The 1e-9 margin
-/// rejects sets at exactly 1 that might pass: safe, and avoids trusting float rounding.
-fn overloaded(level: &[Job]) -> bool {
-    let u: f64 = level
-        .iter()
-        .map(|j| j.wcet() as f64 / j.period as f64)
-        .sum();
-    u >= 1.0 - 1e-9
-}
-
-/// Length of the level-i busy period: t = B + sum over the level of ceil(t / T_j) C_j.
-fn busy_period(level: &[Job], blocking: u64) -> Option<u64> {
-    let demand = |t: u64| {
-        level.iter().fold(blocking, |a, j| {
-            a.saturating_add(t.div_ceil(j.period).saturating_mul(j.wcet()))
-        })
-    };
-    fixed_point(demand(1), demand)
-}
-
-/// Start of the final segment: w = own + sum over higher priorities of (floor(w / T_j) + 1) C_j.
-/// The `+ 1` counts a higher-priority release at exactly w, which the dispatcher would pick first.
-fn final_start(higher: &[Job], own: u64) -> Option<u64> {
-    let demand = |w: u64| {
-        higher.iter().fold(own, |a, j| {
-            a.saturating_add((w / j.period + 1).saturating_mul(j.wcet()))
-        })
-    };
-    fixed_point(demand(own), demand)
-}
-
-/// Iterate a monotone demand function to its least fixed point from `start`.
-fn fixed_point(start: u64, demand: impl Fn(u64) -> u64) -> Option<u64> {
+/// Iterate a monotone demand function to its least fixed point from `start`, each step costing
+/// `cost` of `budget`.
+fn fixed_point(start: u64, demand: impl Fn(u64) -> u64, cost: u64, budget: &Budget) -> Option<u64> {
     let mut t = start;
     for _ in 0..WORK_LIMIT {
+        if !budget.spend(cost.max(1)) {
+            return None;
+        }
         let next = demand(t);
         if next == t {
             return Some(t);
@@ -855,6 +908,20 @@ mod tests {
             v.unwrap().admitted,
             "2 x (2^63 - 1) fits in 64 bits and in the deadline"
         );
+    }
+
+    /// One verdict has a bounded amount of work: past it a task has no finite bound (a
+    /// rejection), however close the full analysis would have come.
+    #[test]
+    fn an_analysis_past_its_budget_rejects_what_it_did_not_finish() {
+        let jobs = [job(&[1], 4), job(&[1], 5), job(&[1], 7)];
+        let level = Level::of(&jobs);
+        let finite = level.response_time(2, &Budget::new(WORK_BUDGET));
+        assert!(finite < u64::MAX);
+        let tight = Budget::new(3);
+        assert_eq!(level.response_time(2, &tight), u64::MAX);
+        assert!(tight.exhausted());
+        assert_eq!(response_time(&jobs, 2), finite);
     }
 
     #[test]

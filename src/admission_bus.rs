@@ -180,6 +180,16 @@ impl Admission {
 async fn off_the_bus<T: Send + 'static>(
     analysis: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, BusError> {
+    // Two at a time: a caller cannot take every core (or tokio's 512 blocking threads) by
+    // sending many at once; the rest wait their turn.
+    static ANALYSES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
+    let turn = ANALYSES.acquire().await.map_err(|e| {
+        ServiceError::Failed(format!("the admission analysis could not start: {e}"))
+    })?;
+    let analysis = move || {
+        let _turn = turn;
+        analysis()
+    };
     match tokio::task::spawn_blocking(analysis).await {
         Ok(answer) => Ok(answer?),
         Err(e) => Err(ServiceError::Failed(format!("the admission analysis stopped: {e}")).into()),

@@ -268,15 +268,19 @@ pub fn load(path: &Path) -> Result<Manifest, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
     // Read no further than the limit: a manifest is a few lines, and a huge file (a 20 MB
     // summary was accepted) would sit in memory and in every `ListKernels` answer.
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read it: {e}"))?;
-    if text.len() as u64 > MAX_MANIFEST_BYTES {
+    // The size first: the limit can cut a character in two.
+    if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(format!(
             "it is larger than {MAX_MANIFEST_BYTES} bytes; accepted: a manifest of at most 64 KiB (the module and fill files are separate files)"
         ));
     }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!("cannot read it: it is not UTF-8 text ({e}); accepted: a TOML file")
+    })?;
     parse(path, &text)
 }
 
@@ -715,7 +719,9 @@ mod tests {
         write(dir.path(), "saxpy.ptx", PTX);
         let ok = write(dir.path(), "ok.toml", &manifest(""));
         load(&ok).unwrap();
-        let long = format!("summary = \"{}\"\n", "x".repeat(70_000));
+        // Multi-byte characters across the limit: still the size that is refused.
+        // (the 65,537th byte is the first of an é).
+        let long = format!("summary = \"x{}\"\n", "é".repeat(35_000));
         let big = write(dir.path(), "big.toml", &(long + &manifest("")));
         let e = load(&big).unwrap_err();
         assert!(e.contains("at most 64 KiB"), "{e}");

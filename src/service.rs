@@ -320,7 +320,10 @@ struct Inner {
     reloading: Mutex<()>,
     /// Where jobs are recorded from queued to ended, so that the next start names those a crash
     /// interrupted ([`interrupted`]).
-    job_record: PathBuf,
+    job_record: interrupted::JobRecords,
+    /// Set by [`Service::stop_worker`] under the jobs lock: no job is queued after its end
+    /// marker, where the worker would never reach it.
+    stopping: AtomicBool,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -366,10 +369,10 @@ impl Service {
             .into_iter()
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
-        let job_record = interrupted::path(&store, &device);
-        let interrupted = interrupted::read(&job_record);
+        let job_record = interrupted::JobRecords::of(&store, &device);
+        let interrupted = interrupted::read(job_record.path());
         if let Some(why) = &interrupted {
-            tracing::warn!(path = %job_record.display(), "{why}");
+            tracing::warn!(path = %job_record.path().display(), "{why}");
         }
         let health = initial_health(&device, interrupted, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
@@ -391,6 +394,7 @@ impl Service {
             code_watch_failed: AtomicBool::new(false),
             reloading: Mutex::new(()),
             job_record,
+            stopping: AtomicBool::new(false),
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
@@ -1183,7 +1187,10 @@ impl Service {
     }
 
     fn enqueue(&self, work: Work, kernels: Vec<String>, tags: Vec<Interference>) -> Result<u64> {
-        let names = kernels.clone();
+        const STOPPING: &str = "the daemon is stopping; accepted: retry once it has started again";
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            return Err(ServiceError::Busy(STOPPING.into()));
+        }
         let limit = self.inner.config.max_queued_jobs as u64;
         // Taken in one step, so two callers at once cannot both take the last place.
         let taken = self
@@ -1198,6 +1205,8 @@ impl Service {
             )));
         }
         let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
+        // Recorded before anyone can see the job, so a cancel cannot come before the record.
+        self.inner.job_record.queued(id, work.doing(), &kernels);
         let cancel = Arc::new(AtomicBool::new(false));
         let status = JobStatus {
             state: JobState::Queued,
@@ -1206,21 +1215,32 @@ impl Service {
             kernels,
             interference: tags,
         };
-        self.inner
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, (status, Arc::clone(&cancel)));
-        interrupted::queued(&self.inner.job_record, id, work.doing(), &names);
-        if self.worker.send(Some(Job { id, work, cancel })).is_err() {
-            interrupted::ended(&self.inner.job_record, id, false);
-            // Not left listed as queued forever: the job ends here, and says why.
-            let why = "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
-            set_job(&self.inner, id, |s| {
-                s.state = JobState::Failed;
-                s.message = why.into();
-            });
+        let refused = {
+            // Queued and sent under the jobs lock, where `stop_worker` sends the end marker.
+            let mut jobs = self
+                .inner
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if self.inner.stopping.load(Ordering::SeqCst) {
+                Some(STOPPING)
+            } else {
+                jobs.insert(id, (status, Arc::clone(&cancel)));
+                let sent = self.worker.send(Some(Job { id, work, cancel }));
+                sent.is_err().then(|| {
+                    // Not left listed as queued forever: the job ends here, and says why.
+                    let why = "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
+                    if let Some((s, _)) = jobs.get_mut(&id) {
+                        s.state = JobState::Failed;
+                        s.message = why.into();
+                    }
+                    why
+                })
+            }
+        };
+        if let Some(why) = refused {
             self.inner.pending.fetch_sub(1, Ordering::SeqCst);
+            self.inner.job_record.ended(id, false);
             return Err(ServiceError::Busy(why.into()));
         }
         Ok(id)
@@ -1283,22 +1303,14 @@ impl Service {
             )));
         }
         cancel.store(true, Ordering::SeqCst);
-        // A queued job is finished now, not when the worker reaches it: `GetJob` says so at once.
-        // Decided under the jobs lock, where the worker claims a job to start it
-        // ([`claim`]): a queued job is either cancelled here or started there, never both.
+        // A queued job is finished now, not when the worker reaches it: `GetJob` says so at once,
+        // and its place in the queue is free. Decided under the jobs lock, where the worker
+        // claims a job to start it ([`claim`]): a queued job is either cancelled here or started
+        // there, never both.
         if status.state == JobState::Queued {
-            let message = "cancelled before it started; bounds unchanged".to_string();
-            if let Some((status, _)) = jobs.get_mut(&id) {
-                status.state = JobState::Cancelled;
-                status.message = message.clone();
-            }
-            interrupted::ended(&self.inner.job_record, id, false);
-            tracing::info!(job = id, state = "cancelled", %message, "job finished");
-            let _ = self.inner.events.send(Event::JobFinished {
-                job: id,
-                state: JobState::Cancelled,
-                message,
-            });
+            finish_unstarted(&self.inner, &mut jobs, id);
+            drop(jobs);
+            self.inner.job_record.ended(id, false);
         }
         Ok(())
     }
@@ -1309,17 +1321,20 @@ impl Service {
     /// there leaves a temporary file the next start removes, never a torn store). `false` when the
     /// worker did not end in time, as when a launch hangs.
     pub fn stop_worker(&self, within: std::time::Duration) -> bool {
-        for (_, cancel) in self
-            .inner
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
         {
-            cancel.store(true, Ordering::SeqCst);
+            let jobs = self
+                .inner
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.inner.stopping.store(true, Ordering::SeqCst);
+            for (_, cancel) in jobs.values() {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            // Behind every queued job, each of which now ends at once as cancelled; none is
+            // queued after it (`enqueue` refuses under this lock once `stopping` is set).
+            let _ = self.worker.send(None);
         }
-        // Behind any queued job, each of which now ends at once as cancelled.
-        let _ = self.worker.send(None);
         let (done, ended) = &self.inner.worker_exited;
         let exited = done.lock().unwrap_or_else(PoisonError::into_inner);
         let (exited, _) = ended
@@ -1568,27 +1583,12 @@ fn worker_loop(
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => return,
         };
-        if !claim(&inner, &job) {
-            // Cancelled while queued: finished, signalled and unrecorded by `CancelJob` already.
-            inner.pending.fetch_sub(1, Ordering::SeqCst);
+        let Some(kernels) = claim(&inner, &job) else {
+            // Cancelled before it started: finished, signalled and unrecorded already.
             continue;
-        }
-        let running = &inner.job_record;
-        let kernels = inner
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&job.id)
-            .map(|(s, _)| s.kernels.clone())
-            .unwrap_or_default();
-        // A job cancelled before it starts runs nothing that a crash could interrupt.
-        let recorded = !job.cancel.load(Ordering::SeqCst);
-        if recorded {
-            interrupted::started(running, job.id, job.work.doing(), &kernels);
-            monitor::recalibration_started(&inner, &kernels);
-        } else {
-            interrupted::ended(running, job.id, false);
-        }
+        };
+        inner.job_record.started(job.id, job.work.doing(), &kernels);
+        monitor::recalibration_started(&inner, &kernels);
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_job(gpu.as_mut(), &store, &inner, &job)
@@ -1604,10 +1604,8 @@ fn worker_loop(
                 format!("internal error ({what}); bounds unchanged, please report it"),
             )
         });
-        if recorded {
-            interrupted::ended(running, job.id, state == JobState::Done);
-            monitor::recalibration_ended(&inner, &kernels);
-        }
+        inner.job_record.ended(job.id, state == JobState::Done);
+        monitor::recalibration_ended(&inner, &kernels);
         inner.pending.fetch_sub(1, Ordering::SeqCst);
         set_job(&inner, job.id, |s| {
             s.state = state;
@@ -1626,22 +1624,47 @@ fn worker_loop(
     }
 }
 
-/// Take `job` from the queue to run: `Running` now, unless `CancelJob` finished it while it was
-/// queued (false). Under the jobs lock, where `CancelJob` decides too. A job cancelled by the
-/// shutdown is still claimed, and ends at once as cancelled.
-fn claim(inner: &Inner, job: &Job) -> bool {
+/// Take `job` from the queue to run: `Running` now, and its kernels. None when it was cancelled
+/// before it started: by `CancelJob` (finished there), or by the shutdown (finished here). Under
+/// the jobs lock, where `CancelJob` decides too, so each job is finished exactly once.
+fn claim(inner: &Inner, job: &Job) -> Option<Vec<String>> {
     let mut jobs = inner.jobs.lock().unwrap_or_else(PoisonError::into_inner);
-    match jobs.get_mut(&job.id) {
-        Some((status, _)) if status.state == JobState::Cancelled => false,
-        Some((status, _)) => {
-            if !job.cancel.load(Ordering::SeqCst) {
-                status.state = JobState::Running;
-                status.message = "measuring".into();
-            }
-            true
-        }
-        None => true,
+    let Some((status, _)) = jobs.get_mut(&job.id) else {
+        return Some(Vec::new());
+    };
+    if status.state == JobState::Cancelled {
+        return None;
     }
+    if job.cancel.load(Ordering::SeqCst) {
+        finish_unstarted(inner, &mut jobs, job.id);
+        drop(jobs);
+        inner.job_record.ended(job.id, false);
+        return None;
+    }
+    status.state = JobState::Running;
+    status.message = "measuring".into();
+    Some(status.kernels.clone())
+}
+
+/// Finish queued job `id` as cancelled before it started: its state, its place in the queue,
+/// the log line and `JobFinished`. The caller holds the jobs lock (`jobs`).
+fn finish_unstarted(
+    inner: &Inner,
+    jobs: &mut BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>,
+    id: u64,
+) {
+    let message = "cancelled before it started; bounds unchanged".to_string();
+    if let Some((status, _)) = jobs.get_mut(&id) {
+        status.state = JobState::Cancelled;
+        status.message = message.clone();
+    }
+    inner.pending.fetch_sub(1, Ordering::SeqCst);
+    tracing::info!(job = id, state = "cancelled", %message, "job finished");
+    let _ = inner.events.send(Event::JobFinished {
+        job: id,
+        state: JobState::Cancelled,
+        message,
+    });
 }
 
 fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd {
@@ -1923,11 +1946,27 @@ fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEn
     }
 }
 
-/// Why samples imported for `kernel` under `tag` (of the code whose digest is `code`) must not
-/// replace its calibration: this daemon measured it on this device, for that code. Rule 1 keeps
-/// a bound above every launch seen at its size; imported bounds would drop those launches for
-/// ones timed elsewhere. None when there is no such calibration (none, imported, stale).
+/// Why samples imported for `kernel` under `tag`, of the code whose digest is `code`, must not
+/// be published: this daemon measured the kernel on this device, for the code the catalogue has
+/// now, or for a manifest that is gone for the moment (its calibration waits in the store for
+/// it); or the kernel's code changed since the samples were queued. Rule 1 keeps a bound above
+/// every launch seen at its size, and imported bounds would replace those launches with ones
+/// timed elsewhere. None when the import may go ahead (no calibration, an imported one, or one
+/// of another device or code).
 fn measured_here(inner: &Inner, kernel: &str, tag: Interference, code: &str) -> Option<String> {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let spec = catalogue.get(kernel);
+    let now = spec.map(KernelSpec::code_digest).unwrap_or_default();
+    if now != code {
+        return Some(format!(
+            "the code of `{kernel}` changed since the samples were queued (a reload in between), so they are not of the code the catalogue has now; accepted: samples of the current code, imported again"
+        ));
+    }
     let snap = Arc::clone(
         &inner
             .snapshot
@@ -1936,13 +1975,16 @@ fn measured_here(inner: &Inner, kernel: &str, tag: Interference, code: &str) -> 
     );
     let cal = snap.tables(tag).get(kernel)?;
     let own = matches!(cal.origin, Origin::Builtin | Origin::Manifest);
-    // A built-in kernel's calibration from before code digests were recorded is of the code
-    // built in, as `code_changed` takes it.
-    let same_code = cal.code == code || (cal.code.is_empty() && cal.origin == Origin::Builtin);
-    let current = cal.environment().fingerprint == inner.device.fingerprint && same_code;
-    (own && current).then(|| format!(
-        "`{kernel}` has {tag} bounds this daemon measured on this device for the same code (calibration {}), and imported samples would replace launches timed here with ones timed elsewhere; accepted: samples of a kernel with no current {tag} calibration measured here. Recalibrate it to refresh them (`wcetctl recalibrate {kernel}`), or import the samples under another name",
-        cal.id
+    // As `code_changed` takes it: a calibration from before code digests were recorded is of
+    // the code unless the name is a manifest's now.
+    let same_code =
+        cal.code == now || (cal.code.is_empty() && spec.is_some_and(|k| k.manifest().is_none()));
+    let waiting = spec.is_none() && cal.origin == Origin::Manifest;
+    let this_device = cal.environment().fingerprint == inner.device.fingerprint;
+    (own && this_device && (same_code || waiting)).then(|| format!(
+        "`{kernel}` has {tag} bounds this daemon measured on this device (calibration {}{}), and imported samples would replace launches timed here with ones timed elsewhere; accepted: samples of a kernel with no current {tag} calibration measured here. Recalibrate it to refresh them (`wcetctl recalibrate {kernel}`), or import the samples under another name",
+        cal.id,
+        if waiting { ", kept for its manifest, which is not loaded now" } else { ", for the code it has now" }
     ))
 }
 

@@ -516,9 +516,32 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
     assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
     assert!(
         err.to_string()
-            .contains("measured on this device for the same code"),
+            .contains("measured on this device (calibration")
+            && err.to_string().contains("for the code it has now"),
         "{err}"
     );
+    assert_eq!(bounds.get_curve("needle").await.unwrap(), before);
+    // `wcetctl import` lists the refusal and still imports the file's other kernels.
+    let data = tempfile::tempdir().unwrap();
+    let ours = std::fs::read_to_string(campaign_samples(data.path(), "needle")).unwrap();
+    let theirs = std::fs::read_to_string(campaign_samples(data.path(), "lab.other")).unwrap();
+    let both = data.path().join("both.csv");
+    let rows: String = theirs.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&both, ours + &rows).unwrap();
+    let (ok, stdout, stderr) = wcetctl(
+        d.bus.address(),
+        &["import", "--samples", both.to_str().unwrap()],
+    );
+    assert!(!ok, "{stdout}{stderr}");
+    assert!(
+        stdout.contains("needle:") && stdout.contains("refused: ") && stdout.contains("lab.other:"),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("1 of 2 kernels were not imported"),
+        "{stderr}"
+    );
+    assert!(bounds.get_bound("lab.other", 64).await.unwrap() > 0);
     assert_eq!(bounds.get_curve("needle").await.unwrap(), before);
 }
 

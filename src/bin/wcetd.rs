@@ -263,7 +263,11 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    match runtime.block_on(run(args)) {
+    let ran = runtime.block_on(run(args));
+    // Not waiting for blocking tasks still running (an admission analysis a client left): the
+    // daemon's own work has ended by now.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match ran {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("wcetd: {e:#}");

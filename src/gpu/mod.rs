@@ -319,18 +319,16 @@ fn auto_backend(
     }
 }
 
-/// Evidence that an NVIDIA kernel driver is loaded on this host, if any.
-fn nvidia_driver_loaded() -> Option<&'static str> {
-    [
-        (
-            "/proc/driver/nvidia/version",
-            "/proc/driver/nvidia/version exists",
-        ),
-        ("/dev/nvidiactl", "/dev/nvidiactl exists"),
-    ]
-    .into_iter()
-    .find(|(path, _)| std::path::Path::new(path).exists())
-    .map(|(_, evidence)| evidence)
+/// Evidence that this host's NVIDIA driver is meant to serve this process, if any: its control
+/// node, or its kernel module with `libcuda` installed (`libcuda`). The module alone is not:
+/// `/proc/driver/nvidia` shows through into a container started without GPUs, which has no
+/// libcuda and is a machine without a GPU for this purpose.
+fn nvidia_driver_loaded(libcuda: bool) -> Option<&'static str> {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return Some("/dev/nvidiactl exists");
+    }
+    (libcuda && std::path::Path::new("/proc/driver/nvidia/version").exists())
+        .then_some("its kernel module is loaded and libcuda is installed")
 }
 
 /// A device and its index in CUDA's device order.
@@ -350,7 +348,9 @@ pub fn open_devices(
         BackendChoice::Sim => None,
         BackendChoice::Cuda => Some(cuda::device_count()?),
         BackendChoice::Auto => {
-            let real = auto_backend(cuda::device_count(), nvidia_driver_loaded())?;
+            let count = cuda::device_count();
+            let libcuda = !matches!(count, Err(GpuError::NoDriver));
+            let real = auto_backend(count, nvidia_driver_loaded(libcuda))?;
             if real.is_none() {
                 tracing::warn!(
                     "no NVIDIA driver on this host; using {sim_devices} simulated `{}`",
@@ -411,6 +411,11 @@ pub fn open(
         BackendChoice::Auto => match cuda::CudaGpu::open(0) {
             Ok(gpu) => Ok(Box::new(gpu)),
             Err(e) => {
+                // As `open_devices`: the simulator only where no NVIDIA driver is loaded.
+                let libcuda = !matches!(e, GpuError::NoDriver);
+                let message = e.to_string();
+                auto_backend(Err(e), nvidia_driver_loaded(libcuda))?;
+                let e = message;
                 tracing::warn!(
                     "CUDA backend unavailable ({e}); using the simulated GPU `{}`",
                     sim_profile.name

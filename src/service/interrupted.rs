@@ -18,6 +18,10 @@ use crate::store::Store;
 struct Record {
     /// The process that ran it: job numbers start afresh with every run.
     pid: u32,
+    /// Which run of the daemon queued it ([`run_id`]): a pid can repeat (PID 1 in a container),
+    /// and job numbers do. Empty in records before 2026-11-24.
+    #[serde(default)]
+    run: String,
     job: u64,
     /// What the job did: `calibrating`, `importing samples of`, `importing a bundle of`.
     what: String,
@@ -29,11 +33,90 @@ struct Record {
     queued: bool,
 }
 
-/// Where the running and interrupted jobs of `device` are recorded.
-pub(super) fn path(store: &Store, device: &DeviceInfo) -> PathBuf {
-    store
-        .dir()
-        .join(format!("job-running-{}.json", device.fingerprint.digest()))
+/// This run of the daemon: its pid and the time it first recorded a job, in nanoseconds.
+fn run_id() -> &'static str {
+    static RUN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    RUN.get_or_init(|| {
+        let nanos = Utc::now().timestamp_nanos_opt().unwrap_or_default();
+        format!("{}-{nanos}", std::process::id())
+    })
+}
+
+/// The record file of one device's jobs. Every change is a read, an edit and an atomic write,
+/// made under one lock: the bus threads (queueing, cancelling) and the GPU worker (starting,
+/// ending) all change it, and two at once would lose one's edit or share the temporary file.
+pub(super) struct JobRecords {
+    path: PathBuf,
+    lock: std::sync::Mutex<()>,
+}
+
+impl JobRecords {
+    /// Where the running and interrupted jobs of `device` are recorded.
+    pub(super) fn of(store: &Store, device: &DeviceInfo) -> JobRecords {
+        JobRecords {
+            path: store
+                .dir()
+                .join(format!("job-running-{}.json", device.fingerprint.digest())),
+            lock: std::sync::Mutex::new(()),
+        }
+    }
+
+    pub(super) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn edit(&self, change: impl FnOnce(&mut Vec<Record>)) {
+        let _turn = self
+            .lock
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all = records(&self.path).unwrap_or_default();
+        change(&mut all);
+        write(&self.path, &all);
+    }
+
+    /// Record that `job` is queued, beside what earlier runs left unfinished.
+    pub(super) fn queued(&self, job: u64, what: &str, kernels: &[String]) {
+        self.edit(|all| all.push(Record::new(job, what, kernels, true)));
+    }
+
+    /// Record that `job` is running (queued before, or not recorded then: added now).
+    pub(super) fn started(&self, job: u64, what: &str, kernels: &[String]) {
+        self.edit(|all| match all.iter_mut().find(|r| r.of_this_run(job)) {
+            Some(r) => {
+                r.queued = false;
+                r.started_at = Utc::now();
+            }
+            None => all.push(Record::new(job, what, kernels, false)),
+        });
+    }
+
+    /// `job` ended, or was cancelled before it started: its record goes, and when it succeeded
+    /// every earlier run's too (as `Health` turns `ok` after a successful job, whatever failed
+    /// before it); this run's queued jobs stay recorded until they end.
+    pub(super) fn ended(&self, job: u64, succeeded: bool) {
+        self.edit(|all| {
+            all.retain(|r| !r.of_this_run(job) && (!succeeded || (r.run == run_id() && r.queued)))
+        });
+    }
+}
+
+impl Record {
+    fn new(job: u64, what: &str, kernels: &[String], queued: bool) -> Record {
+        Record {
+            pid: std::process::id(),
+            run: run_id().to_string(),
+            job,
+            what: what.to_string(),
+            kernels: kernels.to_vec(),
+            started_at: Utc::now(),
+            queued,
+        }
+    }
+
+    fn of_this_run(&self, job: u64) -> bool {
+        self.job == job && self.run == run_id()
+    }
 }
 
 fn records(path: &Path) -> Result<Vec<Record>, ()> {
@@ -59,57 +142,6 @@ fn write(path: &Path, records: &[Record]) {
     if let Err(e) = written {
         tracing::warn!(path = %path.display(), error = %e, "cannot update the record of running jobs; a crash during one may not be named at the next start");
     }
-}
-
-/// Record that `job` is queued, beside what earlier runs left unfinished.
-pub(super) fn queued(path: &Path, job: u64, what: &str, kernels: &[String]) {
-    let mut all = records(path).unwrap_or_default();
-    all.push(Record {
-        pid: std::process::id(),
-        job,
-        what: what.to_string(),
-        kernels: kernels.to_vec(),
-        started_at: Utc::now(),
-        queued: true,
-    });
-    write(path, &all);
-}
-
-fn of_this_run(r: &Record, job: u64) -> bool {
-    r.job == job && r.pid == std::process::id()
-}
-
-/// Record that `job` is running (queued before, or not recorded then: added now).
-pub(super) fn started(path: &Path, job: u64, what: &str, kernels: &[String]) {
-    let mut all = records(path).unwrap_or_default();
-    match all.iter_mut().find(|r| of_this_run(r, job)) {
-        Some(r) => {
-            r.queued = false;
-            r.started_at = Utc::now();
-        }
-        None => all.push(Record {
-            pid: std::process::id(),
-            job,
-            what: what.to_string(),
-            kernels: kernels.to_vec(),
-            started_at: Utc::now(),
-            queued: false,
-        }),
-    }
-    write(path, &all);
-}
-
-/// `job` ended, or was cancelled before it started: its record goes, and when it succeeded
-/// every earlier run's too (as `Health` turns `ok` after a successful job, whatever failed
-/// before it); this run's queued jobs stay recorded until they end.
-pub(super) fn ended(path: &Path, job: u64, succeeded: bool) {
-    let all = records(path).unwrap_or_default();
-    let left: Vec<Record> = all
-        .into_iter()
-        .filter(|r| !of_this_run(r, job))
-        .filter(|r| !succeeded || (r.pid == std::process::id() && r.queued))
-        .collect();
-    write(path, &left);
 }
 
 /// At start: what earlier runs left unfinished, for `Health`. The records stay until a job
@@ -169,4 +201,58 @@ pub(super) fn read(path: &Path) -> Option<String> {
         "an earlier run ended {during}: those kernels keep the bounds they had when it stopped (from before the job, or what it published before then); run {}",
         again.join(" and ")
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(path: PathBuf) -> JobRecords {
+        JobRecords {
+            path,
+            lock: std::sync::Mutex::new(()),
+        }
+    }
+
+    /// Queued, started, ended: what the next start reads at each point, and what a success
+    /// clears (an earlier run's records, this run's ended ones) and keeps (this run's queued).
+    #[test]
+    fn records_follow_a_job_from_queued_to_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = at(dir.path().join("job-running-x.json"));
+        let earlier = Record {
+            pid: std::process::id(),
+            run: "an earlier run with the same pid".into(),
+            job: 1,
+            what: "calibrating".into(),
+            kernels: vec!["bfs".into()],
+            started_at: Utc::now(),
+            queued: false,
+        };
+        write(records.path(), &[earlier]);
+        let kernels = |k: &str| vec![k.to_string()];
+        records.queued(1, "calibrating", &kernels("lud"));
+        records.queued(2, "calibrating", &kernels("srad"));
+        records.started(1, "calibrating", &kernels("lud"));
+        let said = read(records.path()).unwrap();
+        assert!(
+            said.contains("during job 1 (calibrating bfs, started")
+                && said.contains("job 1 (calibrating lud, started")
+                && said.contains("before job 2 (calibrating srad, queued")
+                && said.contains("`wcetctl recalibrate bfs lud srad`"),
+            "{said}"
+        );
+        // This run's job 1 ended well: the earlier run's job 1 goes too, queued job 2 stays.
+        records.ended(1, true);
+        let said = read(records.path()).unwrap();
+        assert!(
+            said.starts_with("an earlier run ended before job 2 (calibrating srad, queued")
+                && !said.contains("bfs")
+                && !said.contains("lud"),
+            "{said}"
+        );
+        records.ended(2, false);
+        assert_eq!(read(records.path()), None);
+        assert!(!records.path().exists());
+    }
 }

@@ -632,22 +632,33 @@ pub(crate) async fn import(
         if let Some(b) = &bar {
             b.set_message(kernel.clone());
         }
-        let job = calibration
-            .import_samples(kernel, &pairs, options)
-            .await
-            .map_err(explain)
-            .with_context(|| format!("importing {kernel}"))?;
-        let (state, message) = wcetd::client::wait_for_job(&calibration, job, |_| {}).await?;
+        // A kernel the daemon refuses (one it measured itself, say) is a failed row; the others
+        // are still sent, and every outcome is listed.
+        let (job, state, message) = match calibration.import_samples(kernel, &pairs, options).await
+        {
+            Ok(job) => {
+                let (state, message) =
+                    wcetd::client::wait_for_job(&calibration, job, |_| {}).await?;
+                (job, state, message)
+            }
+            Err(e @ (zbus::Error::MethodError(..) | zbus::Error::FDO(_))) => {
+                (0, "refused".to_string(), format!("{:#}", explain(e)))
+            }
+            Err(e) => return Err(explain(e).context(format!("importing {kernel}"))),
+        };
         if let Some(b) = &bar {
             b.inc(pairs.len() as u64);
         }
         failed += usize::from(state != "done");
         results.push(serde_json::json!({"kernel": kernel, "job": job, "samples": pairs.len(), "state": state, "message": message}));
         if !json {
-            let line = format!(
-                "{kernel}: {} samples, job {job} {state}: {message}",
-                pairs.len()
-            );
+            let line = match job {
+                0 => format!("{kernel}: {} samples, {state}: {message}", pairs.len()),
+                _ => format!(
+                    "{kernel}: {} samples, job {job} {state}: {message}",
+                    pairs.len()
+                ),
+            };
             match &bar {
                 Some(b) => b.println(line),
                 None => println!("{line}"),
