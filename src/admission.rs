@@ -443,14 +443,16 @@ impl<'a> Lookup<'a> {
                 )
             });
         }
-        let mut refused = self.refused;
+        // A kernel launched twice in a row by one task is said once.
+        let (mut refused, mut accepted) = (self.refused, self.accepted);
         refused.dedup();
+        accepted.dedup();
         Verdict {
             admitted: refused.is_empty() && missed.is_empty(),
             tasks,
             refused,
             missed,
-            accepted: self.accepted,
+            accepted,
         }
     }
 }
@@ -783,7 +785,8 @@ fn smallest_partition(lookup: &mut Lookup, task: &Unsized) -> Result<u32> {
     let mut best: Option<(u32, u64)> = None;
     for p in lookup.src.partition_sizes() {
         let response = lookup.task(&task.name, &task.kernels, p)?.total();
-        if response <= task.deadline_ns {
+        // u64::MAX is no finite bound (a sum past 64 bits), which no deadline is met by.
+        if response < u64::MAX && response <= task.deadline_ns {
             return Ok(p);
         }
         if best.is_none_or(|(_, r)| response < r) {
@@ -908,6 +911,18 @@ mod tests {
             v.unwrap().admitted,
             "2 x (2^63 - 1) fits in 64 bits and in the deadline"
         );
+        // Nor does `Suggest` find a size for it (it gave the smallest).
+        for p in [8, 12, 16] {
+            t.bounds.insert(("huge", p), u64::MAX / 2 + 1);
+        }
+        let unsized_set = [Unsized {
+            name: "t".into(),
+            kernels: vec!["huge".into(), "huge".into()],
+            period_ns: u64::MAX,
+            deadline_ns: u64::MAX,
+        }];
+        let e = suggest(&t, &unsized_set).unwrap_err().to_string();
+        assert!(e.contains("cannot meet its deadline"), "{e}");
     }
 
     /// One verdict has a bounded amount of work: past it a task has no finite bound (a

@@ -909,9 +909,22 @@ impl ObservationFile {
         let file = std::fs::File::open(&self.path).ok()?;
         let mut lines = std::io::BufReader::new(file).lines();
         let first = lines.next()?.ok()?;
-        let (header, rest) = first.split_once("\"series\":[")?;
-        let mut stored: StoredFile =
-            serde_json::from_str(&format!("{header}\"series\":[]}}")).ok()?;
+        // A damaged header loses only itself: the series lines after it keep their floors (a
+        // black-box run wrote a format number past u32 and every floor was dropped).
+        let mut damaged = 0;
+        let (header, rest) = first.split_once("\"series\":[").unwrap_or_else(|| {
+            damaged += 1;
+            ("", "")
+        });
+        let mut stored: StoredFile = serde_json::from_str(&format!("{header}\"series\":[]}}"))
+            .unwrap_or_else(|_| {
+                damaged += usize::from(!header.is_empty());
+                StoredFile {
+                    format: FORMAT_VERSION,
+                    device: String::new(),
+                    series: Vec::new(),
+                }
+            });
         let whole = |line: &str| {
             let line = line.trim_end();
             let line = line
@@ -920,8 +933,8 @@ impl ObservationFile {
                 .unwrap_or(line);
             serde_json::from_str::<StoredSeries>(line).ok()
         };
-        let mut damaged = 0;
-        for line in std::iter::once(Ok(rest.to_string())).chain(lines) {
+        let rest = (!rest.is_empty()).then(|| Ok(rest.to_string()));
+        for line in rest.into_iter().chain(lines) {
             match line.ok().as_deref().and_then(whole) {
                 Some(series) => stored.series.push(series),
                 None => damaged += 1,
@@ -1436,11 +1449,23 @@ mod tests {
         }
         assert_eq!(back.series_count(), 4);
         assert_eq!(aside(), 5);
+        // A header that does not read at all (a format past u32, a device that is a number):
+        // the series lines after it are kept all the same.
+        for header in ["\"format\":4294967297", "\"format\":null"] {
+            std::fs::write(file.path(), text.replacen("\"format\":1", header, 1)).unwrap();
+            let (back, how) = file.load();
+            assert!(
+                matches!(&how, Loaded::Quarantined(why) if why.contains("the 4 series on whole lines are kept, 1 damaged")),
+                "{how:?}"
+            );
+            assert_eq!(back.series_count(), 4);
+        }
+        assert_eq!(aside(), 7);
         // Truncated in the header: nothing to keep, moved aside.
         std::fs::write(file.path(), &text[..20]).unwrap();
         let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
-        assert_eq!(aside(), 6);
+        assert_eq!(aside(), 8);
         assert!(!file.path().exists());
     }
 

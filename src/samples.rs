@@ -75,14 +75,13 @@ pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
                 "a whole number of SMs, at least 1",
             ));
         }
-        let time_ns: u64 = number(
-            &record,
-            cols[2],
-            SAMPLES,
-            line,
-            "time_ns",
-            "a whole, non-negative number of nanoseconds",
-        )?;
+        let accepted = "a whole number of nanoseconds, at least 1";
+        let time_ns: u64 = number(&record, cols[2], SAMPLES, line, "time_ns", accepted)?;
+        if time_ns == 0 {
+            // No launch takes no time: a unit or rounding mistake upstream, refused here rather
+            // than by the daemon after the file was read.
+            return Err(bad(SAMPLES, line, "time_ns", "0", accepted));
+        }
         set.entry(kernel)
             .or_default()
             .entry(sms)
@@ -239,8 +238,9 @@ mod tests {
             ),
             (
                 "kernel,sms,time_ns\nbfs,8,fast\n",
-                "accepted: a whole, non-negative number",
+                "accepted: a whole number of nanoseconds, at least 1",
             ),
+            ("kernel,sms,time_ns\nbfs,8,0\n", "`time_ns` is `0`"),
             ("kernel,sms,time_ns\nbfs,0,5\n", "`sms` is `0`"),
             ("kernel,sms,time_ns\n,8,5\n", "`kernel` is ``"),
             ("kernel,sms,time_ns\nbfs,8\n", "line 2"),

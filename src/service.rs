@@ -929,7 +929,9 @@ impl Service {
             ));
         }
         let curve = self.curve(kernel, tag)?;
-        curve.iter().copied().find(|&(_, b)| b <= deadline_ns).ok_or_else(|| {
+        // A bound of u64::MAX is no finite bound (saturated), which no deadline is met by.
+        let meets = |b: u64| b < u64::MAX && b <= deadline_ns;
+        curve.iter().copied().find(|&(_, b)| meets(b)).ok_or_else(|| {
             let (m, best) = curve.iter().copied().min_by_key(|&(_, b)| b).unwrap_or((0, 0));
             ServiceError::Infeasible(format!(
                 "no partition of `{kernel}` meets a deadline of {deadline_ns} ns; the smallest bound is {best} ns at {m} SMs"
@@ -1045,10 +1047,13 @@ impl Service {
             self.known(k)?;
         }
         let wanted = |k: &str| kernels.is_empty() || kernels.iter().any(|w| w == k);
+        // Only what is served: a removed manifest's calibration waits in the store for it, and
+        // a bundle holding it would be refused by a daemon that does not load that manifest.
+        let catalogue = self.catalogue();
         let mut calibrations = Vec::new();
         for tag in [Interference::Isolated, Interference::Contended] {
             for (name, cal) in snap.tables(tag) {
-                if wanted(name) && !self.is_stale(cal) {
+                if wanted(name) && served(&catalogue, name, cal) && !self.is_stale(cal) {
                     calibrations.push(crate::bundle::Entry::new(name, tag, cal.clone()));
                 }
             }
@@ -1147,17 +1152,38 @@ impl Service {
                     .join(", ")
             )));
         }
-        let unknown: Vec<&str> = bundle
+        let mut unknown: Vec<&str> = bundle
             .calibrations
             .iter()
             .map(|e| e.kernel.as_str())
             .filter(|k| self.known(k).is_err())
             .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
         if !unknown.is_empty() {
             return Err(ServiceError::UnknownKernel(format!(
                 "the bundle holds kernels this daemon does not know: {}; accepted: {} (add their manifests first)",
                 unknown.join(", "),
                 self.list_kernels().join(", ")
+            )));
+        }
+        // Bounds of other code than this daemon loads under the name would be stale on arrival,
+        // and would take the place of the bounds it has for its own code: refused, forced or not.
+        let catalogue = self.catalogue();
+        let mut other_code: Vec<String> = bundle
+            .calibrations
+            .iter()
+            .filter_map(|e| {
+                let here = catalogue.get(&e.kernel)?.code_digest();
+                let theirs = &e.calibration.code;
+                (!theirs.is_empty() && *theirs != here).then(|| e.kernel.clone())
+            })
+            .collect();
+        other_code.dedup();
+        if !other_code.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle holds bounds of other code than this daemon loads under the names {}; nothing imported; accepted: a bundle exported by a daemon with the same manifests, modules and fill files (`wcetctl kernels reload` after updating them here)",
+                other_code.join(", ")
             )));
         }
         let under: Vec<String> = bundle

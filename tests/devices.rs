@@ -309,6 +309,9 @@ async fn an_edited_bundle_is_refused_even_with_force() {
         let first = v["calibrations"][0].clone();
         v["calibrations"].as_array_mut().unwrap().push(first);
     });
+    // Bounds of other code than this daemon loads as srad: stale on arrival, and a black-box
+    // run saw them take the place of the current bounds.
+    let other_code = edit(&|v| cal(v)["code"] = "0123456789abcdef".into());
     let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
     let cal_d = d.calibration().await;
     for (text, why) in [
@@ -316,6 +319,10 @@ async fn an_edited_bundle_is_refused_even_with_force() {
         (&size_left_out, "srad (isolated) has no bound at 16 SMs"),
         (&launch_deleted, "the summary says"),
         (&twice, "srad (isolated) appears twice"),
+        (
+            &other_code,
+            "other code than this daemon loads under the names srad",
+        ),
         (
             &stronger_than_its_parts,
             "the tail states 1e-12 per launch, stronger than the",

@@ -168,6 +168,14 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
     );
     let gone = bounds.get_bound("app.scale", 64).await.unwrap_err();
     assert_eq!(error_name(&gone), "org.wcetd.Error.UnknownKernel");
+    // Nor exported: a bundle with it would be refused by a daemon without the manifest.
+    let export = d
+        .calibration()
+        .await
+        .export_calibration(&[])
+        .await
+        .unwrap_err();
+    assert!(export.to_string().contains("nothing to export"), "{export}");
     std::fs::write(&ptx, PTX).unwrap();
     std::fs::write(&good, &text).unwrap();
     let (added, ..) = cal.reload_kernels().await.unwrap();

@@ -252,11 +252,21 @@ impl KernelPhysics {
                 }
                 // Below 1 ns is a unit mistake (seconds or milliseconds given as nanoseconds),
                 // and the simulator would time such launches at 0 ns.
-                if let Some((m, t)) = curve.iter().find(|(_, t)| !(t.is_finite() && *t >= 1.0)) {
+                // Above an hour likewise (the limit `Report` keeps): 1e30 was served as a bound
+                // of 2^64 - 1 ns.
+                let hour = crate::observe::MAX_TIME_NS as f64;
+                if let Some((m, t)) = curve
+                    .iter()
+                    .find(|(_, t)| !(t.is_finite() && (1.0..=hour).contains(t)))
+                {
                     anyhow::bail!(
-                        "kernel {name}: curve_ns gives {t} at {m} SMs; accepted: times in nanoseconds, at least 1 (a launch of 50 us is 50000)"
+                        "kernel {name}: curve_ns gives {t} at {m} SMs; accepted: times in nanoseconds, from 1 to one hour (3.6e12; a launch of 50 us is 50000)"
                     );
                 }
+                anyhow::ensure!(
+                    !curve.is_empty(),
+                    "kernel {name}: curve_ns is empty; accepted: one [sms, ns] pair per realisable size"
+                );
             }
             None => {
                 anyhow::ensure!(
@@ -918,9 +928,19 @@ mod tests {
         let text = format!("{embedded}\n[kernels.t]\ncurve_ns = [[2, 0.00005], [4, 90.0], [6, 80.0], [8, 70.0], [10, 60.0], [12, 50.0], [14, 40.0], [16, 30.0]]\n");
         let unit = DeviceProfile::parse(&text).unwrap_err().to_string();
         assert!(
-            unit.contains("gives 0.00005 at 2 SMs") && unit.contains("at least 1"),
+            unit.contains("gives 0.00005 at 2 SMs") && unit.contains("from 1 to one hour"),
             "{unit}"
         );
+        // And past an hour: 1e30 was served as a bound of 2^64 - 1 ns.
+        let huge = DeviceProfile::parse(&text.replace("0.00005", "1e30"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            huge.contains("at 2 SMs") && huge.contains("from 1 to one hour"),
+            "{huge}"
+        );
+        let empty = format!("{embedded}\n[kernels.t]\ncurve_ns = []\n");
+        assert!(DeviceProfile::parse(&empty).is_err());
     }
 
     #[test]
