@@ -140,6 +140,26 @@ async fn the_configuration_file_sets_options_and_flags_win() {
         err.contains("zero.toml") && err.contains("--launches"),
         "{err}"
     );
+    // A negative value too (it was read as a flag of its own, and then checked without the
+    // file's name).
+    let negative = write(
+        env.dir.path(),
+        "negative.toml",
+        "calibration-budget = -1
+",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+        .args(["--backend", "sim", "--config", negative.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("negative.toml")
+            && err.contains("--calibration-budget")
+            && err.contains("accepted: seconds, 0 or more"),
+        "{err}"
+    );
     // `contended` in the file conflicts with `--interference` given: the flag wins, no error.
     let file = write(
         env.dir.path(),

@@ -76,7 +76,7 @@ struct Args {
     /// Seconds of launches per kernel: when measuring every realisable partition size is
     /// estimated (from the first two sizes) to fit, every size is measured; otherwise the
     /// planner's sizes plus a verification sweep of the rest. 0: always the planner and the sweep.
-    #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S)]
+    #[arg(long, default_value_t = wcetd::calibrate::DEFAULT_BUDGET_S, value_parser = seconds)]
     calibration_budget: f64,
     /// Most sizes per kernel and interference the verification sweep measures in full because the
     /// fitted curve stood more than 5% above the sweep's median there (a full measurement each,
@@ -277,7 +277,6 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    check_ranges(&args)?;
     // Before anything is started: a SIGTERM that came while the daemon was still starting would
     // otherwise kill it with the default action, possibly in the middle of a save.
     let mut shutdown = ShutdownSignals::install()?;
@@ -347,14 +346,15 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// Options whose range clap cannot check.
-fn check_ranges(args: &Args) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        args.calibration_budget >= 0.0 && args.calibration_budget.is_finite(),
-        "--calibration-budget {} is out of range; accepted: seconds, 0 or more",
-        args.calibration_budget
-    );
-    Ok(())
+/// Seconds, 0 or more, checked while parsing: a bad value in the configuration file is then
+/// named with the file and its key, as clap's other errors are.
+fn seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v >= 0.0 && v.is_finite() => Ok(v),
+        _ => Err(format!(
+            "`{s}` is out of range; accepted: seconds, 0 or more"
+        )),
+    }
 }
 
 /// A probability strictly between 0 and 1, said as given when it is not (`1e-400` is 0 to a
