@@ -117,49 +117,31 @@ async fn ctrl_c_during_recalibrate_cancels_the_job() {
 #[tokio::test]
 async fn the_configuration_file_sets_options_and_flags_win() {
     let env = Env::new();
-    let bad = write(env.dir.path(), "bad.toml", "lanches = 5\n");
-    let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
-        .args(["--backend", "sim", "--config", bad.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("`lanches`") && err.contains("launches") && err.contains("bad.toml"),
-        "{err}"
-    );
-    // A value the flag refuses: the error names the file, not only the flag.
-    let zero = write(env.dir.path(), "zero.toml", "launches = 0\n");
-    let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
-        .args(["--backend", "sim", "--config", zero.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("zero.toml") && err.contains("--launches"),
-        "{err}"
-    );
-    // A negative value too (it was read as a flag of its own, and then checked without the
-    // file's name).
-    let negative = write(
-        env.dir.path(),
-        "negative.toml",
-        "calibration-budget = -1
-",
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
-        .args(["--backend", "sim", "--config", negative.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        err.contains("negative.toml")
-            && err.contains("--calibration-budget")
-            && err.contains("accepted: seconds, 0 or more"),
-        "{err}"
-    );
+    // (file, its text, what the error must say besides the file's name): an unknown key with
+    // the keys accepted; a value the flag refuses, named with the file, not only the flag; a
+    // negative value too (it was read as a flag of its own, then checked without the file).
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("bad.toml", "lanches = 5\n", &["`lanches`", "launches"]),
+        ("zero.toml", "launches = 0\n", &["--launches"]),
+        (
+            "negative.toml",
+            "calibration-budget = -1\n",
+            &["--calibration-budget", "accepted: seconds, 0 or more"],
+        ),
+    ];
+    for (name, text, said) in cases {
+        let file = write(env.dir.path(), name, text);
+        let out = Command::new(env!("CARGO_BIN_EXE_wcetd"))
+            .args(["--backend", "sim", "--config", file.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains(name) && said.iter().all(|s| err.contains(s)),
+            "{err}"
+        );
+    }
     // `contended` in the file conflicts with `--interference` given: the flag wins, no error.
     let file = write(
         env.dir.path(),
