@@ -578,7 +578,7 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
     let mut missed = Vec::new();
     if budget.exhausted() {
         missed.push(format!(
-            "the analysis stopped at its limit of {WORK_BUDGET} steps, so the tasks it had not finished are not admitted; accepted: fewer tasks on one partition, or periods further from full utilisation"
+            "the analysis stopped at its limit of {WORK_BUDGET} units of work, so the tasks it had not finished are not admitted; accepted: fewer tasks on one partition, or periods further from full utilisation"
         ));
     }
     Ok(lookup.verdict(results, missed))
@@ -609,29 +609,39 @@ pub fn response_time(jobs: &[Job], i: usize) -> u64 {
     level.response_time(i, &Budget::new(WORK_BUDGET))
 }
 
-/// Fixed-point steps, counted one per job whose demand a step adds up, that one verdict may
-/// take: past them the tasks left are declared unschedulable (a rejection, so safe), and no
+/// Fixed-point work, counted one per job whose demand a step adds up (a step over a level of
+/// `i` jobs costs `i`), that one verdict may take: past them the tasks left are declared unschedulable (a rejection, so safe), and no
 /// request can keep the daemon busy for long (1,024 tasks near utilisation 1 took an estimated
 /// hour of CPU with only the per-level [`WORK_LIMIT`]).
 const WORK_BUDGET: u64 = 50_000_000;
 
-/// What is left of a verdict's [`WORK_BUDGET`].
-pub(crate) struct Budget(std::cell::Cell<u64>);
+/// What is left of a verdict's [`WORK_BUDGET`], and whether a step was refused for want of it.
+pub(crate) struct Budget {
+    left: std::cell::Cell<u64>,
+    ran_out: std::cell::Cell<bool>,
+}
 
 impl Budget {
     pub(crate) fn new(steps: u64) -> Budget {
-        Budget(std::cell::Cell::new(steps))
+        Budget {
+            left: std::cell::Cell::new(steps),
+            ran_out: std::cell::Cell::new(false),
+        }
     }
 
     /// Take `n` steps; false (and nothing left) when fewer remain.
     fn spend(&self, n: u64) -> bool {
-        let left = self.0.get();
-        self.0.set(left.saturating_sub(n));
+        let left = self.left.get();
+        self.left.set(left.saturating_sub(n));
+        if left < n {
+            self.ran_out.set(true);
+        }
         left >= n
     }
 
+    /// Whether some step was refused: spending exactly what was left is not running out.
     pub(crate) fn exhausted(&self) -> bool {
-        self.0.get() == 0
+        self.ran_out.get()
     }
 }
 

@@ -907,8 +907,18 @@ impl ObservationFile {
     fn complete_lines(&self) -> Option<(StoredFile, usize)> {
         use std::io::BufRead;
         let file = std::fs::File::open(&self.path).ok()?;
-        let mut lines = std::io::BufReader::new(file).lines();
-        let first = lines.next()?.ok()?;
+        let mut reader = std::io::BufReader::new(file);
+        // Read as bytes: a header that is not text is a damaged header like any other, and the
+        // first series, which shares its line, is kept.
+        let mut first = Vec::new();
+        reader.read_until(b'\n', &mut first).ok()?;
+        if first.is_empty() {
+            return None;
+        }
+        let first = String::from_utf8_lossy(&first)
+            .trim_end_matches('\n')
+            .to_string();
+        let lines = reader.lines();
         // A damaged header loses only itself: the series lines after it keep their floors (a
         // black-box run wrote a format number past u32 and every floor was dropped).
         let mut damaged = 0;
@@ -1451,8 +1461,17 @@ mod tests {
         assert_eq!(aside(), 5);
         // A header that does not read at all (a format past u32, a device that is a number):
         // the series lines after it are kept all the same.
-        for header in ["\"format\":4294967297", "\"format\":null"] {
-            std::fs::write(file.path(), text.replacen("\"format\":1", header, 1)).unwrap();
+        for header in [
+            "\"format\":4294967297",
+            "\"format\":null",
+            "\"format\":\u{ff}",
+        ] {
+            let mut bytes = text.replacen("\"format\":1", header, 1).into_bytes();
+            // Not UTF-8 at all: a lone 0xff byte where the number was.
+            if let Some(at) = bytes.windows(2).position(|w| w == [0xc3, 0xbf]) {
+                bytes.splice(at..at + 2, [0xff]);
+            }
+            std::fs::write(file.path(), bytes).unwrap();
             let (back, how) = file.load();
             assert!(
                 matches!(&how, Loaded::Quarantined(why) if why.contains("the 4 series on whole lines are kept, 1 damaged")),
@@ -1460,12 +1479,12 @@ mod tests {
             );
             assert_eq!(back.series_count(), 4);
         }
-        assert_eq!(aside(), 7);
+        assert_eq!(aside(), 8);
         // Truncated in the header: nothing to keep, moved aside.
         std::fs::write(file.path(), &text[..20]).unwrap();
         let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
-        assert_eq!(aside(), 8);
+        assert_eq!(aside(), 9);
         assert!(!file.path().exists());
     }
 

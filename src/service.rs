@@ -1168,22 +1168,15 @@ impl Service {
             )));
         }
         // Bounds of other code than this daemon loads under the name would be stale on arrival,
-        // and would take the place of the bounds it has for its own code: refused, forced or not.
-        let catalogue = self.catalogue();
-        let mut other_code: Vec<String> = bundle
+        // and would take the place of the bounds it has for its own code: refused, forced or not
+        // (and again when the job runs, in case a reload came in between).
+        let entries = bundle
             .calibrations
             .iter()
-            .filter_map(|e| {
-                let here = catalogue.get(&e.kernel)?.code_digest();
-                let theirs = &e.calibration.code;
-                (!theirs.is_empty() && *theirs != here).then(|| e.kernel.clone())
-            })
-            .collect();
-        other_code.dedup();
-        if !other_code.is_empty() {
+            .map(|e| (e.kernel.as_str(), e.calibration.code.as_str()));
+        if let Some(why) = bundle_of_other_code(&self.catalogue(), entries) {
             return Err(ServiceError::InvalidArgs(format!(
-                "the bundle holds bounds of other code than this daemon loads under the names {}; nothing imported; accepted: a bundle exported by a daemon with the same manifests, modules and fill files (`wcetctl kernels reload` after updating them here)",
-                other_code.join(", ")
+                "{why}; nothing imported"
             )));
         }
         let under: Vec<String> = bundle
@@ -2014,6 +2007,31 @@ fn measured_here(inner: &Inner, kernel: &str, tag: Interference, code: &str) -> 
     ))
 }
 
+/// Why a bundle's calibrations, as (kernel, code digest), are not of the code this daemon loads:
+/// a kernel whose code differs, or that only a manifest not loaded now had (its measured
+/// calibration waits in the store for it). None when every one is of the current code, or of a
+/// kernel known only from imports (no code).
+fn bundle_of_other_code<'a>(
+    catalogue: &Catalogue,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
+    let mut names: Vec<&str> = entries
+        .filter(|&(kernel, code)| {
+            !code.is_empty()
+                && catalogue
+                    .get(kernel)
+                    .is_none_or(|spec| spec.code_digest() != code)
+        })
+        .map(|(kernel, _)| kernel)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    (!names.is_empty()).then(|| format!(
+        "the bundle holds bounds of other code than this daemon loads under the names {} (changed, or a manifest not loaded now); accepted: a bundle exported by a daemon with the same manifests, modules and fill files (`wcetctl kernels reload` after updating them here)",
+        names.join(", ")
+    ))
+}
+
 /// Publish a bundle's calibrations, each made no tighter than this daemon's own fit of the
 /// launches it ships. When they are this device's configuration each is then checked on this
 /// card, and only then published as this device's: a kernel with a launch above its bound is
@@ -2027,6 +2045,18 @@ fn import_bundle(
     calibrations: &[TaggedCalibration],
     verify: bool,
 ) -> JobEnd {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let entries = calibrations
+        .iter()
+        .map(|(_, name, cal)| (name.as_str(), cal.code.as_str()));
+    if let Some(why) = bundle_of_other_code(&catalogue, entries) {
+        return (JobState::Failed, format!("{why}; nothing imported"));
+    }
     let (own, refitted) = match refit_bundle(inner, calibrations) {
         Ok(refit) => refit,
         Err(failed) => return failed,

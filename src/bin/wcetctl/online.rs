@@ -641,7 +641,7 @@ pub(crate) async fn import(
                     wcetd::client::wait_for_job(&calibration, job, |_| {}).await?;
                 (job, state, message)
             }
-            Err(e @ (zbus::Error::MethodError(..) | zbus::Error::FDO(_))) => {
+            Err(e) if refuses_the_kernel(&e) => {
                 (0, "refused".to_string(), format!("{:#}", explain(e)))
             }
             Err(e) => return Err(explain(e).context(format!("importing {kernel}"))),
@@ -905,4 +905,19 @@ fn check_input_files(command: &Command) -> anyhow::Result<()> {
         std::fs::metadata(file).with_context(|| format!("{}", file.display()))?;
     }
     Ok(())
+}
+
+/// Whether the daemon refused one kernel's samples (the file's next kernels may still go), not
+/// the call itself (the daemon gone, access denied, a full queue: nothing more will go).
+fn refuses_the_kernel(e: &zbus::Error) -> bool {
+    match e {
+        zbus::Error::FDO(e) => matches!(**e, zbus::fdo::Error::InvalidArgs(_)),
+        zbus::Error::MethodError(name, _, _) => matches!(
+            name.as_str(),
+            "org.wcetd.Error.UnknownKernel"
+                | "org.wcetd.Error.InvalidPartition"
+                | "org.freedesktop.DBus.Error.InvalidArgs"
+        ),
+        _ => false,
+    }
 }
