@@ -392,7 +392,11 @@ pub fn plot(
         let line = e.pairs.iter().map(|p| (p.sms, us(p.bound_ns)));
         chart
             .draw_series(LineSeries::new(line, color.stroke_width(2)))?
-            .label(format!("{} ({} violations)", e.method, e.score.violations))
+            .label(match &e.error {
+                // No table: a failure, not a curve with no violations.
+                Some(_) => format!("{} (made no bounds)", e.method),
+                None => format!("{} ({} violations)", e.method, e.score.violations),
+            })
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
             });

@@ -25,6 +25,28 @@ fn versions_name_their_program() {
 }
 
 /// No daemon on the bus: the message says what was tried and how to point wcetctl elsewhere.
+/// Standard output that cannot be written (a full disk) is an error with exit status 2, not a
+/// panic (a black-box run got status 101 and a backtrace from most commands).
+#[test]
+fn a_full_standard_output_is_an_error_not_a_panic() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .arg("prediction-study")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("failed printing to stdout") && !err.contains("panicked"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_daemon_is_explained() {
     let env = Env::new();

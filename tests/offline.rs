@@ -122,6 +122,17 @@ fn evaluate_scores_every_method_on_held_out_runs() {
     {
         assert_eq!(k["score"]["violations"], 0, "{}", k["kernel"]);
     }
+    // From one size the published strategies make no bounds: said on standard error, not only
+    // as rows of zeros that read like a perfect score.
+    let cal = p("cal.csv");
+    let (ok, _, err) = wcetctl(&["evaluate", "--samples", &cal, "--calibrate-at", "8"]);
+    assert!(ok, "{err}");
+    assert!(err.contains("evaluations made no bounds"), "{err}");
+    // A held-out file of other kernels scores nothing: refused.
+    let other = p("other.csv");
+    std::fs::write(&other, "kernel,sms,time_ns\nnobody,8,1000\n").unwrap();
+    let (ok, _, err) = wcetctl(&["evaluate", "--samples", &cal, "--holdout", &other]);
+    assert!(!ok && err.contains("share no kernel"), "{err}");
 }
 
 fn write_samples(dir: &std::path::Path, per_size: usize) -> String {
@@ -169,6 +180,8 @@ fn fit_warns_on_thin_samples_and_says_what_they_support() {
         "{err}"
     );
     assert!(err.contains("k: bounds stated at exceedance"), "{err}");
+    // Rule 2 without --json: the sizes not measured are named.
+    assert!(err.contains("k: fitted (not measured) at 24 SMs"), "{err}");
     let (ok, out, _) = wcetctl(&["--json", "fit", "--samples", &samples, "--sizes", "8,24,64"]);
     assert!(ok);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

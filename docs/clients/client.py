@@ -18,8 +18,14 @@ def main():
     if not address:
         sys.exit("client.py: set WCETD_BUS_ADDRESS to the daemon's bus address")
     kernel = sys.argv[1] if len(sys.argv) > 1 else "needle"
-    sms = int(sys.argv[2]) if len(sys.argv) > 2 else 64
-    conn = open_dbus_connection(bus=address)
+    try:
+        sms = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+    except ValueError:
+        sys.exit(f"client.py: sms `{sys.argv[2]}` is not a number; usage: client.py [kernel] [sms]")
+    try:
+        conn = open_dbus_connection(bus=address)
+    except OSError as e:
+        sys.exit(f"client.py: cannot reach the bus at {address}: {e}")
 
     def call(interface, method, signature=None, body=()):
         obj = DBusAddress("/org/wcetd/Wcetd1", bus_name="org.wcetd.Wcetd1", interface=interface)

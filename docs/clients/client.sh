@@ -8,10 +8,15 @@ sms=${2:-64}
 call() {
     busctl --address="$WCETD_BUS_ADDRESS" call org.wcetd.Wcetd1 /org/wcetd/Wcetd1 "$@"
 }
-bound=$(call org.wcetd.Bounds1 GetBound su "$kernel" "$sms" | cut -d' ' -f2)
+# Each answer is kept before it is cut: in a pipe, a failed call would not stop the script (sh
+# has no pipefail) and an empty value would be printed.
+answer=$(call org.wcetd.Bounds1 GetBound su "$kernel" "$sms")
+bound=${answer#t }
 echo "GetBound($kernel, $sms) = $bound ns"
-echo "GetCurve($kernel) = $(call org.wcetd.Bounds1 GetCurve s "$kernel")"
-echo "MinPartition($kernel, $bound) = $(call org.wcetd.Bounds1 MinPartition st "$kernel" "$bound" | cut -d' ' -f2) SMs"
+curve=$(call org.wcetd.Bounds1 GetCurve s "$kernel")
+echo "GetCurve($kernel) = $curve"
+answer=$(call org.wcetd.Bounds1 MinPartition st "$kernel" "$bound")
+echo "MinPartition($kernel, $bound) = ${answer#u } SMs"
 # One task running $kernel once per 1 ms period, with its own bound as the deadline.
 verdict=$(call org.wcetd.Admission1 Check 'a(sasutt)' 1 demo 1 "$kernel" "$sms" 1000000 "$bound")
 echo "Check = $verdict"

@@ -90,9 +90,15 @@ def main():
     if not address:
         sys.exit("reporter.py: set WCETD_BUS_ADDRESS to the daemon's bus address")
     kernel = sys.argv[1] if len(sys.argv) > 1 else "hotspot"
-    sms = int(sys.argv[2]) if len(sys.argv) > 2 else 64
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 5000
-    conn = open_dbus_connection(bus=address)
+    try:
+        sms = int(sys.argv[2]) if len(sys.argv) > 2 else 64
+        count = int(sys.argv[3]) if len(sys.argv) > 3 else 5000
+    except ValueError:
+        sys.exit("reporter.py: sms and count must be numbers; usage: reporter.py [kernel] [sms] [count]")
+    try:
+        conn = open_dbus_connection(bus=address)
+    except OSError as e:
+        sys.exit(f"reporter.py: cannot reach the bus at {address}: {e}")
 
     def call(interface, method, signature=None, body=()):
         obj = DBusAddress(PATH, bus_name=NAME, interface=interface)

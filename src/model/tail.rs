@@ -548,8 +548,8 @@ impl TailFit {
             ));
         }
         notes.push(format!(
-            "threshold at the {:.0}th percentile, where the shape is stable: GPD shape {:.2} +- {:.2} ({} exceedances)",
-            gpd.quantile_level * 100.0,
+            "threshold at the {} percentile, where the shape is stable: GPD shape {:.2} +- {:.2} ({} exceedances)",
+            ordinal((gpd.quantile_level * 100.0).round() as u32),
             gpd.shape,
             gpd.shape_se(),
             gpd.excess.len()
@@ -909,9 +909,30 @@ pub fn quantile_u64(samples: &[u64], q: f64) -> f64 {
     below + (next - below) * (pos - lo as f64)
 }
 
+/// `n` as an English ordinal: 91st, 92nd, 93rd, 94th, 111th.
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ordinals_read_as_english() {
+        let said: Vec<String> = [80, 91, 92, 93, 97, 111, 112, 113].map(ordinal).to_vec();
+        assert_eq!(
+            said,
+            ["80th", "91st", "92nd", "93rd", "97th", "111th", "112th", "113th"]
+        );
+    }
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 

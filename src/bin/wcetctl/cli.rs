@@ -215,8 +215,9 @@ pub(crate) enum Command {
         /// Write one SVG per kernel into this directory.
         #[arg(long)]
         plot: Option<PathBuf>,
-        /// Samples per size a calibration uses (the first ones in the file), as the daemon's --launches.
-        #[arg(long, default_value_t = 200)]
+        /// Samples per size a calibration uses (the first ones in the file), as the daemon's
+        /// --launches; at least 30, as `fit` asks of a measured size.
+        #[arg(long, default_value_t = 200, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(30..))]
         launches: usize,
         /// Extra samples at the largest size that screen for a heavy tail, as the daemon takes.
         #[arg(long, default_value_t = 2000)]

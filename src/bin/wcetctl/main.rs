@@ -85,11 +85,32 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
+/// `print!` panics when standard output cannot be written (a full disk, `> /dev/full`): said as
+/// an error with exit status 2, as every other failure is, not a panic and its backtrace (status
+/// 101). Any other panic keeps the default report.
+fn exit_cleanly_when_stdout_fails() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let text = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if text.starts_with("failed printing to stdout") {
+            eprintln!("wcetctl: {text}");
+            std::process::exit(2);
+        }
+        default(info);
+    }));
+}
+
 fn main() -> std::process::ExitCode {
     // `wcetctl curve x | head` ends quietly when the reader goes away, as Unix tools do, instead
     // of panicking on a broken pipe.
     // SAFETY: restoring the default disposition of one signal before any thread is started.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    exit_cleanly_when_stdout_fails();
     let cli = Cli::parse();
     let gpu = cli.gpu;
     if let Some(n) = cli.gpu {

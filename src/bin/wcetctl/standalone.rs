@@ -188,6 +188,23 @@ pub(crate) fn fit(
             f.basis.as_str(),
             f.samples.values().sum::<usize>()
         );
+        // Rule 2: every bound says where it came from; the CSV has no column for it.
+        for provenance in ["fitted", "extrapolated"] {
+            let at: Vec<String> = f
+                .table
+                .entries
+                .iter()
+                .filter(|e| e.provenance.to_string() == provenance)
+                .map(|e| e.sms.to_string())
+                .collect();
+            if !at.is_empty() {
+                eprintln!(
+                    "wcetctl: {}: {provenance} (not measured) at {} SMs",
+                    f.kernel,
+                    at.join(", ")
+                );
+            }
+        }
         for w in &f.warnings {
             eprintln!("wcetctl: warning: {}: {w}", f.kernel);
         }
@@ -217,6 +234,14 @@ pub(crate) fn simulate(
         Interference::Isolated
     };
     let (set, geometry) = offline::simulate(&DeviceProfile::load(profile)?, seed, launches, tag)?;
+    // The geometry first: a path that cannot be written fails before any sample is printed.
+    if let Some(path) = geometry_out {
+        let mut text = String::from("kernel,blocks,blocks_per_sm\n");
+        for (k, g) in geometry {
+            text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
     if json {
         // The samples themselves: {kernel: {sms: [time_ns, ...]}}, launch order kept.
         println!(
@@ -225,13 +250,6 @@ pub(crate) fn simulate(
         );
     } else {
         samples::write_samples(std::io::stdout().lock(), &set)?;
-    }
-    if let Some(path) = geometry_out {
-        let mut text = String::from("kernel,blocks,blocks_per_sm\n");
-        for (k, g) in geometry {
-            text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
-        }
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -444,6 +462,12 @@ pub(crate) fn evaluate(
         geometry,
         sizes,
     } = data.load()?;
+    if !calibration.keys().any(|k| held.contains_key(k)) {
+        bail!(
+            "the held-out samples share no kernel with the calibration samples (held out: {}); accepted: held-out launches of the kernels being calibrated",
+            held.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
     let config = method_config(data.delays.as_deref())?;
     let evals = offline::evaluate_all(
         &calibration,
@@ -504,6 +528,25 @@ pub(crate) fn evaluate(
             println!("calibrated {} at {:?}", e.kernel, e.calibrated_at);
             seen.push(e.kernel.clone());
         }
+    }
+    nothing_failed_silently(&evals)
+}
+
+/// A run in which some method made no bounds for a kernel says so on standard error, and one in
+/// which no method made any fails (exit 2): their rows score 0 sizes and 0 violations, which
+/// read like a perfect result (the notes beside the table say why).
+fn nothing_failed_silently(
+    evals: &[wcetd::model::evaluate::KernelEvaluation],
+) -> anyhow::Result<()> {
+    let failed = evals.iter().filter(|e| e.error.is_some()).count();
+    if failed == evals.len() {
+        bail!("no method made bounds for any kernel ({failed} failed; the notes above say why)");
+    }
+    if failed > 0 {
+        eprintln!(
+            "wcetctl: {failed} of {} (kernel, method) evaluations made no bounds; their rows score nothing (the notes say why)",
+            evals.len()
+        );
     }
     Ok(())
 }
@@ -566,6 +609,13 @@ pub(crate) fn plot(
             &MethodConfig::default(),
             SampleBudget::default(),
         );
+        for e in evals.iter().filter(|e| e.error.is_some()) {
+            eprintln!(
+                "wcetctl: {kernel} / {}: made no bounds: {}",
+                e.method,
+                e.error.as_deref().unwrap_or("")
+            );
+        }
         let refs: Vec<_> = evals.iter().collect();
         let path = if single_file {
             out.to_path_buf()
