@@ -549,7 +549,7 @@ impl TailFit {
         }
         notes.push(format!(
             "threshold at the {} percentile, where the shape is stable: GPD shape {:.2} +- {:.2} ({} exceedances)",
-            ordinal((gpd.quantile_level * 100.0).round() as u32),
+            ordinal((gpd.quantile_level * 100.0).round() as usize),
             gpd.shape,
             gpd.shape_se(),
             gpd.excess.len()
@@ -909,8 +909,8 @@ pub fn quantile_u64(samples: &[u64], q: f64) -> f64 {
     below + (next - below) * (pos - lo as f64)
 }
 
-/// `n` as an English ordinal: 91st, 92nd, 93rd, 94th, 111th.
-fn ordinal(n: u32) -> String {
+/// `n` as an English ordinal, for notes and messages: 91st, 92nd, 93rd, 94th, 111th.
+pub fn ordinal(n: usize) -> String {
     let suffix = match (n % 10, n % 100) {
         (_, 11..=13) => "th",
         (1, _) => "st",

@@ -754,7 +754,7 @@ impl Service {
         {
             return Err(ServiceError::InvalidArgs(format!(
                 "times[{i}] (the {}) is {t} ns; accepted: times from 1 ns to {MAX_TIME_NS} ns (one hour); nothing of this call was recorded",
-                ordinal(i + 1)
+                crate::model::tail::ordinal(i + 1)
             )));
         }
         Ok(())
@@ -1159,18 +1159,6 @@ impl Service {
         }
         counts
     }
-}
-
-/// `1st`, `2nd`, `3rd`, `4th`, ... `11th`, `12th`, `13th`, `21st`.
-fn ordinal(n: usize) -> String {
-    let suffix = match (n % 10, n % 100) {
-        (_, 11..=13) => "th",
-        (1, _) => "st",
-        (2, _) => "nd",
-        (3, _) => "rd",
-        _ => "th",
-    };
-    format!("{n}{suffix}")
 }
 
 #[cfg(test)]
