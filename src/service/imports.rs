@@ -1,0 +1,564 @@
+//! Calibrations made elsewhere: samples measured on another machine (`ImportSamples`) and
+//! bundles of another daemon's calibrations (export, import, and the arrival check on this
+//! card). Each is refused at the call, and again when its job runs, where it would take the
+//! place of bounds this daemon measured for the code it has now, or bring bounds of other code:
+//! imported bounds must never hide a launch timed here.
+
+use super::worker::{commit, fail, nothing_imported, probed_recipe, progress_reporter, set_job};
+use super::*;
+
+impl Service {
+    /// Make bounds from samples measured elsewhere, as (partition size, ns) pairs; `options` may
+    /// hold `blocks` and `blocks_per_sm` (the launch geometry), `interference` and `source`. The
+    /// kernel need not be known. Refused whole, with the reason: an invalid name, no samples, a
+    /// zero time, a size this device cannot realise, more than [`MAX_IMPORTED_SAMPLES`].
+    pub fn import_samples(
+        &self,
+        kernel: &str,
+        samples: &[(u32, u64)],
+        options: ImportOptions,
+    ) -> Result<u64> {
+        if !manifest::valid_name(kernel) {
+            return Err(ServiceError::InvalidArgs(format!(
+                "kernel name `{kernel}` is not accepted; accepted: 1 to 64 of A-Z a-z 0-9 _ . -"
+            )));
+        }
+        if samples.is_empty() {
+            return Err(ServiceError::InvalidArgs(
+                "no samples; accepted: a non-empty array of (partition size, time in ns)".into(),
+            ));
+        }
+        if samples.len() > MAX_IMPORTED_SAMPLES {
+            return Err(ServiceError::InvalidArgs(format!(
+                "{} samples in one call; accepted: at most {MAX_IMPORTED_SAMPLES} in one call (a kernel's bounds come from one call's samples)",
+                samples.len()
+            )));
+        }
+        let sizes = &self.inner.device.partition_sizes;
+        let mut by_size: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (i, &(sms, t)) in samples.iter().enumerate() {
+            if t == 0 || t > crate::observe::MAX_TIME_NS {
+                // The limits `Report` keeps: a longer time is a unit mistake, and as a sample it
+                // would make every bound of the kernel useless.
+                return Err(ServiceError::InvalidArgs(format!(
+                    "sample {i} has a time of {t} ns; accepted: 1 ns to one hour ({} ns)",
+                    crate::observe::MAX_TIME_NS
+                )));
+            }
+            if !sizes.contains(&sms) {
+                return Err(ServiceError::InvalidPartition(format!(
+                    "sample {i} is at {sms} SMs, which this device cannot realise; accepted: {}",
+                    join(sizes)
+                )));
+            }
+            by_size.entry(sms).or_default().push(t);
+        }
+        let tag = options.interference;
+        let code = self
+            .catalogue()
+            .get(kernel)
+            .map(KernelSpec::code_digest)
+            .unwrap_or_default();
+        if let Some(why) = measured_here(&self.inner, kernel, tag, &code) {
+            return Err(ServiceError::InvalidArgs(why));
+        }
+        let imported = calibrate::Imported {
+            kernel: kernel.to_string(),
+            by_size,
+            geometry: options.geometry,
+            interference: tag,
+            source: options.source,
+            // Taken now, not when the job runs: a reload in between must not make samples of
+            // the old code pass for the new.
+            code,
+        };
+        let work = Work::Import(Box::new(imported));
+        let id = self.enqueue(work, vec![kernel.to_string()], vec![tag])?;
+        tracing::info!(job = id, kernel, samples = samples.len(), "import queued");
+        Ok(id)
+    }
+
+    /// This device's calibrations of `kernels` (every calibrated kernel when empty), both tags,
+    /// as a bundle for another daemon with the same configuration.
+    pub fn export_calibration(&self, kernels: &[String]) -> Result<crate::bundle::Bundle> {
+        let snap = self.snapshot();
+        for k in kernels {
+            self.known(k)?;
+        }
+        let wanted = |k: &str| kernels.is_empty() || kernels.iter().any(|w| w == k);
+        // Only what is served: a removed manifest's calibration waits in the store for it, and
+        // a bundle holding it would be refused by a daemon that does not load that manifest.
+        let catalogue = self.catalogue();
+        let mut calibrations = Vec::new();
+        for tag in [Interference::Isolated, Interference::Contended] {
+            for (name, cal) in snap.tables(tag) {
+                if wanted(name) && served(&catalogue, name, cal) && !self.is_stale(cal) {
+                    calibrations.push(crate::bundle::Entry::new(name, tag, cal.clone()));
+                }
+            }
+        }
+        if calibrations.is_empty() {
+            return Err(ServiceError::NotCalibrated(
+                "nothing to export: no current (not stale) calibration of the kernels asked for; calibrate first (`wcetctl recalibrate`)".into(),
+            ));
+        }
+        Ok(crate::bundle::Bundle {
+            format: crate::bundle::FORMAT,
+            exported_at: Utc::now(),
+            host: crate::measure::hostname(),
+            fingerprint: self.inner.device.fingerprint.clone(),
+            calibrations,
+        })
+    }
+
+    /// Take another daemon's calibrations. Accepted only where the bundle's fingerprint matches
+    /// this device (model, driver, CUDA version, clock policy), otherwise refused with what
+    /// differs; with `force` they are imported as stale instead. Every kernel must be known here.
+    /// A bundle whose bounds are below launches it records is refused. Nothing is imported unless
+    /// everything is: the check on this card, any recalibration it calls for, and then the
+    /// publishing run as one job, and a failure anywhere leaves the bounds as they were. Returns
+    /// the kernels.
+    pub fn import_calibration(&self, text: &str, force: bool) -> Result<Vec<String>> {
+        let bundle = crate::bundle::parse(text).map_err(ServiceError::InvalidArgs)?;
+        let stale = self.refuse_bundle(&bundle, force)?;
+        let source = format!(
+            "bundle from {} exported {}",
+            bundle.host,
+            bundle.exported_at.to_rfc3339()
+        );
+        let mut names = Vec::new();
+        // Each keeps the exporting card's fingerprint (served stale) unless the job's arrival
+        // check passes on this card, which is when it becomes this device's (`check_bundle`).
+        let calibrations = bundle
+            .calibrations
+            .into_iter()
+            .map(|e| {
+                let mut cal = e.calibration;
+                crate::bundle::realisable_only(&mut cal, &self.inner.device.partition_sizes);
+                cal.origin = Origin::Bundle;
+                cal.source = source.clone();
+                if !names.contains(&e.kernel) {
+                    names.push(e.kernel.clone());
+                }
+                (e.interference, e.kernel, cal)
+            })
+            .collect::<Vec<_>>();
+        let mut tags: Vec<Interference> = calibrations.iter().map(|c| c.0).collect();
+        tags.sort();
+        tags.dedup();
+        let work = Work::Bundle {
+            calibrations,
+            verify: !stale,
+        };
+        let id = self.enqueue(work, names.clone(), tags)?;
+        tracing::info!(job = id, "bundle import queued: {}", names.join(", "));
+        Ok(names)
+    }
+
+    /// Why `bundle` is refused whole, if it is: a bundle that does not agree with itself (even
+    /// with `force`), another configuration without `force`, a kernel unknown here, or a bound
+    /// below a launch the bundle itself records (an edited or corrupted file, never served).
+    /// Otherwise whether it is of another configuration (imported stale).
+    fn refuse_bundle(&self, bundle: &crate::bundle::Bundle, force: bool) -> Result<bool> {
+        // Refused whatever `force` says: what follows decides from the bundle's header, so the
+        // header must speak for every calibration in it.
+        let bad = crate::bundle::inconsistencies(bundle);
+        if !bad.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle does not agree with itself ({} findings; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it",
+                bad.len(),
+                bad.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+            )));
+        }
+        let diffs = crate::bundle::differences(&self.inner.device.fingerprint, &bundle.fingerprint);
+        if !diffs.is_empty() && !force {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle was measured under another configuration: {}; accepted: a bundle from a device with the same model, driver, CUDA version and clock policy, or force (`wcetctl import-calibration --force`) to import it as stale",
+                diffs.join("; ")
+            )));
+        }
+        let missing = crate::bundle::missing_sizes(bundle, &self.inner.device.partition_sizes);
+        if !missing.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle lacks sizes this device serves ({}); nothing imported; accepted: a calibration with a bound at every realisable size of this device ({})",
+                missing.join("; "),
+                self.inner
+                    .device
+                    .partition_sizes
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let mut unknown: Vec<&str> = bundle
+            .calibrations
+            .iter()
+            .map(|e| e.kernel.as_str())
+            .filter(|k| self.known(k).is_err())
+            .collect();
+        unknown.sort_unstable();
+        unknown.dedup();
+        if !unknown.is_empty() {
+            return Err(ServiceError::UnknownKernel(format!(
+                "the bundle holds kernels this daemon does not know: {}; accepted: {} (add their manifests first)",
+                unknown.join(", "),
+                self.list_kernels().join(", ")
+            )));
+        }
+        // Bounds of other code than this daemon loads under the name would be stale on arrival,
+        // and would take the place of the bounds it has for its own code: refused, forced or not
+        // (and again when the job runs, in case a reload came in between).
+        let entries = bundle
+            .calibrations
+            .iter()
+            .map(|e| (e.kernel.as_str(), e.calibration.code.as_str()));
+        if let Some(why) = bundle_of_other_code(&self.catalogue(), entries) {
+            return Err(ServiceError::InvalidArgs(format!(
+                "{why}; nothing imported"
+            )));
+        }
+        let under: Vec<String> = bundle
+            .calibrations
+            .iter()
+            .flat_map(|e| {
+                let tag = e.interference;
+                e.calibration
+                    .bounds_under_their_launches()
+                    .into_iter()
+                    .map(move |(m, b, t)| {
+                        format!(
+                            "{} ({tag}) at {m} SMs: bound {b} ns, a launch of {t} ns",
+                            e.kernel
+                        )
+                    })
+            })
+            .collect();
+        if !under.is_empty() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "the bundle's bounds are below launches it records itself ({} sizes; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it, every bound at least every launch at its size",
+                under.len(),
+                under.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+            )));
+        }
+        Ok(!diffs.is_empty())
+    }
+}
+
+/// Most samples one `ImportSamples` call may carry.
+pub const MAX_IMPORTED_SAMPLES: usize = 10_000_000;
+
+/// Bounds from imported samples, published as a calibration's are.
+pub(super) fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEnd {
+    // Checked again here: a calibration may have been published since the import was queued.
+    let kernel = &imported.kernel;
+    if let Some(why) = measured_here(inner, kernel, imported.interference, &imported.code) {
+        return (JobState::Failed, format!("importing {kernel}: {why}"));
+    }
+    match calibrate::from_samples(imported, &inner.device, &inner.config.recipe) {
+        Ok(cal) => commit(
+            store,
+            inner,
+            vec![(imported.interference, imported.kernel.clone(), cal)],
+            "imported",
+        ),
+        Err(e) => fail(
+            inner,
+            format!("importing {}: {e}; bounds unchanged", imported.kernel),
+        ),
+    }
+}
+
+/// Why samples imported for `kernel` under `tag`, of the code whose digest is `code`, must not
+/// be published: this daemon measured the kernel on this device, for the code the catalogue has
+/// now, or for a manifest that is gone for the moment (its calibration waits in the store for
+/// it); or the kernel's code changed since the samples were queued. Rule 1 keeps a bound above
+/// every launch seen at its size, and imported bounds would replace those launches with ones
+/// timed elsewhere. None when the import may go ahead (no calibration, an imported one, or one
+/// of another device or code).
+fn measured_here(inner: &Inner, kernel: &str, tag: Interference, code: &str) -> Option<String> {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let spec = catalogue.get(kernel);
+    let now = spec.map(KernelSpec::code_digest).unwrap_or_default();
+    if now != code {
+        return Some(format!(
+            "the code of `{kernel}` changed since the samples were queued (a reload in between), so they are not of the code the catalogue has now; accepted: samples of the current code, imported again"
+        ));
+    }
+    let snap = Arc::clone(
+        &inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let cal = snap.tables(tag).get(kernel)?;
+    let own = matches!(cal.origin, Origin::Builtin | Origin::Manifest);
+    // As `code_changed` takes it: a calibration from before code digests were recorded is of
+    // the code unless the name is a manifest's now.
+    let same_code =
+        cal.code == now || (cal.code.is_empty() && spec.is_some_and(|k| k.manifest().is_none()));
+    let waiting = spec.is_none() && cal.origin == Origin::Manifest;
+    let this_device = cal.environment().fingerprint == inner.device.fingerprint;
+    (own && this_device && (same_code || waiting)).then(|| format!(
+        "`{kernel}` has {tag} bounds this daemon measured on this device (calibration {}{}), and imported samples would replace launches timed here with ones timed elsewhere; accepted: samples of a kernel with no current {tag} calibration measured here. Recalibrate it to refresh them (`wcetctl recalibrate {kernel}`), or import the samples under another name",
+        cal.id,
+        if waiting { ", kept for its manifest, which is not loaded now" } else { ", for the code it has now" }
+    ))
+}
+
+/// Why a bundle's calibrations, as (kernel, code digest), are not of the code this daemon loads:
+/// a kernel whose code differs, or that only a manifest not loaded now had (its measured
+/// calibration waits in the store for it). None when every one is of the current code, or of a
+/// kernel known only from imports (no code).
+fn bundle_of_other_code<'a>(
+    catalogue: &Catalogue,
+    entries: impl Iterator<Item = (&'a str, &'a str)>,
+) -> Option<String> {
+    let mut names: Vec<&str> = entries
+        .filter(|&(kernel, code)| {
+            !code.is_empty()
+                && catalogue
+                    .get(kernel)
+                    .is_none_or(|spec| spec.code_digest() != code)
+        })
+        .map(|(kernel, _)| kernel)
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    (!names.is_empty()).then(|| format!(
+        "the bundle holds bounds of other code than this daemon loads under the names {} (changed, or a manifest not loaded now); accepted: a bundle exported by a daemon with the same manifests, modules and fill files (`wcetctl kernels reload` after updating them here)",
+        names.join(", ")
+    ))
+}
+
+/// Publish a bundle's calibrations, each made no tighter than this daemon's own fit of the
+/// launches it ships. When they are this device's configuration each is then checked on this
+/// card, and only then published as this device's: a kernel with a launch above its bound is
+/// recalibrated here instead, never below a launch the check timed. A refit, check or
+/// recalibration that fails imports nothing of the bundle.
+pub(super) fn import_bundle(
+    gpu: &mut dyn Gpu,
+    store: &Store,
+    inner: &Inner,
+    job: &Job,
+    calibrations: &[TaggedCalibration],
+    verify: bool,
+) -> JobEnd {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let entries = calibrations
+        .iter()
+        .map(|(_, name, cal)| (name.as_str(), cal.code.as_str()));
+    if let Some(why) = bundle_of_other_code(&catalogue, entries) {
+        return (JobState::Failed, format!("{why}; nothing imported"));
+    }
+    let (own, refitted) = match refit_bundle(inner, calibrations) {
+        Ok(refit) => refit,
+        Err(failed) => return failed,
+    };
+    let calibrations = own.as_slice();
+    // What the refit changed, for the calibrations published as they came (not those
+    // recalibrated here, whose refitted tables are thrown away).
+    let refit_notes = |publish: &[TaggedCalibration]| -> Vec<String> {
+        refitted
+            .iter()
+            .filter(|(tag, name, _)| publish.iter().any(|p| p.0 == *tag && p.1 == *name))
+            .map(|(tag, name, note)| format!("{name} ({tag}): {note}"))
+            .collect()
+    };
+    if !verify {
+        let notes = refit_notes(calibrations);
+        let (state, published) = commit(store, inner, calibrations.to_vec(), "imported");
+        if state != JobState::Done || notes.is_empty() {
+            return (state, published);
+        }
+        return (state, format!("{published}; {}", notes.join("; ")));
+    }
+    let mut report = progress_reporter(inner, job);
+    let checked = match check_bundle(gpu, inner, job, calibrations, &mut report) {
+        Ok(checked) => checked,
+        Err(failed) => return failed,
+    };
+    let BundleCheck {
+        mut notes,
+        mut publish,
+        redo,
+    } = checked;
+    notes.splice(0..0, refit_notes(&publish));
+    if !redo.is_empty() {
+        match recalibrate_failed(gpu, inner, job, redo, &mut notes, &mut report) {
+            Ok(recalibrated) => publish.extend(recalibrated),
+            Err(failed) => return failed,
+        }
+    }
+    let configured = inner.config.recipe.method_config.exceedance;
+    for (tag, name, cal) in &publish {
+        let (stated, _) = cal.table.stated_exceedance();
+        if crate::model::weaker_than(stated, configured) {
+            notes.push(format!(
+                "{name} ({tag}): stated at {stated:e} per launch, weaker than the configured {configured:e} (admission refuses it unless accepted)"
+            ));
+        }
+    }
+    let (state, published) = commit(store, inner, publish, "imported");
+    if state != JobState::Done {
+        return (state, published);
+    }
+    (JobState::Done, format!("{published}; {}", notes.join("; ")))
+}
+
+/// Every calibration of a bundle made no tighter than its refit here
+/// ([`calibrate::no_tighter_than_own_fit`]), and (tag, kernel, what changed) where it changed one.
+#[allow(clippy::type_complexity)]
+fn refit_bundle(
+    inner: &Inner,
+    calibrations: &[TaggedCalibration],
+) -> std::result::Result<(Vec<TaggedCalibration>, Vec<(Interference, String, String)>), JobEnd> {
+    let mut own = Vec::with_capacity(calibrations.len());
+    let mut changed = Vec::new();
+    for (tag, name, cal) in calibrations {
+        let (cal, note) =
+            calibrate::no_tighter_than_own_fit(cal, &inner.device, &inner.config.recipe)
+                .map_err(|e| nothing_imported(inner, &e, &format!("refitting {name} ({tag})")))?;
+        changed.extend(note.map(|n| (*tag, name.clone(), n)));
+        own.push((*tag, name.clone(), cal));
+    }
+    Ok((own, changed))
+}
+
+/// A bundle's calibrations after the arrival check: those to publish as they came, and the
+/// kernels to recalibrate here with the launches the check timed (size, longest, bound).
+struct BundleCheck {
+    notes: Vec<String>,
+    publish: Vec<TaggedCalibration>,
+    redo: Vec<FailedCheck>,
+}
+
+/// The share of a bundle import's progress the arrival check takes; recalibrations, if any,
+/// take the rest.
+const BUNDLE_CHECK_SHARE: f64 = 0.3;
+
+/// Run every kernel of the bundle this host knows at every size of its table.
+fn check_bundle(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+    calibrations: &[TaggedCalibration],
+    report: &mut impl FnMut(f64, bool),
+) -> std::result::Result<BundleCheck, JobEnd> {
+    let catalogue = inner
+        .catalogue
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    let mut out = BundleCheck {
+        notes: Vec::new(),
+        publish: Vec::new(),
+        redo: Vec::new(),
+    };
+    for (i, (tag, name, cal)) in calibrations.iter().enumerate() {
+        report(
+            BUNDLE_CHECK_SHARE * i as f64 / calibrations.len() as f64,
+            true,
+        );
+        let Some(kernel) = catalogue.get(name) else {
+            out.notes.push(format!(
+                "{name} ({tag}): not checked, nothing to run here: served stale (the exporting card's)"
+            ));
+            out.publish.push((*tag, name.clone(), cal.clone()));
+            continue;
+        };
+        set_job(inner, job.id, |s| {
+            s.message = format!(
+                "checking {name} ({tag}) on this card, kernel {} of {}",
+                i + 1,
+                calibrations.len()
+            );
+        });
+        let checked = calibrate::check_on_arrival(gpu, kernel, &cal.table, *tag, &job.cancel)
+            .map_err(|e| {
+                nothing_imported(inner, &e, &format!("checking {name} ({tag}) on this card"))
+            })?;
+        let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
+        match over.first() {
+            None => {
+                // Same configuration and held here: served as this device's. An older exporter
+                // recorded no code; the check ran this catalogue's, so that is what the bounds
+                // are of now. A recorded digest stays, and other code than ours is served stale.
+                let mut cal = cal.clone();
+                cal.campaign.environment.fingerprint = inner.device.fingerprint.clone();
+                if cal.code.is_empty() {
+                    cal.code = kernel.code_digest();
+                }
+                out.notes.push(format!("{name} ({tag}): held on this card"));
+                out.publish.push((*tag, name.clone(), cal));
+            }
+            Some((m, t, b)) => {
+                out.notes.push(format!(
+                    "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
+                    over.len()
+                ));
+                out.redo.push((*tag, kernel.clone(), checked));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Recalibrate the kernels that failed the arrival check, as a job's kernels are (with the
+/// device's delays and slowdowns probed), each bound at least the longest launch the check timed.
+fn recalibrate_failed(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+    redo: Vec<FailedCheck>,
+    notes: &mut Vec<String>,
+    report: &mut impl FnMut(f64, bool),
+) -> std::result::Result<Vec<TaggedCalibration>, JobEnd> {
+    let probed = probed_recipe(gpu, inner, job)?;
+    let n = redo.len();
+    let mut recalibrated = Vec::new();
+    for (i, (tag, kernel, checked)) in redo.into_iter().enumerate() {
+        let mut recipe = probed;
+        recipe.campaign.interference = tag;
+        set_job(inner, job.id, |s| {
+            s.message = format!(
+                "recalibrating {} ({tag}) on this card, kernel {} of {n}",
+                kernel.name,
+                i + 1
+            );
+        });
+        let mut progress = |f: f64| {
+            let share = (i as f64 + f) / n as f64;
+            report(
+                BUNDLE_CHECK_SHARE + (1.0 - BUNDLE_CHECK_SHARE) * share,
+                f >= 1.0,
+            )
+        };
+        let mut cal =
+            calibrate::calibrate_kernel(gpu, &kernel, &recipe, &job.cancel, &mut progress)
+                .map_err(|e| {
+                    nothing_imported(inner, &e, &format!("recalibrating {}", kernel.name))
+                })?;
+        for (m, t, _) in checked {
+            if cal.table.raise_to_launch(m, t) {
+                let why = format!(
+                    "bound at {m} SMs raised to a launch of {t} ns timed by the arrival check of an imported bundle"
+                );
+                notes.push(format!("{} ({tag}): {why}", kernel.name));
+                cal.table.notes.push(why);
+            }
+        }
+        recalibrated.push((tag, kernel.name.clone(), cal));
+    }
+    Ok(recalibrated)
+}

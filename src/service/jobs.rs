@@ -1,0 +1,212 @@
+//! The job queue as callers see it: queue a recalibration, list the jobs, cancel one, and stop
+//! the worker at shutdown. Every decision about a job's state is taken under the jobs lock,
+//! where the worker (`worker.rs`) claims a job to start it.
+
+use super::worker::finish_unstarted;
+use super::*;
+
+impl Service {
+    /// Queue a recalibration of `kernels` (every kernel of the catalogue when empty).
+    pub fn recalibrate(&self, kernels: &[String]) -> Result<u64> {
+        self.recalibrate_with(kernels, &self.inner.config.interference)
+    }
+
+    /// Queue a recalibration of `kernels` under each of `interference` (the daemon's configured
+    /// tags when empty). The kernels that succeed are published when the job ends.
+    pub fn recalibrate_with(
+        &self,
+        kernels: &[String],
+        interference: &[Interference],
+    ) -> Result<u64> {
+        let specs = self.kernel_specs(kernels)?;
+        let mut tags = if interference.is_empty() {
+            self.inner.config.interference.clone()
+        } else {
+            interference.to_vec()
+        };
+        tags.sort();
+        tags.dedup();
+        let names = specs.iter().map(|k| k.name.clone()).collect();
+        let work = Work::Calibrate {
+            kernels: specs,
+            interference: tags.clone(),
+        };
+        let id = self.enqueue(work, names, tags)?;
+        tracing::info!(job = id, "recalibration queued");
+        Ok(id)
+    }
+
+    pub(super) fn enqueue(
+        &self,
+        work: Work,
+        kernels: Vec<String>,
+        tags: Vec<Interference>,
+    ) -> Result<u64> {
+        const STOPPING: &str = "the daemon is stopping; accepted: retry once it has started again";
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            return Err(ServiceError::Busy(STOPPING.into()));
+        }
+        let limit = self.inner.config.max_queued_jobs as u64;
+        // Taken in one step, so two callers at once cannot both take the last place.
+        let taken = self
+            .inner
+            .pending
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            });
+        if taken.is_err() {
+            return Err(ServiceError::Busy(format!(
+                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`wcetctl jobs` or Calibration1.ListJobs() shows the queue)"
+            )));
+        }
+        let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
+        // Recorded before anyone can see the job, so a cancel cannot come before the record.
+        self.inner.job_record.queued(id, work.doing(), &kernels);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let status = JobStatus {
+            state: JobState::Queued,
+            progress: 0.0,
+            message: "queued".into(),
+            kernels,
+            interference: tags,
+        };
+        let refused = {
+            // Queued and sent under the jobs lock, where `stop_worker` sends the end marker.
+            let mut jobs = self
+                .inner
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if self.inner.stopping.load(Ordering::SeqCst) {
+                Some(STOPPING)
+            } else {
+                jobs.insert(id, (status, Arc::clone(&cancel)));
+                let sent = self.worker.send(Some(Job { id, work, cancel }));
+                sent.is_err().then(|| {
+                    // Not left listed as queued forever: the job ends here, and says why.
+                    let why = "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
+                    if let Some((s, _)) = jobs.get_mut(&id) {
+                        s.state = JobState::Failed;
+                        s.message = why.into();
+                    }
+                    why
+                })
+            }
+        };
+        if let Some(why) = refused {
+            self.inner.pending.fetch_sub(1, Ordering::SeqCst);
+            self.inner.job_record.ended(id, false);
+            return Err(ServiceError::Busy(why.into()));
+        }
+        Ok(id)
+    }
+
+    fn kernel_specs(&self, names: &[String]) -> Result<Vec<KernelSpec>> {
+        let catalogue = self.catalogue();
+        if names.is_empty() {
+            return Ok(catalogue.iter().cloned().collect());
+        }
+        let mut specs: Vec<KernelSpec> = Vec::new();
+        for name in names {
+            self.known(name)?;
+            let spec = catalogue.get(name).ok_or_else(|| {
+                ServiceError::UnknownKernel(format!(
+                    "kernel `{name}` was calibrated elsewhere (imported) and has nothing to run here; accepted for recalibration: {}",
+                    catalogue.names().join(", ")
+                ))
+            })?;
+            if !specs.iter().any(|s| s.name == spec.name) {
+                specs.push(spec.clone());
+            }
+        }
+        Ok(specs)
+    }
+
+    /// Every job this daemon run has accepted, by number, oldest first.
+    pub fn jobs(&self) -> Vec<(u64, JobStatus)> {
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        jobs.iter().map(|(&id, (s, _))| (id, s.clone())).collect()
+    }
+
+    pub fn job(&self, id: u64) -> Result<JobStatus> {
+        let jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        jobs.get(&id)
+            .map(|(s, _)| s.clone())
+            .ok_or_else(|| no_such_job(id, &jobs))
+    }
+
+    pub fn cancel_job(&self, id: u64) -> Result<()> {
+        let mut jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let (status, cancel) = jobs.get(&id).ok_or_else(|| no_such_job(id, &jobs))?;
+        let status = status.clone();
+        if status.state.finished() {
+            return Err(ServiceError::InvalidArgs(format!(
+                "job {id} has already finished ({}); accepted: a queued or running job",
+                status.state.as_str()
+            )));
+        }
+        cancel.store(true, Ordering::SeqCst);
+        // A queued job is finished now, not when the worker reaches it: `GetJob` says so at once,
+        // and its place in the queue is free. Decided under the jobs lock, where the worker
+        // claims a job to start it ([`claim`]): a queued job is either cancelled here or started
+        // there, never both.
+        if status.state == JobState::Queued {
+            finish_unstarted(&self.inner, &mut jobs, id);
+            drop(jobs);
+            self.inner.job_record.ended(id, false);
+        }
+        Ok(())
+    }
+
+    /// At shutdown: cancel every job and wait, up to `within`, for the GPU worker to end. A
+    /// cancelled calibration stops at its next batch and keeps what it already published, so the
+    /// process does not exit in the middle of a store write (which is atomic anyway: an exit
+    /// there leaves a temporary file the next start removes, never a torn store). `false` when the
+    /// worker did not end in time, as when a launch hangs.
+    pub fn stop_worker(&self, within: std::time::Duration) -> bool {
+        {
+            let jobs = self
+                .inner
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            self.inner.stopping.store(true, Ordering::SeqCst);
+            for (_, cancel) in jobs.values() {
+                cancel.store(true, Ordering::SeqCst);
+            }
+            // Behind every queued job, each of which now ends at once as cancelled; none is
+            // queued after it (`enqueue` refuses under this lock once `stopping` is set).
+            let _ = self.worker.send(None);
+        }
+        let (done, ended) = &self.inner.worker_exited;
+        let exited = done.lock().unwrap_or_else(PoisonError::into_inner);
+        let (exited, _) = ended
+            .wait_timeout_while(exited, within, |exited| !*exited)
+            .unwrap_or_else(PoisonError::into_inner);
+        *exited
+    }
+}
+
+fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> ServiceError {
+    let known: Vec<String> = jobs.keys().map(u64::to_string).collect();
+    ServiceError::InvalidArgs(format!(
+        "no job {id}; accepted: a job number returned by Recalibrate, as `wcetctl jobs` or Calibration1.ListJobs() lists them ({})",
+        if known.is_empty() {
+            "none yet".into()
+        } else {
+            known.join(", ")
+        }
+    ))
+}

@@ -1,0 +1,527 @@
+//! The GPU worker: one thread owns the device and runs the queued jobs one at a time
+//! (calibrations, imports, bundles), reading the clock between them and while idle. A job's
+//! results are published (snapshot, store, then [`Event`]) only when the whole job has
+//! succeeded, so a failed or cancelled job leaves the old bounds in place. Jobs are queued,
+//! listed and cancelled on the callers' side, in `jobs.rs`.
+
+use super::imports::{import, import_bundle};
+use super::*;
+
+/// Only the worker touches the GPU, so it also reads the clock: between jobs and while idle.
+fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
+    let mhz = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
+    inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
+}
+
+pub(super) fn worker_loop(
+    mut gpu: Box<dyn Gpu>,
+    store: Store,
+    inner: Arc<Inner>,
+    jobs: mpsc::Receiver<Option<Job>>,
+) {
+    /// Tells [`Service::stop_worker`] that the thread is done, however it ends.
+    struct Exited<'a>(&'a Inner);
+    impl Drop for Exited<'_> {
+        fn drop(&mut self) {
+            let (done, ended) = &self.0.worker_exited;
+            *done
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = true;
+            ended.notify_all();
+        }
+    }
+    let _exited = Exited(&inner);
+    loop {
+        let job = match jobs.recv_timeout(CLOCK_POLL) {
+            Ok(Some(job)) => job,
+            Ok(None) => return,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                read_clock(gpu.as_mut(), &inner);
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return,
+        };
+        let Some(kernels) = claim(&inner, &job) else {
+            // Cancelled before it started: finished, signalled and unrecorded already.
+            continue;
+        };
+        inner.job_record.started(job.id, job.work.doing(), &kernels);
+        monitor::recalibration_started(&inner, &kernels);
+        // A bug in one job must not take the worker (and every later job) down with it.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_job(gpu.as_mut(), &store, &inner, &job)
+        }));
+        let (state, message) = outcome.unwrap_or_else(|panic| {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown".into());
+            fail(
+                &inner,
+                format!("internal error ({what}); bounds unchanged, please report it"),
+            )
+        });
+        inner.job_record.ended(job.id, state == JobState::Done);
+        monitor::recalibration_ended(&inner, &kernels);
+        inner.pending.fetch_sub(1, Ordering::SeqCst);
+        set_job(&inner, job.id, |s| {
+            s.state = state;
+            s.message = message.clone();
+            if state == JobState::Done {
+                s.progress = 1.0;
+            }
+        });
+        read_clock(gpu.as_mut(), &inner);
+        tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
+        let _ = inner.events.send(Event::JobFinished {
+            job: job.id,
+            state,
+            message,
+        });
+    }
+}
+
+/// Take `job` from the queue to run: `Running` now, and its kernels. None when it was cancelled
+/// before it started: by `CancelJob` (finished there), or by the shutdown (finished here). Under
+/// the jobs lock, where `CancelJob` decides too, so each job is finished exactly once.
+fn claim(inner: &Inner, job: &Job) -> Option<Vec<String>> {
+    let mut jobs = inner.jobs.lock().unwrap_or_else(PoisonError::into_inner);
+    let Some((status, _)) = jobs.get_mut(&job.id) else {
+        return Some(Vec::new());
+    };
+    if status.state == JobState::Cancelled {
+        return None;
+    }
+    if job.cancel.load(Ordering::SeqCst) {
+        finish_unstarted(inner, &mut jobs, job.id);
+        drop(jobs);
+        inner.job_record.ended(job.id, false);
+        return None;
+    }
+    status.state = JobState::Running;
+    status.message = "measuring".into();
+    Some(status.kernels.clone())
+}
+
+/// Finish queued job `id` as cancelled before it started: its state, its place in the queue,
+/// the log line and `JobFinished`. The caller holds the jobs lock (`jobs`).
+pub(super) fn finish_unstarted(
+    inner: &Inner,
+    jobs: &mut BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>,
+    id: u64,
+) {
+    let message = "cancelled before it started; bounds unchanged".to_string();
+    if let Some((status, _)) = jobs.get_mut(&id) {
+        status.state = JobState::Cancelled;
+        status.message = message.clone();
+    }
+    inner.pending.fetch_sub(1, Ordering::SeqCst);
+    tracing::info!(job = id, state = "cancelled", %message, "job finished");
+    let _ = inner.events.send(Event::JobFinished {
+        job: id,
+        state: JobState::Cancelled,
+        message,
+    });
+}
+
+fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd {
+    if job.cancel.load(Ordering::SeqCst) {
+        return (
+            JobState::Cancelled,
+            "cancelled before it started; bounds unchanged".into(),
+        );
+    }
+    match &job.work {
+        Work::Calibrate {
+            kernels,
+            interference,
+        } => calibrate_job(gpu, store, inner, job, kernels, interference),
+        Work::Import(imported) => import(store, inner, imported),
+        Work::Bundle {
+            calibrations,
+            verify,
+        } => import_bundle(gpu, store, inner, job, calibrations, *verify),
+    }
+}
+
+/// What a calibration job has published so far, and what failed: its final message.
+#[derive(Default)]
+struct JobReport {
+    /// What earlier tags of this job published, one message each.
+    published: Vec<String>,
+    /// Kernels that failed alone, each with its tag and error.
+    failures: Vec<String>,
+}
+
+impl JobReport {
+    /// The tail of a message for a job that stops now.
+    fn unchanged(&self) -> String {
+        match self.published.as_slice() {
+            [] => "bounds unchanged".to_string(),
+            done => format!("{} before that; other bounds unchanged", done.join("; ")),
+        }
+    }
+
+    fn finish(self, inner: &Inner) -> JobEnd {
+        let published = self.published.join("; ");
+        match (self.published.is_empty(), self.failures.is_empty()) {
+            (_, true) => (JobState::Done, published),
+            (true, false) => fail(
+                inner,
+                format!("calibrating {}; bounds unchanged", self.failures.join("; ")),
+            ),
+            (false, false) => fail(
+                inner,
+                format!(
+                    "{published}; failed: {} (their bounds unchanged)",
+                    self.failures.join("; ")
+                ),
+            ),
+        }
+    }
+}
+
+/// Calibrate `kernels` under each of `tags`, in that order. A kernel that fails (a wrong result,
+/// a fault) fails alone: the others are still calibrated and published. A lost device or a
+/// cancel ends the job, keeping what was already published.
+fn calibrate_job(
+    gpu: &mut dyn Gpu,
+    store: &Store,
+    inner: &Inner,
+    job: &Job,
+    kernels: &[KernelSpec],
+    tags: &[Interference],
+) -> JobEnd {
+    let recipe = match probed_recipe(gpu, inner, job) {
+        Ok(recipe) => recipe,
+        Err(failed) => return failed,
+    };
+    let steps: Vec<(Interference, &KernelSpec)> = tags
+        .iter()
+        .flat_map(|&tag| kernels.iter().map(move |k| (tag, k)))
+        .collect();
+    let mut measured = Vec::new();
+    let mut results = Vec::new();
+    let mut report = JobReport::default();
+    // Sustained slowdowns are the device's: every kernel's bound allows for what the probe and
+    // every kernel of the job showed, so kernels are fitted when their tag is done.
+    let mut evidence = recipe.slowdowns;
+    for (i, &(tag, kernel)) in steps.iter().enumerate() {
+        match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
+            Ok(m) => {
+                m.add_to(&mut evidence);
+                measured.push((tag, m));
+            }
+            Err(e) if is_cancelled(&e) => {
+                return (
+                    JobState::Cancelled,
+                    format!("cancelled; {}", report.unchanged()),
+                );
+            }
+            Err(e) if is_lost(&e) => {
+                let failed = fail(
+                    inner,
+                    format!(
+                        "calibrating {} ({tag}): {e}; {}",
+                        kernel.name,
+                        report.unchanged()
+                    ),
+                );
+                note_lost(inner, &e);
+                return failed;
+            }
+            Err(e) => report
+                .failures
+                .push(format!("{} ({tag}): {e}", kernel.name)),
+        }
+        // Each tag's bounds are published, all at once, as soon as its last kernel is done: on an
+        // H100 the isolated suite takes under a minute and the contended one a quarter of an hour
+        // (a stressed 8-SM launch takes up to 160 ms), and a first start should not serve nothing
+        // for that long.
+        let tag_done = steps.get(i + 1).is_none_or(|&(next, _)| next != tag);
+        if !tag_done {
+            continue;
+        }
+        let fitted = Recipe {
+            slowdowns: evidence,
+            ..recipe
+        };
+        results = fit_all(std::mem::take(&mut measured), gpu, &fitted, &mut report);
+        if i + 1 < steps.len() && !results.is_empty() {
+            let (state, done) = commit(store, inner, std::mem::take(&mut results), "calibrated");
+            if state != JobState::Done {
+                return (state, done);
+            }
+            tracing::info!(job = job.id, "{done}: published; the job goes on");
+            report.published.push(done);
+        }
+    }
+    if !results.is_empty() || report.published.is_empty() && report.failures.is_empty() {
+        let (state, done) = commit(store, inner, results, "calibrated");
+        if state != JobState::Done {
+            return (state, done);
+        }
+        report.published.push(done);
+    }
+    report.finish(inner)
+}
+
+/// Fit every measured campaign with `recipe` (its slowdowns the job's); a fit that fails is the
+/// job's failure for that kernel alone.
+fn fit_all(
+    measured: Vec<(Interference, calibrate::Measured)>,
+    gpu: &mut dyn Gpu,
+    recipe: &Recipe,
+    report: &mut JobReport,
+) -> Vec<TaggedCalibration> {
+    let sizes = gpu.info().partition_sizes.clone();
+    let mut results = Vec::new();
+    for (tag, m) in measured {
+        let name = m.campaign.kernel.clone();
+        match calibrate::fit_measured(m, &sizes, recipe) {
+            Ok(cal) => results.push((tag, name, cal)),
+            Err(e) => report.failures.push(format!("{name} ({tag}): {e}")),
+        }
+    }
+    results
+}
+
+/// The job's recipe with the device's fixed delays and slowdowns probed (a failure ends the job).
+pub(super) fn probed_recipe(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+) -> std::result::Result<Recipe, JobEnd> {
+    match calibrate::with_device_probe(gpu, &inner.config.recipe) {
+        Ok((recipe, notes)) => {
+            for note in notes {
+                tracing::info!(job = job.id, "{note}");
+            }
+            Ok(recipe)
+        }
+        Err(e) => {
+            let failed = fail(
+                inner,
+                format!("probing the device's delays: {e}; bounds unchanged"),
+            );
+            note_lost(inner, &e);
+            Err(failed)
+        }
+    }
+}
+
+/// Calibrate step `i` of `steps`, reporting progress and what is measured to the job's status.
+fn calibrate_step(
+    gpu: &mut dyn Gpu,
+    inner: &Inner,
+    job: &Job,
+    recipe: &Recipe,
+    steps: &[(Interference, &KernelSpec)],
+    i: usize,
+) -> std::result::Result<calibrate::Measured, calibrate::CalibrateError> {
+    let (tag, kernel) = steps[i];
+    let mut recipe = *recipe;
+    recipe.campaign.interference = tag;
+    let n = steps.len().max(1) as f64;
+    let mut report = progress_reporter(inner, job);
+    let mut progress = |f: f64| report((i as f64 + f) / n, f >= 1.0);
+    // Says what is being measured now, for `GetJob` and the progress bar.
+    let mut narrate = |request: &RunRequest| {
+        set_job(inner, job.id, |s| {
+            s.message = format!(
+                "measuring {} at {} SMs ({tag}), step {} of {}",
+                kernel.name,
+                request.sms,
+                i + 1,
+                steps.len()
+            );
+        });
+    };
+    let mut narrated = Narrated {
+        gpu,
+        on_run: &mut narrate,
+    };
+    calibrate::measure_kernel(&mut narrated, kernel, &recipe, &job.cancel, &mut progress)
+}
+
+/// The guarantee of an untagged bound (`GetBound`'s, the larger of the isolated and contended
+/// ones): the scheduler has not said which condition the kernel runs under, so it is the weaker
+/// of the calibrations' guarantees, at every size, as admission takes it. Stating the guarantee
+/// of whichever bound is larger at one size claimed 1e-9 for a bound that an isolated launch,
+/// heavy-tailed, exceeds with 1e-4.
+pub(super) fn weakest_guarantee(
+    snap: &Calibration,
+    kernel: &str,
+) -> (f64, crate::model::ExceedanceBasis) {
+    [Interference::Isolated, Interference::Contended]
+        .into_iter()
+        .filter_map(|t| snap.tables(t).get(kernel))
+        .map(|c| c.table.stated_exceedance())
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .unwrap_or((0.0, crate::model::ExceedanceBasis::TailModel))
+}
+
+/// How a bundle import ends when checking or recalibrating (`what`) did not complete: cancelled,
+/// or failed with why; nothing of the bundle is imported either way.
+pub(super) fn nothing_imported(inner: &Inner, e: &calibrate::CalibrateError, what: &str) -> JobEnd {
+    if is_cancelled(e) {
+        return (JobState::Cancelled, "cancelled; nothing imported".into());
+    }
+    note_lost(inner, e);
+    fail(inner, format!("{what}: {e}; nothing imported"))
+}
+
+fn is_cancelled(e: &calibrate::CalibrateError) -> bool {
+    matches!(
+        e,
+        calibrate::CalibrateError::Measure(crate::measure::MeasureError::Cancelled)
+    )
+}
+
+fn is_lost(e: &calibrate::CalibrateError) -> bool {
+    matches!(
+        e,
+        calibrate::CalibrateError::Measure(crate::measure::MeasureError::Gpu(GpuError::Lost(_)))
+    )
+}
+
+/// A job's progress (0 to 1) for `GetJob` and the `JobProgress` signal: sent when it moved by 1%
+/// since the last one sent, or when `force`d (a step completed).
+pub(super) fn progress_reporter<'a>(inner: &'a Inner, job: &'a Job) -> impl FnMut(f64, bool) + 'a {
+    let mut last_sent = -1.0;
+    move |p: f64, force: bool| {
+        if p - last_sent >= 0.01 || force {
+            last_sent = p;
+            set_job(inner, job.id, |s| s.progress = p);
+            let _ = inner.events.send(Event::JobProgress {
+                job: job.id,
+                progress: p,
+            });
+        }
+    }
+}
+
+/// The worker's GPU, telling `on_run` what each batch measures before it runs.
+struct Narrated<'a> {
+    gpu: &'a mut dyn Gpu,
+    on_run: &'a mut (dyn FnMut(&RunRequest) + Send),
+}
+
+impl Gpu for Narrated<'_> {
+    fn info(&self) -> &DeviceInfo {
+        self.gpu.info()
+    }
+
+    fn run(
+        &mut self,
+        kernel: &KernelSpec,
+        request: &RunRequest,
+    ) -> std::result::Result<Batch, GpuError> {
+        (self.on_run)(request);
+        self.gpu.run(kernel, request)
+    }
+
+    fn telemetry(&mut self) -> Telemetry {
+        self.gpu.telemetry()
+    }
+
+    fn delay_probe(&mut self, sms: u32, launches: u32) -> std::result::Result<Vec<u64>, GpuError> {
+        self.gpu.delay_probe(sms, launches)
+    }
+
+    fn placement(&self) -> &[PlacementReport] {
+        self.gpu.placement()
+    }
+
+    fn check_partition(&self, sms: u32) -> std::result::Result<(), GpuError> {
+        self.gpu.check_partition(sms)
+    }
+}
+
+/// Publish the new bounds of a job: store first (so a crash after this leaves them on disk), then
+/// the snapshot, then the signal.
+pub(super) fn commit(
+    store: &Store,
+    inner: &Inner,
+    results: Vec<TaggedCalibration>,
+    verb: &str,
+) -> JobEnd {
+    let mut names: Vec<String> = Vec::new();
+    for (_, name, _) in &results {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    let mut next = (**inner
+        .snapshot
+        .read()
+        .unwrap_or_else(PoisonError::into_inner))
+    .clone();
+    next.device = inner.device.clone();
+    let mut tags = Vec::new();
+    let mut inserted = Vec::new();
+    for (tag, name, cal) in results {
+        next.tables_mut(tag).insert(name.clone(), cal);
+        inserted.push((tag, name));
+        if !tags.contains(&tag) {
+            tags.push(tag);
+        }
+    }
+    if let Err(e) = store.save(&next) {
+        return fail(
+            inner,
+            format!("{e}; new bounds not published, old bounds kept"),
+        );
+    }
+    // On disk now: their launch times can rest in the spill file, as loaded ones do.
+    for (tag, name) in &inserted {
+        if let Some(cal) = next.tables_mut(*tag).get_mut(name) {
+            store.spill_times(cal);
+        }
+    }
+    monitor::publish(inner, Arc::new(next), &inserted);
+    set_health(inner, "ok".into());
+    let _ = inner.events.send(Event::BoundsChanged {
+        kernels: names.clone(),
+    });
+    let tags: Vec<String> = tags.iter().map(ToString::to_string).collect();
+    (
+        JobState::Done,
+        format!("{verb} {} ({})", names.join(", "), tags.join(", ")),
+    )
+}
+
+/// Record a lost device (the watch wakes the daemon's main task, which exits).
+fn note_lost(inner: &Inner, error: &calibrate::CalibrateError) {
+    use crate::measure::MeasureError;
+    if let calibrate::CalibrateError::Measure(MeasureError::Gpu(GpuError::Lost(why))) = error {
+        set_health(inner, format!("failed: device lost ({why})"));
+        inner.lost.send_replace(Some(why.clone()));
+    }
+}
+
+pub(super) fn fail(inner: &Inner, message: String) -> JobEnd {
+    tracing::error!(%message, "calibration job failed");
+    set_health(inner, format!("degraded: {message}"));
+    (JobState::Failed, message)
+}
+
+fn set_health(inner: &Inner, health: String) {
+    let mut current = inner.health.write().unwrap_or_else(PoisonError::into_inner);
+    if *current != health {
+        *current = health.clone();
+        let _ = inner.events.send(Event::HealthChanged { health });
+    }
+}
+
+pub(super) fn set_job(inner: &Inner, id: u64, update: impl FnOnce(&mut JobStatus)) {
+    if let Some((status, _)) = inner
+        .jobs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_mut(&id)
+    {
+        update(status);
+    }
+}
