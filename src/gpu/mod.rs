@@ -110,6 +110,11 @@ pub struct Telemetry {
     /// the batch, in nanoseconds; 0 when none or unknown.
     #[serde(default)]
     pub throttle_ns: u64,
+    /// The driver said the GPU was idle and named no throttle reason: its clock then is the idle
+    /// clock (hundreds of MHz on some parts even with a context open), not the clock a launch
+    /// runs at, so it scales no bound and settles no clock policy.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
 }
 
 impl Telemetry {

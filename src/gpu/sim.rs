@@ -583,6 +583,7 @@ impl SimGpu {
             power_mw: Some(300_000),
             throttle_reasons: Vec::new(),
             throttle_ns: 0,
+            idle: false,
         }
     }
 

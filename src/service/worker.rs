@@ -8,9 +8,15 @@ use super::imports::{import, import_bundle};
 use super::*;
 
 /// Only the worker touches the GPU, so it also reads the clock: between jobs and while idle.
+/// A reading the driver calls idle (and names no throttle reason for) is skipped: an idle clock
+/// is not the clock launches run at, and would stretch every bound served by the ratio of the
+/// two (several times on parts that idle low with a context open).
 fn read_clock(gpu: &mut dyn Gpu, inner: &Inner) {
-    let mhz = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
-    inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
+    let now = gpu.telemetry();
+    if !now.idle {
+        let mhz = now.sm_clock_mhz.unwrap_or(0);
+        inner.current_clock_mhz.store(mhz, Ordering::SeqCst);
+    }
 }
 
 pub(super) fn worker_loop(

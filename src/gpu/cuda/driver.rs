@@ -30,18 +30,37 @@ pub fn check(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), Gpu
     }
 }
 
-/// Errors after which the context is unusable are device faults, not call errors.
+/// Errors after which the context is unusable are device faults, not call errors: every code the
+/// driver API documents as leaving the process in an inconsistent state ("the process must be
+/// terminated and relaunched"), so that recovery resets the device and, where that fails, the
+/// daemon exits for its service manager to restart it. A call error only drops the prepared
+/// problem, which after one of these would fail every later job while the daemon stayed up.
 fn error(call: &'static str, code: CUresult) -> GpuError {
     let detail = describe(code);
-    match code {
-        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
-        | CUresult::CUDA_ERROR_LAUNCH_FAILED
-        | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
-        | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
-        | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
-        | CUresult::CUDA_ERROR_ECC_UNCORRECTABLE => GpuError::Fault(format!("{call}: {detail}")),
-        _ => GpuError::Driver { call, detail },
+    if is_sticky(code) {
+        GpuError::Fault(format!("{call}: {detail}"))
+    } else {
+        GpuError::Driver { call, detail }
     }
+}
+
+/// The sticky errors of the 12.8 bindings. CUDA 13 adds `CUDA_ERROR_CONTAINED` (226) and
+/// `CUDA_ERROR_TENSOR_MEMORY_LEAK` (721), which these bindings cannot name.
+fn is_sticky(code: CUresult) -> bool {
+    matches!(
+        code,
+        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUresult::CUDA_ERROR_LAUNCH_FAILED
+            | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUresult::CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUresult::CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUresult::CUDA_ERROR_ASSERT
+            | CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUresult::CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUresult::CUDA_ERROR_INVALID_PC
+            | CUresult::CUDA_ERROR_NVLINK_UNCORRECTABLE
+    )
 }
 
 /// cudarc reports a symbol missing from an older libcuda by panicking; [`check`] catches it and
@@ -354,6 +373,8 @@ pub fn sync_stream(stream: sys::CUstream) -> Result<(), GpuError> {
 pub struct MappedFlag {
     host: *mut c_void,
     pub device: sys::CUdeviceptr,
+    /// The context current at allocation, made current again to free it.
+    ctx: sys::CUcontext,
 }
 
 impl MappedFlag {
@@ -364,7 +385,16 @@ impl MappedFlag {
         check("cuMemHostAlloc", || unsafe {
             sys::cuMemHostAlloc(&mut host, 4, flags)
         })?;
-        let mut flag = MappedFlag { host, device: 0 };
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: out-pointer to a local.
+        check("cuCtxGetCurrent", || unsafe {
+            sys::cuCtxGetCurrent(&mut ctx)
+        })?;
+        let mut flag = MappedFlag {
+            host,
+            device: 0,
+            ctx,
+        };
         flag.set(0);
         let device = &mut flag.device;
         // SAFETY: `host` is mapped pinned memory from cuMemHostAlloc above.
@@ -395,8 +425,37 @@ impl MappedFlag {
 
 impl Drop for MappedFlag {
     fn drop(&mut self) {
+        // Freed in its own context, whatever is current on this thread (often none, as when
+        // the session is dropped): with none the driver refuses and the memory stays pinned.
+        let _current = (!self.ctx.is_null())
+            .then(|| Current::push(self.ctx).ok())
+            .flatten();
         // SAFETY: allocated by cuMemHostAlloc, freed once; no kernel reads it any more (the owner
         // synchronises the stressor's stream before dropping).
         let _ = check("cuMemFreeHost", || unsafe { sys::cuMemFreeHost(self.host) });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_that_poison_the_process_are_faults_and_others_call_errors() {
+        for code in [
+            CUresult::CUDA_ERROR_ASSERT,
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+            CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR,
+            CUresult::CUDA_ERROR_INVALID_PC,
+        ] {
+            assert!(is_sticky(code), "{code:?}");
+        }
+        for code in [
+            CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+            CUresult::CUDA_ERROR_INVALID_VALUE,
+            CUresult::CUDA_ERROR_NOT_SUPPORTED,
+        ] {
+            assert!(!is_sticky(code), "{code:?}");
+        }
     }
 }

@@ -33,6 +33,13 @@ pub(super) fn prepare(
     if let Entry::Vacant(e) = session.libraries.entry(key.clone()) {
         e.insert(Library::load(&image(m, target)?)?);
     }
+    // Earlier versions of the module are unloaded: nothing prepared runs them (the caller
+    // dropped the prepared problem), and a daemon whose manifests are edited for months would
+    // otherwise keep every version loaded.
+    let older = format!("{}#", m.name);
+    session
+        .libraries
+        .retain(|k, _| !k.starts_with(&older) || *k == key);
     let lib = &session.libraries[&key];
     let main = &partition(&mut session.partitions, dev, sms, total)?.main;
     let _current = Current::push(main.ctx)?;
@@ -194,6 +201,14 @@ fn check_output(
         } => {
             let want = std::fs::read(file)
                 .map_err(|e| wrong(format!("reference {} cannot be read: {e}", file.display())))?;
+            if want.len() != got.len() {
+                return Err(wrong(format!(
+                    "output check failed: args[{arg}] holds {} bytes after one launch, the reference {} has {}",
+                    got.len(),
+                    file.display(),
+                    want.len()
+                )));
+            }
             let value = |b: &[u8]| f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             let bad = want
                 .chunks_exact(4)

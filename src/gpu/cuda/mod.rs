@@ -88,8 +88,8 @@ struct Session {
     /// Host-released latch that every timed launch waits on; `None` where the driver refuses
     /// stream memory operations, and the timing loop falls back to a spinning gate kernel.
     latch: Option<MappedFlag>,
-    /// Raised to stop the stressor.
-    stop: MappedFlag,
+    /// Raised to stop the stressor. `None` only while a reset replaces the session.
+    stop: Option<MappedFlag>,
 }
 
 impl Session {
@@ -101,7 +101,7 @@ impl Session {
             partitions: HashMap::new(),
             libraries: HashMap::new(),
             latch: Some(MappedFlag::new()?),
-            stop: MappedFlag::new()?,
+            stop: Some(MappedFlag::new()?),
         })
     }
 }
@@ -286,19 +286,25 @@ impl CudaGpu {
     /// the daemon restarts.
     fn recover(&mut self) -> Result<(), GpuError> {
         tracing::warn!("device fault: resetting the primary context and dropping cached state");
-        self.session.prepared = None;
-        self.session.partitions.clear();
-        self.session.libraries.clear();
-        self.session.latch = None;
+        // Everything made in the old context goes before the reset, the mapped flags included:
+        // the reset frees them, and freed after it their pointers may belong to the new
+        // session's flags.
+        let session = &mut self.session;
+        session.prepared = None;
+        session.partitions.clear();
+        session.libraries.clear();
+        session.latch = None;
+        session.stop = None;
         let dev = self.dev;
         // SAFETY: every handle made in the old context was dropped above.
         check("cuDevicePrimaryCtxReset", || unsafe {
             sys::cuDevicePrimaryCtxReset_v2(dev)
         })?;
-        // The reset destroyed the primary context and the reference this session held on it;
-        // retain the fresh one. Releasing the old handle now would release the new context.
+        // "Resetting the primary context does not release it": the reference this session
+        // holds is still counted. Retain the fresh context first, then release the old
+        // reference, so the count stays one and the context is never destroyed in between.
         let fresh = Primary::retain(dev)?;
-        std::mem::forget(std::mem::replace(&mut self.primary, fresh));
+        drop(std::mem::replace(&mut self.primary, fresh));
         self.session = Session::new(&self.primary)?;
         Ok(())
     }

@@ -7,8 +7,9 @@
 //! and the active clock-event reasons every few milliseconds while the launches run.
 //!
 //! NVML is optional: without it every reading is `None`, the driver version comes from
-//! `/proc/driver/nvidia/version`, and the clock policy from what the clock probe observed, because
-//! a missing management library must not stop measurements nor change the fingerprint.
+//! `/proc/driver/nvidia/version`, and the clock policy is `unknown` (nothing can read a clock),
+//! so a host that gains or loses NVML finds its calibrations of another configuration and serves
+//! them stale until recalibrated: the cautious side of a change nobody can see.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -113,23 +114,35 @@ impl Monitor {
         }
     }
 
+    /// The GPU whose clocks, power and throttling the partitions run under. On a MIG instance
+    /// CUDA reports the instance's UUID, which NVML spells `MIG-…`; its clocks are the parent
+    /// GPU's.
     fn device(&self) -> Option<Device<'_>> {
-        self.nvml.as_ref()?.device_by_uuid(self.uuid.as_str()).ok()
+        let nvml = self.nvml.as_ref()?;
+        if let Ok(dev) = nvml.device_by_uuid(self.uuid.as_str()) {
+            return Some(dev);
+        }
+        let mig = self.uuid.replacen("GPU-", "MIG-", 1);
+        nvml.device_by_uuid(mig.as_str())
+            .ok()?
+            .mig_parent_device()
+            .ok()
     }
 
     pub fn read(&self) -> Telemetry {
         let Some(dev) = self.device() else {
             return Telemetry::default();
         };
+        let reasons = dev.current_throttle_reasons().ok();
+        let throttle_reasons = reasons.map(throttle_names).unwrap_or_default();
         Telemetry {
             sm_clock_mhz: dev.clock_info(Clock::SM).ok(),
             mem_clock_mhz: dev.clock_info(Clock::Memory).ok(),
             temperature_c: dev.temperature(TemperatureSensor::Gpu).ok(),
             power_mw: dev.power_usage().ok(),
-            throttle_reasons: dev
-                .current_throttle_reasons()
-                .map(throttle_names)
-                .unwrap_or_default(),
+            idle: throttle_reasons.is_empty()
+                && reasons.is_some_and(|r| r.contains(ThrottleReasons::GPU_IDLE)),
+            throttle_reasons,
             throttle_ns: 0,
         }
     }
@@ -154,23 +167,8 @@ impl Monitor {
             return (work(), Telemetry::default());
         }
         let before = self.violations();
-        let stop = AtomicBool::new(false);
-        let seen = Mutex::new(Vec::new());
-        let result = std::thread::scope(|scope| {
-            scope.spawn(|| {
-                while !stop.load(Ordering::Relaxed) {
-                    let reading = self.read();
-                    seen.lock().unwrap_or_else(|e| e.into_inner()).push(reading);
-                    std::thread::sleep(SAMPLE_EVERY);
-                }
-            });
-            let result = work();
-            stop.store(true, Ordering::Relaxed);
-            result
-        });
+        let (result, readings) = sampled_while(|| self.read(), SAMPLE_EVERY, work);
         let after = self.violations();
-        // No reading after the work: the clock falls towards idle as soon as the GPU is.
-        let readings = seen.into_inner().unwrap_or_else(|e| e.into_inner());
         (result, summarise(&readings, &before, &after))
     }
 
@@ -206,7 +204,41 @@ impl Monitor {
     }
 }
 
+/// Run `work` while another thread takes `sample()` every `every`; its result and the samples.
+/// No sample after the work: the clock falls towards idle as soon as the GPU is. The sampler is
+/// stopped however `work` ends: on a panic too, which then reaches the caller (the GPU worker
+/// catches it) instead of the scope waiting for the sampler for ever.
+fn sampled_while<T, R: Send>(
+    sample: impl Fn() -> R + Sync,
+    every: Duration,
+    work: impl FnOnce() -> T,
+) -> (T, Vec<R>) {
+    struct StopOnDrop<'a>(&'a AtomicBool);
+    impl Drop for StopOnDrop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let seen = Mutex::new(Vec::new());
+    let result = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                let reading = sample();
+                seen.lock().unwrap_or_else(|e| e.into_inner()).push(reading);
+                std::thread::sleep(every);
+            }
+        });
+        let _stop = StopOnDrop(&stop);
+        work()
+    });
+    (result, seen.into_inner().unwrap_or_else(|e| e.into_inner()))
+}
+
 /// Readings taken while a batch ran, and the violation counters around it, as one [`Telemetry`].
+/// The clock is the lowest of the readings that were not idle (of all of them when every one
+/// was): a batch's first milliseconds, or the compile before a probe's load, find the GPU idle at
+/// a clock no launch runs at.
 fn summarise(readings: &[Telemetry], before: &[u64], after: &[u64]) -> Telemetry {
     let mut reasons: Vec<String> = readings
         .iter()
@@ -222,13 +254,20 @@ fn summarise(readings: &[Telemetry], before: &[u64], after: &[u64]) -> Telemetry
     }
     reasons.sort();
     reasons.dedup();
+    let busy: Vec<&Telemetry> = readings.iter().filter(|r| !r.idle).collect();
+    let clocked: Vec<&Telemetry> = if busy.is_empty() {
+        readings.iter().collect()
+    } else {
+        busy
+    };
     Telemetry {
-        sm_clock_mhz: readings.iter().filter_map(|r| r.sm_clock_mhz).min(),
-        mem_clock_mhz: readings.iter().filter_map(|r| r.mem_clock_mhz).min(),
+        sm_clock_mhz: clocked.iter().filter_map(|r| r.sm_clock_mhz).min(),
+        mem_clock_mhz: clocked.iter().filter_map(|r| r.mem_clock_mhz).min(),
         temperature_c: readings.iter().filter_map(|r| r.temperature_c).max(),
         power_mw: readings.iter().filter_map(|r| r.power_mw).max(),
         throttle_reasons: reasons,
         throttle_ns,
+        idle: clocked.iter().all(|r| r.idle),
     }
 }
 
@@ -285,6 +324,40 @@ mod tests {
         let closed = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024";
         assert_eq!(driver_from_proc(closed), Some("550.54.14".into()));
         assert_eq!(driver_from_proc("nothing here"), None);
+    }
+
+    #[test]
+    fn a_panicking_batch_stops_the_sampler_and_reaches_the_caller() {
+        let caught = std::panic::catch_unwind(|| {
+            sampled_while(|| 1u32, Duration::from_millis(1), || panic!("launch"))
+        });
+        assert!(caught.is_err(), "the panic reaches the caller, not a hang");
+        let (result, samples) = sampled_while(|| 1u32, Duration::from_millis(1), || 7);
+        assert_eq!(result, 7);
+        assert!(samples.len() <= 1_000, "{}", samples.len());
+    }
+
+    #[test]
+    fn idle_readings_do_not_set_a_batch_clock() {
+        let reading = |mhz, idle| Telemetry {
+            sm_clock_mhz: Some(mhz),
+            idle,
+            ..Telemetry::default()
+        };
+        let batch = summarise(
+            &[reading(345, true), reading(1980, false)],
+            &[0; 4],
+            &[0; 4],
+        );
+        assert_eq!(batch.sm_clock_mhz, Some(1980));
+        assert!(!batch.idle);
+        let idle = summarise(&[reading(345, true), reading(600, true)], &[0; 4], &[0; 4]);
+        assert_eq!(
+            idle.sm_clock_mhz,
+            Some(345),
+            "with nothing else, the lowest"
+        );
+        assert!(idle.idle);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Where a partition's blocks really run. The `%smid` probe is launched on a partition and on its
 //! remainder at the same time; each block records the SM it ran on. A partition is proved when
 //! its blocks covered exactly as many SMs as it was granted, the remainder's blocks as many as the
-//! remainder holds, the two sets are disjoint and every id is below the device's SM count.
+//! remainder holds, the two sets are disjoint and every block recorded where it ran.
 //! Contended measurements rely on the last two: a stressor that could share SMs with the measured
 //! partition would measure something else.
 //!
@@ -24,6 +24,9 @@ use cudarc::driver::sys;
 const PROBE_SPIN_NS: u64 = 200_000;
 /// How long the clock probe loads the device.
 const LOAD_SPIN_NS: u64 = 150_000_000;
+
+/// The id a probe block that never ran leaves in the buffer (filled with -1).
+const UNWRITTEN: u32 = u32::MAX;
 
 /// Where the blocks of a probe ran, for a partition and its remainder launched together.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,13 +72,12 @@ impl PlacementReport {
                 "SM {shared} ran blocks of both the partition and its remainder"
             ));
         }
-        if let Some(&high) = ids.union(&rest).max() {
-            if high >= self.total_sms {
-                return Some(format!(
-                    "SM id {high} is not below the device's {} SMs",
-                    self.total_sms
-                ));
-            }
+        // Ids are not bounded by the SM count: PTX does not promise `%smid` is contiguous
+        // ("`%nsmid` may be larger than the physical number of SMs"), and the counts and the
+        // disjointness above already prove the placement. A block that never wrote its id
+        // (the -1 the buffer was filled with) is another matter: it did not run.
+        if ids.contains(&UNWRITTEN) || rest.contains(&UNWRITTEN) {
+            return Some("a probe block did not record its SM (it never ran)".into());
         }
         if self.granted_sms + self.rest_sms != self.total_sms {
             return Some(format!(
@@ -216,10 +218,16 @@ mod tests {
         fewer.sm_ids.pop();
         assert!(fewer.problem().unwrap().contains("ran on 7 distinct SMs"));
 
-        let mut high = report(0..8, 8..132);
-        high.rest_ids.pop();
-        high.rest_ids.push(140);
-        assert!(high.problem().unwrap().contains("SM id 140"));
+        // `%smid` need not be contiguous: an id past the SM count is no problem by itself.
+        let mut gapped = report(0..8, 8..132);
+        gapped.rest_ids.pop();
+        gapped.rest_ids.push(140);
+        assert_eq!(gapped.problem(), None);
+
+        let mut idle = report(0..8, 8..132);
+        idle.sm_ids.pop();
+        idle.sm_ids.push(UNWRITTEN);
+        assert!(idle.problem().unwrap().contains("did not record its SM"));
 
         let mut short = report(0..8, 8..120);
         short.total_sms = 132;

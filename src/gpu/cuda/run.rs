@@ -267,11 +267,20 @@ fn time_launches(
                 &mut [Param::U64(GATE_NS)],
             )?,
         }
-        start.record(stream)?;
-        step()?;
-        stop.record(stream)?;
+        let enqueued = start
+            .record(stream)
+            .and_then(|()| step())
+            .and_then(|()| stop.record(stream));
         if let Hold::Latch(flag) = hold {
+            // Raised even when enqueueing failed: a stream left waiting on the latch would
+            // hold every later batch on this partition, and the free of its buffers, for good.
             flag.set(i as i32 + 1);
+        }
+        if let Err(e) = enqueued {
+            // What was enqueued drains before the caller drops buffers it may read, and
+            // before the next batch lowers the latch again.
+            let _ = sync_stream(stream);
+            return Err(e);
         }
         stop.synchronize()?;
         if i >= warmup {
@@ -314,7 +323,13 @@ impl CudaGpu {
             Interference::Isolated => None,
         };
         let stressor = match rest {
-            Some(rest) => Some(Stressor::start(rest, support, &session.stop)?),
+            Some(rest) => {
+                let stop = session.stop.as_ref().ok_or_else(|| GpuError::Driver {
+                    call: "contended batch",
+                    detail: "the stressor's stop flag was lost to a failed reset".into(),
+                })?;
+                Some(Stressor::start(rest, support, stop)?)
+            }
             None => None,
         };
         let _current = Current::push(part.main.ctx)?;
