@@ -686,6 +686,24 @@ impl ObservationFile {
         )
     }
 
+    /// Whether the file and both journals can be read, where they exist. One that exists but
+    /// cannot be read (its owner or mode, say, after a tool run as root) is not absent: serving
+    /// without it would serve bounds below times reporters were told are recorded, and the next
+    /// save would delete a journal nobody read. The daemon refuses to start instead, naming it.
+    pub fn check_readable(&self) -> Result<(), String> {
+        use std::io::Read;
+        let (journal, aside) = self.journal_paths();
+        for path in [self.path.as_path(), &journal, &aside] {
+            let read = std::fs::File::open(path).and_then(|mut f| f.read(&mut [0u8; 1]));
+            match read {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(format!("{} cannot be read: {e}", path.display())),
+            }
+        }
+        Ok(())
+    }
+
     /// Append `floors` to the journal, fsynced: once this returns, a crash loses none of them
     /// (the next load raises the floors it holds). Never at the same time as [`Self::save`]:
     /// the caller takes turns.
@@ -1346,6 +1364,21 @@ mod tests {
         let compact = CompactHistogram::from_bytes(&bytes).unwrap();
         assert_eq!(compact.count(), 500);
         assert_eq!(compact.quantiles(), Quantiles::of(&h));
+    }
+
+    #[test]
+    fn a_journal_or_file_that_exists_but_cannot_be_read_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::of_digest(dir.path(), "d");
+        assert_eq!(file.check_readable(), Ok(()), "nothing yet is fine");
+        std::fs::write(file.path(), "{}").unwrap();
+        assert_eq!(file.check_readable(), Ok(()));
+        // A directory where the journal belongs reads as an error even for root, as an
+        // unreadable mode would for the daemon's user.
+        let (journal, _) = file.journal_paths();
+        std::fs::create_dir(&journal).unwrap();
+        let why = file.check_readable().unwrap_err();
+        assert!(why.contains(".floors cannot be read"), "{why}");
     }
 
     #[test]

@@ -550,6 +550,70 @@ async fn a_floor_below_current_bounds_survives_a_crash() {
     .expect("test ran past its time limit");
 }
 
+/// A journal (or observations file) that exists but cannot be read is not absent: the daemon
+/// refuses to start and names it, rather than serve bounds below times it recorded and delete
+/// the journal at its next save. Once readable again, every floor is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_journal_stops_the_start_and_loses_nothing() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        calibrate_state(&fx).await;
+        let flags = ["--observation-save-interval", "60"];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        // The first report makes the file (saved before the answer); the next is journalled.
+        let first = bound(&conn, KERNEL, SMS).await / 3;
+        report(&conn, KERNEL, SMS, &[first]).await.expect("Report");
+        let time = bound(&conn, KERNEL, SMS).await / 2;
+        report(&conn, KERNEL, SMS, &[time]).await.expect("Report");
+        d.kill9();
+        let journal = files_containing(&fx.state(), ".floors");
+        assert_eq!(
+            journal.len(),
+            1,
+            "journalled before the answer: {journal:?}"
+        );
+        let journal = fx.state().join(&journal[0]);
+        // Unreadable for root too: the journal moved into a directory of its name.
+        let kept = fx.state().join("journal-kept");
+        std::fs::rename(&journal, &kept).unwrap();
+        std::fs::create_dir(&journal).unwrap();
+
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(status) = d.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "wcetd started on an unreadable journal; log:\n{}",
+                d.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        assert!(!status.success(), "{status}");
+        let log = d.log_text();
+        assert!(
+            log.contains(".floors cannot be read") && log.contains("start again"),
+            "{log}"
+        );
+
+        std::fs::remove_dir(&journal).unwrap();
+        std::fs::rename(&kept, &journal).unwrap();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(
+            get::<u64>(&observed(&conn, KERNEL, SMS).await, "floor_ns"),
+            time
+        );
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_observations_file_is_moved_aside_and_the_daemon_serves_on() {
     tokio::time::timeout(Duration::from_secs(90), async {

@@ -13,6 +13,7 @@ use wcetd::gpu::sim::{DeviceProfile, SimOptions};
 use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
 use wcetd::model::{Method, MethodConfig};
+use wcetd::observe::ObservationFile;
 use wcetd::service::{MonitorConfig, Service, ServiceConfig};
 use wcetd::{access::OperatorPolicy, config, dbus, store};
 use wcetd::{access::ReporterPolicy, metrics, monitor_bus};
@@ -411,6 +412,12 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<St
             kernel_dirs: args.kernel_dirs.clone(),
             ..service_config(args)
         };
+        let observations = ObservationFile::new(state_dir, &gpu.info().fingerprint);
+        observations.check_readable().map_err(|why| {
+            anyhow::anyhow!(
+                "GPU {n}: {why}; wcetd does not serve bounds without the launch times production reported (they hold the bounds up); give the daemon's user read and write access to it (as `wcetd` writes it: its owner, mode 0640) and start again"
+            )
+        })?;
         let (service, first_job) = Service::start(gpu, store, config);
         first_jobs.push((n, first_job));
         services.push((n, service));
