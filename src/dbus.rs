@@ -308,6 +308,9 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
 pub struct Calibration {
     pub service: Service,
     pub access: crate::access::OperatorPolicy,
+    /// Every device's service, this one's included: the kernel directories are the daemon's, so
+    /// a reload asked of one device is done by all.
+    pub every_device: Arc<Vec<Service>>,
 }
 
 #[interface(name = "org.wcetd.Calibration1")]
@@ -470,7 +473,15 @@ impl Calibration {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(Vec<String>, Vec<String>, Vec<(String, String)>), BusError> {
         self.access.check(conn, &header, "ReloadKernels").await?;
-        Ok(self.service.reload_kernels())
+        let answer = self.service.reload_kernels();
+        // The others too, or they would go on serving, as current, bounds of code a name no
+        // longer runs (each announces its own changes on its own object).
+        for other in self.every_device.iter() {
+            if !other.is(&self.service) {
+                other.reload_kernels();
+            }
+        }
+        Ok(answer)
     }
 
     /// Bounds from samples measured elsewhere; the job fits them as measured ones are fitted.
@@ -519,11 +530,14 @@ pub async fn serve_devices(
         })
         .collect();
     let list = Arc::new(list);
+    let every_device: Arc<Vec<Service>> =
+        Arc::new(devices.iter().map(|(_, s)| s.clone()).collect());
     for (n, service) in devices {
+        let shared = (&list, &every_device);
         let access = (&access, &reporters);
-        serve_at(conn, &device_path(*n), service, &list, access).await?;
+        serve_at(conn, &device_path(*n), service, shared, access).await?;
         if *n == default {
-            serve_at(conn, OBJECT_PATH, service, &list, access).await?;
+            serve_at(conn, OBJECT_PATH, service, shared, access).await?;
         }
     }
     Ok(())
@@ -533,7 +547,7 @@ async fn serve_at(
     conn: &Connection,
     path: &str,
     service: &Service,
-    devices: &Arc<DeviceList>,
+    (devices, every_device): (&Arc<DeviceList>, &Arc<Vec<Service>>),
     (access, reporters): (
         &crate::access::OperatorPolicy,
         &Arc<crate::access::ReporterPolicy>,
@@ -552,6 +566,7 @@ async fn serve_at(
     let calibration = Calibration {
         service: service.clone(),
         access: access.clone(),
+        every_device: Arc::clone(every_device),
     };
     server.at(path, calibration).await?;
     let monitor = crate::monitor_bus::Monitor {

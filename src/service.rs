@@ -424,6 +424,11 @@ impl Service {
     /// Becomes `Some(why)` when the device failed in a way this process cannot recover from (a
     /// sticky CUDA fault): the daemon then exits so that its service manager restarts it. Bounds
     /// already stored stay on disk and are served again after the restart.
+    /// Whether `other` is this very service (a clone shares it), not another device's.
+    pub fn is(&self, other: &Service) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     pub fn device_lost(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.inner.lost.subscribe()
     }

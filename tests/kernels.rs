@@ -234,6 +234,44 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
 
 /// On the simulator a manifest's `[sim]` table is checked when the manifest is loaded, and a bad
 /// one is rejected with the reason, not found out at calibration as a driver error.
+/// The kernel directories are the daemon's: a reload asked of one device is done by every
+/// device, so none goes on serving a name's old code as current (before, only the device asked
+/// reread them, and another served the old code's bounds, not stale, until asked itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_on_one_device_reloads_every_device() {
+    let kdir = tempfile::tempdir().unwrap();
+    let mut flags = manifest_flags(kdir.path());
+    flags.extend(["--sim-devices".to_string(), "2".to_string()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start(&flags).await;
+    let at = |n: u32| format!("/org/wcetd/Wcetd1/gpu/{n}");
+    let gpu1 = wcetd::client::BoundsProxy::builder(&d.conn)
+        .path(at(1))
+        .build()
+        .await
+        .unwrap();
+    assert!(!gpu1
+        .list_kernels()
+        .await
+        .unwrap()
+        .contains(&"app.scale".to_string()));
+    write_manifest(kdir.path(), "app.scale");
+    let gpu0 = wcetd::client::CalibrationProxy::builder(&d.conn)
+        .path(at(0))
+        .build()
+        .await
+        .unwrap();
+    let (added, ..) = gpu0.reload_kernels().await.unwrap();
+    assert_eq!(added, vec!["app.scale".to_string()]);
+    assert!(
+        gpu1.list_kernels()
+            .await
+            .unwrap()
+            .contains(&"app.scale".to_string()),
+        "device 1 reread the kernel directories too"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_sim_table_is_rejected_at_load() {
     let kdir = tempfile::tempdir().unwrap();
