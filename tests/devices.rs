@@ -240,6 +240,53 @@ async fn a_bundle_is_accepted_with_the_same_fingerprint_and_refused_with_another
     );
 }
 
+/// A bundle never takes a bound below a launch this card timed for the calibration it replaces
+/// (rule 1). Forced from another model, it once replaced a simulated H100's own srad bounds with
+/// an H200's, served stale but served, below the H100's own launches at most sizes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_is_never_below_launches_this_card_timed() {
+    let bundle = srad_bundle(&["srad"]).await;
+    let profile = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/calibration/profiles/h100-measured.toml"
+    );
+    let b = Daemon::start(&[
+        "--no-initial-calibration",
+        "--seed",
+        "5",
+        "--sim-profile",
+        profile,
+    ])
+    .await;
+    let (state, message) = calibrate_at(&b, "/org/wcetd/Wcetd1", &["srad"]).await;
+    assert_eq!(state, "done", "{message}");
+    let bounds = b.bounds().await;
+    let sizes = bounds.partition_sizes().await.unwrap();
+    let mut own = Vec::new();
+    for &m in &sizes {
+        let info = bounds
+            .get_bound_info_tagged("srad", m, "isolated")
+            .await
+            .unwrap();
+        own.push(u64::try_from(&info["observed_max_ns"]).unwrap());
+    }
+    let mut finished = b.calibration().await.receive_job_finished().await.unwrap();
+    let (message, ..) = import_and_read(&b, &mut finished, &bundle, true).await;
+    assert!(message.contains("launches this card timed"), "{message}");
+    for (&m, &launch) in sizes.iter().zip(&own) {
+        let info = bounds
+            .get_bound_info_tagged("srad", m, "isolated")
+            .await
+            .unwrap();
+        assert_eq!(<&str>::try_from(&info["origin"]).unwrap(), "bundle");
+        let bound = u64::try_from(&info["bound_ns"]).unwrap();
+        assert!(
+            bound >= launch,
+            "{m} SMs: bound {bound} below a launch of {launch} timed here"
+        );
+    }
+}
+
 /// A bundle edited so that it no longer agrees with itself is refused whole, `force` or not:
 /// a header naming another configuration than its campaigns (which `force` would have imported
 /// as current and unchecked), a size left out, a launch deleted with the bound lowered to what

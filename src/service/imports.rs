@@ -376,8 +376,10 @@ pub(super) fn import_bundle(
             .collect()
     };
     if !verify {
-        let notes = refit_notes(calibrations);
-        let (state, published) = commit(store, inner, calibrations.to_vec(), "imported");
+        let mut notes = refit_notes(calibrations);
+        let mut publish = calibrations.to_vec();
+        hold_up_by_launches_here(inner, &mut publish, &mut notes);
+        let (state, published) = commit(store, inner, publish, "imported");
         if state != JobState::Done || notes.is_empty() {
             return (state, published);
         }
@@ -400,6 +402,7 @@ pub(super) fn import_bundle(
             Err(failed) => return failed,
         }
     }
+    hold_up_by_launches_here(inner, &mut publish, &mut notes);
     let configured = inner.config.recipe.method_config.exceedance;
     for (tag, name, cal) in &publish {
         let (stated, _) = cal.table.stated_exceedance();
@@ -414,6 +417,49 @@ pub(super) fn import_bundle(
         return (state, published);
     }
     (JobState::Done, format!("{published}; {}", notes.join("; ")))
+}
+
+/// Rule 1 across a bundle: where a calibration about to be published replaces one this daemon
+/// measured on this card for the same code, each bound is raised to the longest launch that one
+/// timed at its size. Those launches are times observed here; the bundle's were timed on another
+/// card (or, forced, under another configuration: a forced H200 bundle once replaced a simulated
+/// H100's own bounds with ones a seventh of its launches, served stale but served).
+fn hold_up_by_launches_here(
+    inner: &Inner,
+    publish: &mut [TaggedCalibration],
+    notes: &mut Vec<String>,
+) {
+    let snap = Arc::clone(
+        &inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    for (tag, name, cal) in publish.iter_mut() {
+        let Some(old) = snap.tables(*tag).get(name.as_str()) else {
+            continue;
+        };
+        let measured_here = matches!(old.origin, Origin::Builtin | Origin::Manifest)
+            && old.environment().fingerprint == inner.device.fingerprint
+            && old.code == cal.code;
+        if !measured_here {
+            continue;
+        }
+        let raised: Vec<String> = old
+            .table
+            .entries
+            .iter()
+            .filter(|e| e.observed_max_ns > 0)
+            .filter(|e| cal.table.raise_to_launch(e.sms, e.observed_max_ns))
+            .map(|e| format!("{} SMs to {} ns", e.sms, e.observed_max_ns))
+            .collect();
+        if !raised.is_empty() {
+            notes.push(format!(
+                "{name} ({tag}): bounds raised to the longest launches this card timed for the calibration the bundle replaces: {}",
+                raised.join(", ")
+            ));
+        }
+    }
 }
 
 /// Every calibration of a bundle made no tighter than its refit here
