@@ -612,11 +612,7 @@ impl Service {
         // calibration and judges again the times reported while it was measured
         // ([`publish`]): a report falls wholly before or wholly after it.
         let mut obs = lock(&m.observations);
-        let served = match self.served_bound(kernel, sms, tag) {
-            Ok(b) => Some(b),
-            Err(ServiceError::NotCalibrated(_)) => None,
-            Err(e) => return Err(e),
-        };
+        let served = self.judged_bound(kernel, sms, tag)?;
         let bound_ns = served.as_ref().map(|b| b.0);
         let judged = Judged {
             calibration: served.as_ref().map_or("", |b| b.1.as_str()),
@@ -695,6 +691,32 @@ impl Service {
         let (snap, interference) = self.calibration_of(kernel, Some(tag), partition).ok()?;
         let cal = snap.tables(interference).get(kernel)?;
         self.inner.calibrated_at(cal, partition)
+    }
+
+    /// The bound a report of `tag` is judged against: the one served for the tag, or, for a tag
+    /// with no calibration, the one `GetBound` serves (it covers every tag, and is what a
+    /// scheduler had for the kernel); `None` before any calibration. A time reported under an
+    /// uncalibrated tag above that bound was once recorded as judged against nothing: it raised
+    /// the bound without an overrun counted, signalled, or shown in `GetObserved`.
+    fn judged_bound(
+        &self,
+        kernel: &str,
+        partition: u32,
+        tag: Option<Interference>,
+    ) -> Result<Option<(u64, String, u64)>> {
+        let tags = if tag.is_some() {
+            vec![tag, None]
+        } else {
+            vec![None]
+        };
+        for t in tags {
+            match self.served_bound(kernel, partition, t) {
+                Ok(b) => return Ok(Some(b)),
+                Err(ServiceError::NotCalibrated(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
@@ -924,7 +946,9 @@ impl Service {
         let mut out = self
             .observed_at(kernel, partition, tag)?
             .unwrap_or_else(|| self.empty_observed(kernel, partition));
-        if let Ok((bound_ns, calibration, floor_ns)) = self.served_bound(kernel, partition, tag) {
+        if let Ok(Some((bound_ns, calibration, floor_ns))) =
+            self.judged_bound(kernel, partition, tag)
+        {
             (out.bound_ns, out.calibration, out.floor_ns) = (bound_ns, calibration, floor_ns);
         } else {
             // No bound yet: the floor the first calibration's bound will stand on.
@@ -1271,15 +1295,26 @@ mod tests {
         assert_eq!((outcome.overruns, outcome.bound_ns), (1, at64));
         assert!(outcome.save_generation.is_some());
         assert_judged_as_served(&service);
-        // A time reported for a tag with no calibration is still a floor for GetBound.
+        // A time reported for a tag with no calibration is judged against what GetBound
+        // serves: an overrun there, counted and shown (it was once judged against nothing).
         let at8 = service.bound_info("srad", 8, None).unwrap().entry.bound_ns;
         let contended = service
             .report("srad", 8, Some(Interference::Contended), &[at8 * 2])
             .unwrap();
-        assert_eq!((contended.overruns, contended.bound_ns), (0, 0));
+        assert_eq!((contended.overruns, contended.bound_ns), (1, at8));
         assert!(
             contended.save_generation.is_some(),
-            "a floor that raised a served bound without an overrun is saved before the answer"
+            "saved before the answer"
+        );
+        let seen = service
+            .observed("srad", 8, Some(Interference::Contended))
+            .unwrap();
+        assert_eq!((seen.count, seen.overruns, seen.max_ns), (1, 1, at8 * 2));
+        let seen = service.observed("srad", 8, None).unwrap();
+        assert_eq!(
+            (seen.count, seen.overruns),
+            (1, 1),
+            "GetObserved shows it too"
         );
         let within = service.report("hotspot", 32, None, &[1]).unwrap();
         assert!(
@@ -1305,6 +1340,9 @@ mod tests {
             let want = if *m <= 64 { (*b).max(at64 + 100) } else { *b };
             assert_eq!(*a, want, "hotspot at {m} SMs");
         }
-        assert_eq!(service.overrun_kernels(), vec!["hotspot".to_string()]);
+        assert_eq!(
+            service.overrun_kernels(),
+            vec!["hotspot".to_string(), "srad".to_string()]
+        );
     }
 }
