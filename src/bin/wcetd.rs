@@ -327,17 +327,29 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     // After the name is released, so that no job is queued and no report comes in after this.
+    let mut unsaved = Vec::new();
     for (n, service) in &services {
         if !service.stop_worker(WORKER_STOP) {
             tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
         }
-        service.save_observations();
+        if let Some(why) = service.save_observations() {
+            unsaved.push(format!("GPU {n}: {why}"));
+        }
     }
     if let Some(path) = &args.metrics_file {
         write_metrics(&services, path);
     }
     if private.is_some() {
         let _ = std::fs::remove_file(bus::address_file(&state_dir));
+    }
+    if !unsaved.is_empty() {
+        // Not a clean exit: floors raised since the last save that the journal could not hold
+        // either (a full disk) are lost, and the next start serves bounds without them. The
+        // reporters were told at the time (`Failed`); the operator is told now.
+        anyhow::bail!(
+            "production observations could not be saved at shutdown ({}); launch times reported since the last successful save whose floors were not journalled are lost, so bounds they raised are served lower after the next start: free space in the state directory and report them again",
+            unsaved.join("; ")
+        );
     }
     match lost_why {
         // Exit with failure so that the service manager restarts wcetd on a clean process; the

@@ -304,11 +304,17 @@ impl MonitorState {
     }
 
     /// The last save, at shutdown: what was reported is on disk, and no save starts after it.
-    fn save_final(&self) {
+    /// Why it failed, if it did: nothing retries it now.
+    fn save_final(&self) -> Option<String> {
         let mut closed = lock(&self.saving);
-        if !*closed {
-            self.save_now();
-            *closed = true;
+        if *closed {
+            return None;
+        }
+        *closed = true;
+        if self.save_now() {
+            None
+        } else {
+            self.saved.borrow().error.clone()
         }
     }
 
@@ -321,7 +327,7 @@ impl MonitorState {
             Ok(()) => None,
             Err(e) => {
                 tracing::error!(path = %self.file.path().display(), error = %e,
-                    "saving production observations failed; they are kept in memory and the save is retried");
+                    "saving production observations failed; they are kept in memory (the save is retried while the daemon runs)");
                 // Retried at the next interval, not at once: a full disk is not fixed by trying
                 // in a loop.
                 lock(&self.wake.0).dirty = true;
@@ -1169,9 +1175,10 @@ impl Service {
         }
     }
 
-    /// Save observations for the last time (at shutdown): later reports are not saved.
-    pub fn save_observations(&self) {
-        self.monitor().save_final();
+    /// Save observations for the last time (at shutdown): later reports are not saved. Why it
+    /// failed, if it did.
+    pub fn save_observations(&self) -> Option<String> {
+        self.monitor().save_final()
     }
 
     /// Jobs since start, by state.
@@ -1278,6 +1285,22 @@ mod tests {
             .unwrap();
         assert_eq!(service.health(), "ok");
         assert!(std::fs::read_to_string(&file).unwrap().contains("hotspot"));
+    }
+
+    /// The save at shutdown is the last: when it fails, the caller is told why (the daemon then
+    /// exits with failure), rather than a log line promising a retry that never comes.
+    #[test]
+    fn a_final_save_that_fails_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let service = calibrated(dir.path());
+        let file = service.monitor().file.path().to_path_buf();
+        let blocker = crate::store::temporary_path(&file);
+        std::fs::create_dir(&blocker).unwrap();
+        let at64 = service.bound("hotspot", 64, None).unwrap();
+        service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
+        let why = service.save_observations().expect("the final save failed");
+        assert!(!why.is_empty());
+        assert_eq!(service.save_observations(), None, "there is one final save");
     }
 
     #[test]
