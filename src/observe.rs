@@ -454,6 +454,21 @@ impl ReportedTimes {
             .or_default();
     }
 
+    /// The time noted at `key` for `kernel`'s running recalibration was carried over by one
+    /// publication of it: later publications of the same job (its other interference) do not
+    /// judge it again. An untagged time is judged against the larger of the tags' bounds, which
+    /// only grows as tags are published, so carried once it would be carried again, and one
+    /// report would be signalled twice.
+    pub fn carried_during_recalibration(
+        &mut self,
+        kernel: &str,
+        key: (PartitionSize, Option<Interference>),
+    ) {
+        if let Some(during) = self.during_recalibration.get_mut(kernel) {
+            during.remove(&key);
+        }
+    }
+
     /// The recalibration of `kernel` is over, published or not.
     pub fn recalibration_ended(&mut self, kernel: &str) {
         self.during_recalibration.remove(kernel);

@@ -491,6 +491,7 @@ pub(super) fn publish(
                 };
                 let series = (kernel.as_str(), sms, tag.unwrap_or(Interference::Isolated));
                 if obs.carry_over(series, judged, time_ns, now) {
+                    obs.carried_during_recalibration(kernel, (sms, tag));
                     carried.push((kernel.clone(), sms, time_ns, bound_ns));
                 }
             }

@@ -383,6 +383,45 @@ fn calibrated_then_paced(state: &std::path::Path, kernel: &str) -> Service {
     .0
 }
 
+/// A time reported during a kernel's first calibration, above what it publishes, is one
+/// report: signalled once, when the first interference is published, not again when the
+/// second is (an untagged time is judged against the larger of the tags' bounds, which only
+/// grows; a black-box run got two `BoundExceeded` for one report). backprop's contended bounds
+/// are above its isolated ones, which is when the second publication judged it again.
+#[test]
+fn a_time_carried_into_a_first_calibration_is_signalled_once() {
+    const K: &str = "backprop";
+    let dir = tempfile::tempdir().unwrap();
+    let paced = SimOptions {
+        pace_us_per_launch: 500,
+        ..SimOptions::default()
+    };
+    let gpu = SimGpu::new(DeviceProfile::h200(), paced);
+    let service = Service::start(
+        Box::new(gpu),
+        Store::open(dir.path()).unwrap(),
+        short_campaigns(),
+    )
+    .0;
+    let mut events = service.subscribe();
+    let mut signals = service.subscribe_monitor();
+    let job = service.recalibrate(&[K.to_string()]).unwrap();
+    while !matches!(events.blocking_recv(), Ok(Event::JobProgress { job: j, .. }) if j == job) {}
+    let outcome = service.report(K, 64, None, &[300_000_000]).unwrap();
+    assert_eq!(outcome.overruns, 0, "no bound yet");
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    assert_eq!(service.job(job).unwrap().state, JobState::Done);
+    let mut exceeded = 0;
+    while let Ok(event) = signals.try_recv() {
+        exceeded += usize::from(matches!(event, MonitorEvent::BoundExceeded { .. }));
+    }
+    assert_eq!(exceeded, 1);
+    let seen = service.observed(K, 64, None).unwrap();
+    assert_eq!((seen.overruns, seen.carried), (1, 1));
+}
+
 /// An untagged time carried in by a recalibration of both tags is filed under the
 /// calibration an untagged report is judged against (here the contended one, the larger), so
 /// the next untagged report keeps its epoch: the overrun stays counted and listed. (A black-box
