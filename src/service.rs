@@ -583,11 +583,17 @@ impl Service {
         (added, removed, rejected)
     }
 
+    /// The kernels served, for an error message: the first [`NAMES_IN_A_MESSAGE`] and how many
+    /// more (a daemon with thousands of imported kernels once named all of them in one line).
+    fn some_kernels(&self) -> String {
+        names_in_a_message(&self.list_kernels())
+    }
+
     fn known(&self, kernel: &str) -> Result<()> {
         if kernel.is_empty() {
             return Err(ServiceError::InvalidArgs(format!(
                 "kernel name is empty; accepted: one of {}",
-                self.list_kernels().join(", ")
+                self.some_kernels()
             )));
         }
         // The hot path of every query: no list is built unless the answer is an error.
@@ -607,7 +613,7 @@ impl Service {
         } else {
             Err(ServiceError::UnknownKernel(format!(
                 "no kernel named `{kernel}`; accepted: {}",
-                self.list_kernels().join(", ")
+                self.some_kernels()
             )))
         }
     }
@@ -1097,6 +1103,23 @@ fn typical_and_mean(times: &[u64]) -> (u64, u64) {
     let sum: u128 = times.iter().map(|&t| u128::from(t)).sum();
     let mean = (sum + times.len() as u128 / 2) / times.len() as u128;
     (median, u64::try_from(mean).unwrap_or(u64::MAX))
+}
+
+/// Most kernel names an error message lists.
+const NAMES_IN_A_MESSAGE: usize = 20;
+
+/// `names` joined with commas, at most [`NAMES_IN_A_MESSAGE`] of them, then how many more and
+/// where the whole list is.
+fn names_in_a_message(names: &[String]) -> String {
+    let shown = names.len().min(NAMES_IN_A_MESSAGE);
+    let mut text = names[..shown].join(", ");
+    if names.len() > shown {
+        text.push_str(&format!(
+            " and {} more (`wcetctl list` or Bounds1.ListKernels() lists them all)",
+            names.len() - shown
+        ));
+    }
+    text
 }
 
 fn join(sizes: &[u32]) -> String {

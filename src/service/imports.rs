@@ -203,7 +203,7 @@ impl Service {
             return Err(ServiceError::UnknownKernel(format!(
                 "the bundle holds kernels this daemon does not know: {}; accepted: {} (add their manifests first)",
                 unknown.join(", "),
-                self.list_kernels().join(", ")
+                self.some_kernels()
             )));
         }
         // Bounds of other code than this daemon loads under the name would be stale on arrival,

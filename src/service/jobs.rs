@@ -112,7 +112,7 @@ impl Service {
             let spec = catalogue.get(name).ok_or_else(|| {
                 ServiceError::UnknownKernel(format!(
                     "kernel `{name}` was calibrated elsewhere (imported) and has nothing to run here; accepted for recalibration: {}",
-                    catalogue.names().join(", ")
+                    names_in_a_message(&catalogue.names())
                 ))
             })?;
             if !specs.iter().any(|s| s.name == spec.name) {

@@ -927,3 +927,16 @@ fn get_bound_serves_what_get_bound_info_says() {
     }
     assert_eq!(service.bound("srad", 32, None).unwrap(), at32 * 3);
 }
+
+#[test]
+fn an_error_names_twenty_kernels_and_says_how_many_more() {
+    let few: Vec<String> = (0..3).map(|i| format!("k{i}")).collect();
+    assert_eq!(names_in_a_message(&few), "k0, k1, k2");
+    let many: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
+    let text = names_in_a_message(&many);
+    assert!(
+        text.starts_with("k0, k1,") && text.contains("k19 and 280 more"),
+        "{text}"
+    );
+    assert!(!text.contains("k20"), "{text}");
+}
