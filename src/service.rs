@@ -91,6 +91,10 @@ pub struct ServiceConfig {
     pub interference: Vec<Interference>,
     /// Production monitoring (`Monitor1`): saving observations, recalibrating after overruns.
     pub monitor: MonitorConfig,
+    /// The device's index as the daemon serves it (`/org/wcetd/Wcetd1/gpu/N`): every log line
+    /// about the device is in a `gpu{n=N}` span, so that with several GPUs the journal says
+    /// which card a job, a fault or an overrun was on.
+    pub gpu: u32,
 }
 
 impl Default for ServiceConfig {
@@ -103,6 +107,7 @@ impl Default for ServiceConfig {
             kernel_dirs: Vec::new(),
             interference: vec![Interference::Isolated, Interference::Contended],
             monitor: MonitorConfig::default(),
+            gpu: 0,
         }
     }
 }
@@ -329,6 +334,8 @@ struct Inner {
     /// Set by [`Service::stop_worker`] under the jobs lock: no job is queued after its end
     /// marker, where the worker would never reach it.
     stopping: AtomicBool,
+    /// `gpu{n=N}`, entered by every thread and call that logs about this device.
+    span: tracing::Span,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -347,6 +354,8 @@ impl Service {
         store: Store,
         config: ServiceConfig,
     ) -> (Service, Option<u64>) {
+        let span = tracing::info_span!("gpu", n = config.gpu);
+        let _in_span = span.enter();
         let device = gpu.info().clone();
         let calibrate_missing = config.initial_calibration;
         let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
@@ -366,7 +375,7 @@ impl Service {
             &device,
             config.monitor.clone(),
         ));
-        monitor::spawn_saver(Arc::clone(&monitor));
+        monitor::spawn_saver(Arc::clone(&monitor), span.clone());
         let mut moved_aside = store.quarantined();
         moved_aside.extend(monitor.moved_aside());
         let unusable: Vec<String> = store
@@ -400,13 +409,15 @@ impl Service {
             reloading: Mutex::new(()),
             job_record,
             stopping: AtomicBool::new(false),
+            span: span.clone(),
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
         let worker_inner = Arc::clone(&inner);
+        let worker_span = span.clone();
         std::thread::Builder::new()
             .name("wcetd-gpu".into())
-            .spawn(move || worker_loop(gpu, store, worker_inner, rx))
+            .spawn(move || worker_span.in_scope(|| worker_loop(gpu, store, worker_inner, rx)))
             .expect("spawning the GPU worker thread");
         let service = Service { inner, worker: tx };
         let missing: Vec<String> = service
@@ -424,6 +435,13 @@ impl Service {
     /// Becomes `Some(why)` when the device failed in a way this process cannot recover from (a
     /// sticky CUDA fault): the daemon then exits so that its service manager restarts it. Bounds
     /// already stored stay on disk and are served again after the restart.
+    /// This device's `gpu{n=N}` span, entered unless it already is (a call from within another
+    /// of its calls, which would name it twice).
+    fn in_span(&self) -> Option<tracing::span::Entered<'_>> {
+        let span = &self.inner.span;
+        (tracing::Span::current().id() != span.id()).then(|| span.enter())
+    }
+
     /// Whether `other` is this very service (a clone shares it), not another device's.
     pub fn is(&self, other: &Service) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
@@ -519,6 +537,7 @@ impl Service {
     /// kernels are queued for calibration; removed ones stop being served and keep their
     /// calibrations in the store for when they come back; a rejected file changes nothing.
     pub fn reload_kernels(&self) -> (Vec<String>, Vec<String>, Vec<(String, String)>) {
+        let _in_span = self.in_span();
         let _one_at_a_time = self
             .inner
             .reloading

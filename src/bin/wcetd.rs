@@ -422,6 +422,7 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<St
             initial_calibration: !args.no_initial_calibration,
             prediction: device_description(args, &gpu.info().name)?,
             kernel_dirs: args.kernel_dirs.clone(),
+            gpu: n,
             ..service_config(args)
         };
         let observations = ObservationFile::new(state_dir, &gpu.info().fingerprint);

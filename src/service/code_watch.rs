@@ -53,7 +53,7 @@ pub(super) fn spawn(inner: Weak<Inner>) {
         loop {
             std::thread::sleep(POLL);
             let Some(inner) = inner.upgrade() else { return };
-            watch_once(&inner, &mut watch);
+            inner.span.in_scope(|| watch_once(&inner, &mut watch));
         }
     };
     if let Err(e) = std::thread::Builder::new()

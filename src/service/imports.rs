@@ -18,6 +18,7 @@ impl Service {
         samples: &[(u32, u64)],
         options: ImportOptions,
     ) -> Result<u64> {
+        let _in_span = self.in_span();
         if !manifest::valid_name(kernel) {
             return Err(ServiceError::InvalidArgs(format!(
                 "kernel name `{kernel}` is not accepted; accepted: 1 to 64 of A-Z a-z 0-9 _ . -"
@@ -119,6 +120,7 @@ impl Service {
     /// publishing run as one job, and a failure anywhere leaves the bounds as they were. Returns
     /// the kernels.
     pub fn import_calibration(&self, text: &str, force: bool) -> Result<Vec<String>> {
+        let _in_span = self.in_span();
         let bundle = crate::bundle::parse(text).map_err(ServiceError::InvalidArgs)?;
         let stale = self.refuse_bundle(&bundle, force)?;
         let source = format!(

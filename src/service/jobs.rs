@@ -18,6 +18,7 @@ impl Service {
         kernels: &[String],
         interference: &[Interference],
     ) -> Result<u64> {
+        let _in_span = self.in_span();
         let specs = self.kernel_specs(kernels)?;
         let mut tags = if interference.is_empty() {
             self.inner.config.interference.clone()

@@ -365,10 +365,11 @@ impl MonitorState {
 
 /// Save whenever observations changed, at most every `save_interval`, at once when a report raised
 /// a bound. Runs until the process ends.
-pub(super) fn spawn_saver(monitor: Arc<MonitorState>) {
+pub(super) fn spawn_saver(monitor: Arc<MonitorState>, span: tracing::Span) {
     std::thread::Builder::new()
         .name("wcetd-observe".into())
         .spawn(move || {
+            let _in_span = span.enter();
             let interval = monitor.config.save_interval;
             let mut last = Instant::now()
                 .checked_sub(interval)
@@ -535,6 +536,7 @@ impl Service {
         tag: Option<Interference>,
         times: &[u64],
     ) -> Result<ReportOutcome> {
+        let _in_span = self.in_span();
         self.check_report(kernel, sms, times)?;
         // An untagged time is filed as isolated, whatever the daemon calibrates first: an
         // isolated floor holds up the isolated, the contended and GetBound's bounds alike
