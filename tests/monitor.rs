@@ -614,6 +614,25 @@ async fn an_unreadable_journal_stops_the_start_and_loses_nothing() {
     .expect("test ran past its time limit");
 }
 
+/// With several GPUs every log line about one of them says which: job numbers are per GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_name_their_gpu() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-devices", "2"]);
+        wait_for_daemon(&conn, &mut d).await;
+        let log = d.log_text();
+        for n in [0, 1] {
+            let queued = format!("gpu{{n={n}}}: wcetd::service::jobs: recalibration queued job=1");
+            assert!(log.contains(&queued), "{queued} in\n{log}");
+        }
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_observations_file_is_moved_aside_and_the_daemon_serves_on() {
     tokio::time::timeout(Duration::from_secs(90), async {
