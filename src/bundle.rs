@@ -122,7 +122,7 @@ fn field_differences(a: &Fingerprint, b: &Fingerprint) -> Vec<(&'static str, Str
 /// and sample counts that agree with the launches shipped (a launch deleted with the bound
 /// lowered to what remains is then seen in the summary). Empty when none.
 pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
-    let mut found = Vec::new();
+    let mut found = implausible_fields(bundle, Utc::now());
     let mut seen = Vec::new();
     for e in &bundle.calibrations {
         let what = format!("{} ({})", e.kernel, e.interference);
@@ -150,6 +150,53 @@ pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
             ));
         }
         found.extend(summary_disagreements(e, &what));
+    }
+    found
+}
+
+/// How far ahead of this host's clock a bundle's times may be: hosts' clocks disagree by
+/// seconds, not by this.
+const CLOCK_SKEW_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+
+/// Fields no export writes: a time in the future (as of `now`; a calibration dated 2099 was
+/// served with an age of 0, so that no age alert would ever fire), and text a terminal would
+/// act on (a control character in the host or the fingerprint, printed raw by `wcetctl bound`:
+/// a forged newline and escape sequence reached the operator's terminal).
+fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
+    let mut found = Vec::new();
+    let latest = now + CLOCK_SKEW_ALLOWED;
+    if bundle.exported_at > latest {
+        found.push(format!(
+            "exported at {}, later than this host's clock ({})",
+            bundle.exported_at.to_rfc3339(),
+            now.to_rfc3339()
+        ));
+    }
+    for e in &bundle.calibrations {
+        if e.calibration.calibrated_at > latest {
+            found.push(format!(
+                "{} ({}) calibrated at {}, later than this host's clock",
+                e.kernel,
+                e.interference,
+                e.calibration.calibrated_at.to_rfc3339()
+            ));
+        }
+    }
+    let f = &bundle.fingerprint;
+    let texts = [
+        ("host", &bundle.host),
+        ("device", &f.device),
+        ("uuid", &f.uuid),
+        ("driver", &f.driver),
+        ("CUDA version", &f.cuda),
+        ("clock policy", &f.clock_policy),
+    ];
+    for (what, text) in texts {
+        if text.chars().any(char::is_control) || text.len() > 256 {
+            found.push(format!(
+                "its {what} holds control characters or is longer than 256 bytes"
+            ));
+        }
     }
     found
 }
@@ -300,6 +347,31 @@ mod tests {
         assert_eq!(
             d,
             vec!["driver `580.159.04` here, `575.51.03` in the bundle".to_string()]
+        );
+    }
+
+    #[test]
+    fn times_in_the_future_and_control_characters_are_implausible() {
+        let now = Utc::now();
+        let bundle = |host: &str, exported_at| Bundle {
+            format: FORMAT,
+            exported_at,
+            host: host.into(),
+            fingerprint: fp("580.159.04", "GPU-a"),
+            calibrations: Vec::new(),
+        };
+        assert!(implausible_fields(&bundle("n1", now), now).is_empty());
+        let skewed = now + chrono::TimeDelta::minutes(5);
+        assert!(implausible_fields(&bundle("n1", skewed), now).is_empty());
+        let future = implausible_fields(&bundle("n1", now + chrono::TimeDelta::days(1)), now);
+        assert!(
+            future[0].contains("later than this host's clock"),
+            "{future:?}"
+        );
+        let escape = implausible_fields(&bundle("n1\n\u{1b}[31m", now), now);
+        assert!(
+            escape[0].contains("host holds control characters"),
+            "{escape:?}"
         );
     }
 
