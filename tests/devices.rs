@@ -287,6 +287,47 @@ async fn a_bundle_is_never_below_launches_this_card_timed() {
     }
 }
 
+/// An export carries what production reported on this card: a bound an overrun raised is
+/// exported raised (launches and summaries as timed), so an importer does not serve the
+/// campaign's bound below a time this card already saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_carries_the_bounds_production_raised() {
+    let a = Daemon::start(&["--no-initial-calibration", "--seed", "3"]).await;
+    let (state, message) = calibrate_at(&a, "/org/wcetd/Wcetd1", &["srad"]).await;
+    assert_eq!(state, "done", "{message}");
+    let late = 8 * a.bounds().await.get_bound("srad", 64).await.unwrap();
+    monitor_at(&a, "/org/wcetd/Wcetd1")
+        .await
+        .report("srad", 64, &[late])
+        .await
+        .unwrap();
+    let bundle = a
+        .calibration()
+        .await
+        .export_calibration(&["srad"])
+        .await
+        .unwrap();
+    let bundle: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    for entry in bundle["calibrations"].as_array().unwrap() {
+        let at64 = entry["calibration"]["table"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["sms"] == 64)
+            .unwrap();
+        let bound = at64["bound_ns"].as_u64().unwrap();
+        assert!(
+            bound >= late,
+            "{}: {bound} below {late}",
+            entry["interference"]
+        );
+    }
+    // And the bundle still agrees with itself: another daemon takes it.
+    let (_, _, message) =
+        imported_by_a_fresh_daemon(&serde_json::to_string(&bundle).unwrap()).await;
+    assert!(message.contains("srad"), "{message}");
+}
+
 /// A bundle edited so that it no longer agrees with itself is refused whole, `force` or not:
 /// a header naming another configuration than its campaigns (which `force` would have imported
 /// as current and unchecked), a size left out, a launch deleted with the bound lowered to what

@@ -94,7 +94,8 @@ impl Service {
         for tag in [Interference::Isolated, Interference::Contended] {
             for (name, cal) in snap.tables(tag) {
                 if wanted(name) && served(&catalogue, name, cal) && !self.is_stale(cal) {
-                    calibrations.push(crate::bundle::Entry::new(name, tag, cal.clone()));
+                    let cal = self.held_up_by_production(name, tag, cal);
+                    calibrations.push(crate::bundle::Entry::new(name, tag, cal));
                 }
             }
         }
@@ -110,6 +111,27 @@ impl Service {
             fingerprint: self.inner.device.fingerprint.clone(),
             calibrations,
         })
+    }
+
+    /// `cal` with each bound raised to the production floor under it here: a bundle carries
+    /// what this card has seen, not only what its campaign timed (an export after an overrun
+    /// once shipped bounds an eighth of the time production had reported, and every importer
+    /// served them). Launches and summaries are left as timed, so the bundle still agrees with
+    /// itself; only bounds rise.
+    fn held_up_by_production(
+        &self,
+        name: &str,
+        tag: Interference,
+        cal: &KernelCalibration,
+    ) -> KernelCalibration {
+        let mut cal = cal.clone();
+        let sizes: Vec<u32> = cal.table.entries.iter().map(|e| e.sms).collect();
+        for m in sizes {
+            if let Ok((_, _, floor_ns)) = self.served_bound(name, m, Some(tag)) {
+                cal.table.raise_to(m, floor_ns);
+            }
+        }
+        cal
     }
 
     /// Take another daemon's calibrations. Accepted only where the bundle's fingerprint matches
