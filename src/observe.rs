@@ -448,10 +448,33 @@ impl ReportedTimes {
 
     /// A recalibration of `kernel` begins: from now on the largest time of each of its series is
     /// kept apart, to be judged against what it publishes. Already begun: nothing changes.
+    ///
+    /// Times reported before the kernel had any bound there (their epoch judged against none)
+    /// are kept with them: the calibration now running is the first that can judge them, and a
+    /// first bound below a time production already saw is an overrun to signal as one reported
+    /// while it was measured is. (They raised the first bound through their floor, but were
+    /// counted nowhere: a black-box run saw a bound raised to twice its calibrated value with
+    /// `OverrunKernels` empty.) An isolated series may hold untagged times: judged as untagged.
     pub fn recalibration_started(&mut self, kernel: &str) {
-        self.during_recalibration
+        let before_any_bound: Vec<((PartitionSize, Option<Interference>), u64)> = self
+            .kernels
+            .get(kernel)
+            .into_iter()
+            .flatten()
+            .filter_map(|(&(sms, tag), s)| {
+                let e = s.epochs.last().filter(|e| e.calibration.is_empty())?;
+                let as_reported = (tag == Interference::Contended).then_some(tag);
+                (e.max_ns > 0).then_some(((sms, as_reported), e.max_ns))
+            })
+            .collect();
+        let during = self
+            .during_recalibration
             .entry(kernel.to_string())
             .or_default();
+        for (key, max_ns) in before_any_bound {
+            let largest = during.entry(key).or_default();
+            *largest = (*largest).max(max_ns);
+        }
     }
 
     /// The time noted at `key` for `kernel`'s running recalibration was carried over by one

@@ -383,6 +383,45 @@ fn calibrated_then_paced(state: &std::path::Path, kernel: &str) -> Service {
     .0
 }
 
+/// A time reported before a kernel had any bound is judged by its first calibration, as one
+/// reported while it was measured: above the first bound, an overrun, counted, listed and
+/// signalled once (it used to raise the bound through its floor and be counted nowhere).
+#[test]
+fn a_time_reported_before_any_bound_is_judged_by_the_first_calibration() {
+    const K: &str = "backprop";
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    let mut signals = service.subscribe_monitor();
+    let outcome = service.report(K, 64, None, &[300_000_000]).unwrap();
+    assert_eq!(outcome.overruns, 0, "no bound yet");
+    let below = service
+        .report(K, 32, Some(Interference::Contended), &[1])
+        .unwrap();
+    assert_eq!(below.overruns, 0);
+    let mut events = service.subscribe();
+    let job = service.recalibrate(&[K.to_string()]).unwrap();
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    assert_eq!(service.job(job).unwrap().state, JobState::Done);
+    let mut exceeded = 0;
+    while let Ok(event) = signals.try_recv() {
+        exceeded += usize::from(matches!(event, MonitorEvent::BoundExceeded { .. }));
+    }
+    assert_eq!(exceeded, 1);
+    let seen = service.observed(K, 64, None).unwrap();
+    assert_eq!((seen.count, seen.overruns, seen.carried), (1, 1, 1));
+    let fast = service
+        .observed(K, 32, Some(Interference::Contended))
+        .unwrap();
+    assert_eq!(
+        (fast.overruns, fast.carried),
+        (0, 0),
+        "below its bound: not carried"
+    );
+    assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+}
+
 /// A time reported during a kernel's first calibration, above what it publishes, is one
 /// report: signalled once, when the first interference is published, not again when the
 /// second is (an untagged time is judged against the larger of the tags' bounds, which only
