@@ -138,11 +138,13 @@ pub(crate) enum Command {
     },
     /// Import a bundle written by `wcetctl export`: refused with what differs unless the
     /// configuration matches; then checked on this card, and a kernel that exceeds its bound here
-    /// is recalibrated (a job: `wcetctl jobs`).
+    /// is recalibrated (a job: `wcetctl jobs`). With --force, a bundle of another configuration
+    /// is served stale instead, unchecked, until recalibrated.
     ImportCalibration {
         /// The bundle file (`-` for standard input).
         file: PathBuf,
-        /// Import a bundle of another configuration anyway, as stale.
+        /// Import a bundle of another configuration anyway, as stale: served unchecked on this
+        /// card until recalibrated.
         #[arg(long)]
         force: bool,
     },
