@@ -229,6 +229,18 @@ async fn an_overrun_is_signalled_raises_the_bound_is_counted_and_survives_a_cras
             &["--json", "watch", "--count", "2", "--interval", "0.05"],
         );
         assert_eq!(json.lines().count(), 2, "{json}");
+        // watch's flat list has no floor: no made-up 0 in its place; observed has the true one.
+        let snapshot: serde_json::Value =
+            serde_json::from_str(json.lines().next().unwrap()).unwrap();
+        let row = &snapshot["observed"][0];
+        assert_eq!(row["max_ns"], late, "{json}");
+        assert!(
+            row.get("floor_ns").is_none() && row.get("carried").is_none(),
+            "{json}"
+        );
+        let one = wcetctl(fx.address(), &["--json", "observed", KERNEL, "64"]);
+        let rows: serde_json::Value = serde_json::from_str(&one).unwrap();
+        assert_eq!(rows[0]["floor_ns"], late, "{one}");
 
         let log = d.log_text();
         assert!(

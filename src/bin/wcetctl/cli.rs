@@ -102,7 +102,8 @@ pub(crate) enum Command {
     },
     /// A live view of production observations, refreshed like top: per kernel and size, count,
     /// p99, max, bound, headroom and overruns, the least headroom first. When the output is not
-    /// a terminal, snapshots are printed one after another.
+    /// a terminal, snapshots are printed one after another. One bus call per refresh, which
+    /// carries no floor: `wcetctl observed` gives it.
     Watch {
         /// Seconds between refreshes.
         #[arg(long, default_value_t = 2.0)]
