@@ -260,6 +260,58 @@ fn project_prints_the_design_format_for_every_config_row() {
     assert!(ok && out.lines().count() == 61);
 }
 
+/// `project --json` labels every row as a prediction, as `predict` does: never `measured`, which
+/// in `GetBoundInfo` names a measured bound.
+#[test]
+fn project_json_labels_every_row_a_prediction() {
+    let (ok, out, err) = offline(&[
+        "--json",
+        "project",
+        "--source",
+        "calibration/gpu-perf/runs_4070.csv",
+        "--target",
+        "titanx",
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 60);
+    for r in &rows {
+        assert_eq!(r["basis"], "runs", "{r}");
+        let label = r["prediction"].as_str().unwrap_or_default();
+        assert!(
+            label.starts_with("a prediction of the typical time, never a bound: on ")
+                && label.contains("runs_4070.csv"),
+            "{r}"
+        );
+    }
+    // A kernel without runs there: predicted from its static counts, and labelled so.
+    let dir = tempfile::tempdir().unwrap();
+    let configs = dir.path().join("c.csv");
+    std::fs::write(
+        &configs,
+        "kernel,N,rows,cols,block,grid_blocks,FLOPs,BYTES,working_set_bytes\nnew,0,64,64,256,16,0,32768,32768\n",
+    )
+    .unwrap();
+    let (ok, out, err) = offline(&[
+        "--json",
+        "project",
+        "--source",
+        "calibration/gpu-perf/runs_4070.csv",
+        "--target",
+        "titanx",
+        "--configs",
+        configs.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["basis"], "static", "{out}");
+    let label = rows[0]["prediction"].as_str().unwrap_or_default();
+    assert!(
+        label.contains("never a bound") && label.contains("static counts"),
+        "{out}"
+    );
+}
+
 #[test]
 fn bad_input_says_what_is_wrong_and_what_is_accepted() {
     let dir = tempfile::tempdir().unwrap();

@@ -662,18 +662,43 @@ pub(crate) fn project(
         );
     }
     if json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(c, ms, basis)| {
-                serde_json::json!({"kernel": c.kernel, "N": c.n, "rows": c.rows, "cols": c.cols,
-                    "predicted_ms": ms, "basis": if *basis == predict::Basis::Static { "static" } else { "measured" }})
-            })
-            .collect();
+        let v = projection_json(&rows, source, &target.name);
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", predict::projection_csv(&rows));
     }
     Ok(())
+}
+
+/// `project`'s rows as JSON, each labelled as `predict` labels its curve: `basis` says what the
+/// prediction was made from (`runs`: the kernel's own runs in `source`; `static`: its static
+/// counts alone) and `prediction` that it is a prediction, never a bound. (`basis` once read
+/// `measured`, which in `GetBoundInfo` names a measured bound.)
+fn projection_json(
+    rows: &[(
+        wcetd::model::predict::Config,
+        f64,
+        wcetd::model::predict::Basis,
+    )],
+    source: &Path,
+    target: &str,
+) -> Vec<serde_json::Value> {
+    use wcetd::model::predict::Basis;
+    rows.iter()
+        .map(|(c, ms, basis)| {
+            let (basis, from) = match basis {
+                Basis::Measured => ("runs", format!("its runs in {}", source.display())),
+                Basis::Static => (
+                    "static",
+                    format!("its static counts alone (no runs in {})", source.display()),
+                ),
+            };
+            let label =
+                format!("a prediction of the typical time, never a bound: on {target} from {from}");
+            serde_json::json!({"kernel": c.kernel, "N": c.n, "rows": c.rows, "cols": c.cols,
+                "predicted_ms": ms, "basis": basis, "prediction": label})
+        })
+        .collect()
 }
 
 pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Result<()> {
