@@ -65,7 +65,7 @@ impl DeviceDescription {
     pub fn parse(text: &str, origin: &str) -> Result<Self, DeviceError> {
         let d: DeviceDescription = toml::from_str(text).map_err(|e| DeviceError::Parse {
             path: origin.to_string(),
-            detail: e.message().to_string(),
+            detail: crate::manifest::describe_toml(&e, text),
         })?;
         d.check(origin)?;
         Ok(d)
@@ -248,6 +248,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing field"), "{e}");
+    }
+
+    /// A syntax error names its line, as `wcetctl kernels check` does for manifests (it once
+    /// said only "unclosed array, expected `]`").
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let text = "name = \"x\"\nsms = 4\n\ncc = [89\n";
+        let e = DeviceDescription::parse(text, "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("device description x.toml: line 4: ") && e.contains("`]`"),
+            "{e}"
+        );
     }
 
     #[test]
