@@ -349,6 +349,31 @@ fn bad_input_says_what_is_wrong_and_what_is_accepted() {
     assert!(!ok && err.contains("accepted: at most 24"), "{err}");
     let (ok, _, err) = offline(&["predict", "nope", "--device", "h200"]);
     assert!(!ok && err.contains("accepted: needle"), "{err}");
+    // A rate no GPU has: refused, naming the field, the value and the range (1e-300 GB/s
+    // once printed 18446744073709551615 ns at every size).
+    let titanx = std::fs::read_to_string(format!(
+        "{}/calibration/devices/titanx.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let absurd: String = titanx
+        .lines()
+        .map(|l| {
+            if l.starts_with("mem_bandwidth_gbps") {
+                "mem_bandwidth_gbps = 1e-300"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let toml = dir.path().join("absurd.toml");
+    std::fs::write(&toml, absurd).unwrap();
+    let (ok, out, err) = offline(&["predict", "srad", "--device", toml.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("`mem_bandwidth_gbps` is 1e-300; accepted: 1 to 100000 GB/s"),
+        "{out}{err}"
+    );
 }
 
 #[test]

@@ -475,8 +475,7 @@ async fn predicted_by_daemon(
     let basis = label
         .split_once(" from the ")
         .map_or(label.as_str(), |(_, b)| b);
-    print_prediction(json, kernel, &curve, &label, basis);
-    Ok(())
+    print_prediction(json, kernel, &curve, &label, basis)
 }
 
 pub(crate) async fn recalibrate(

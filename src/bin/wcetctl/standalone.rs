@@ -733,8 +733,7 @@ pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> 
         "a prediction of the typical time, never a bound: roofline on {} from the {}",
         d.name, work.basis
     );
-    print_prediction(json, &kernel, &curve, &label, &work.basis);
-    Ok(())
+    print_prediction(json, &kernel, &curve, &label, &work.basis)
 }
 
 /// A predicted curve, its label and its knee, as `wcetctl predict` prints them.
@@ -744,7 +743,19 @@ pub(crate) fn print_prediction(
     curve: &wcetd::model::predict::PredictedCurve,
     label: &str,
     basis: &str,
-) {
+) -> anyhow::Result<()> {
+    // A time u64 cannot hold would print as 18446744073709551615 ns, which reads as a prediction.
+    if let Some((m, t)) = curve
+        .points
+        .iter()
+        .find(|(_, t)| !(t.is_finite() && *t < u64::MAX as f64))
+    {
+        bail!(
+            "{kernel} on {}: the predicted time at {m} SMs is {t:e} ns, beyond what can be stated (at most {} ns, about 584 years); accepted: a device description whose rates give times in that range",
+            curve.device,
+            u64::MAX - 1
+        );
+    }
     if json {
         let points: Vec<(u32, u64)> = curve
             .points
@@ -756,7 +767,7 @@ pub(crate) fn print_prediction(
             serde_json::json!({"kernel": kernel, "device": curve.device, "basis": basis,
                 "prediction": label, "knee_sms": curve.knee(), "predicted_typical_ns": points})
         );
-        return;
+        return Ok(());
     }
     println!("{kernel} on {}\n{label}", curve.device);
     println!("{:>5}  {:>20}", "SMs", "predicted_typical_ns");
@@ -766,6 +777,7 @@ pub(crate) fn print_prediction(
     if let Some(k) = curve.knee() {
         println!("knee: {k} SMs (within 5% of the largest size shown)");
     }
+    Ok(())
 }
 
 pub(crate) fn prediction_study(
@@ -800,4 +812,23 @@ pub(crate) fn prediction_study(
     }
     print!("{}", study::report(&outcomes, rows));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A time u64 cannot hold is refused, not printed as 18446744073709551615 ns.
+    #[test]
+    fn a_prediction_past_u64_is_refused() {
+        let curve = wcetd::model::predict::PredictedCurve {
+            device: "d".into(),
+            points: vec![(1, 1e30), (2, 5.0)],
+        };
+        let e = super::print_prediction(true, "k", &curve, "label", "basis")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("at 1 SMs is 1e30 ns") && e.contains("accepted"),
+            "{e}"
+        );
+    }
 }
