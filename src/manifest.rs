@@ -373,7 +373,10 @@ fn code_digests(text: &str, module: &[u8], args: &[Arg]) -> Result<(String, Stri
     Ok((hex(&code.finalize()), hex(&inputs.finalize())))
 }
 
-fn describe_toml(e: &toml::de::Error, text: &str) -> String {
+/// A TOML error of `text` as the user can find it: `line N: ` before toml's message, where
+/// toml gives a span. Shared with the other TOML files read (device descriptions), so every
+/// one names its lines alike.
+pub(crate) fn describe_toml(e: &toml::de::Error, text: &str) -> String {
     let at = e.span().map(|span| {
         // Newlines before the error, plus one: `lines()` dropped the line of a key that starts
         // one (the prefix then ends in a newline), naming the line before it.

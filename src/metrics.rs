@@ -201,7 +201,7 @@ pub fn render_to(snapshots: &[Snapshot], out: &mut dyn Write) -> std::io::Result
         ),
         (
             "wcetd_observed_headroom_seconds",
-            "Bound served minus the largest launch time reported since the last calibration; negative after an overrun.",
+            "Bound served minus the largest launch time reported since the last calibration: 0 after an overrun (the bound is raised to it), negative only with no bound served.",
             |o| signed_seconds(o.headroom_ns()),
         ),
     ];

@@ -24,11 +24,17 @@ pub struct Row {
     pub bound_ns: u64,
     pub headroom_ns: i64,
     pub overruns: u64,
-    /// Of `overruns`, those carried in from a recalibration (`GetObserved`'s `carried`; 0 in
-    /// `watch`, whose flat list does not carry it).
-    pub carried: u64,
+    /// Of `overruns`, those carried in from a recalibration (`GetObserved`'s `carried`). `None`
+    /// in `watch`: its flat list (`ListObserved`) does not carry it, and a 0 in its place would
+    /// read as a value; `observed` gives it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub carried: Option<u64>,
     pub overruns_total: u64,
-    pub floor_ns: u64,
+    /// The highest reported time that bounds this size (`GetObserved`'s `floor_ns`). `None` in
+    /// `watch`, as `carried`: one `GetObserved` per series would make a refresh cost a call per
+    /// series, and thousands of series are expected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor_ns: Option<u64>,
 }
 
 impl Row {
@@ -48,9 +54,9 @@ impl Row {
                 .and_then(|v| i64::try_from(v).ok())
                 .unwrap_or(0),
             overruns: t("overruns"),
-            carried: t("carried"),
+            carried: Some(t("carried")),
             overruns_total: t("overruns_total"),
-            floor_ns: t("floor_ns"),
+            floor_ns: Some(t("floor_ns")),
         }
     }
 
@@ -79,9 +85,9 @@ impl Row {
             bound_ns,
             headroom_ns: i64::try_from(wide).unwrap_or(if wide < 0 { i64::MIN } else { i64::MAX }),
             overruns,
-            carried: 0,
+            carried: None,
             overruns_total,
-            floor_ns: 0,
+            floor_ns: None,
         }
     }
 
@@ -211,7 +217,7 @@ pub fn render(rows: &[Row], with_floor: bool) -> String {
             r.p999_ns,
             r.max_ns,
             r.bound_ns,
-            floor(&r.floor_ns),
+            floor(&r.floor_ns.map_or("-".to_string(), |f| f.to_string())),
             r.headroom_ns,
             r.headroom_pct(),
             r.overruns

@@ -42,11 +42,75 @@ pub enum CsvError {
 const SAMPLES: &str = "samples CSV";
 const GEOMETRY: &str = "geometry CSV";
 
+/// A CSV reader as every offline input is read: fields trimmed, and CRLF line endings read as LF.
+/// The csv crate ends a CRLF record at its `\r` and counts the `\n` only while reading the next
+/// one, so every line it named after the header was one too low ("line 4" for a bad value on
+/// line 5 of the shipped, CRLF, `runs_4070.csv`); with LF it counts right. (Byte offsets in its
+/// own messages then count the file without its carriage returns.)
+pub fn csv_reader<R: Read>(input: R) -> csv::Reader<CrlfAsLf<R>> {
+    csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(CrlfAsLf::new(input))
+}
+
+/// `input` with each `\r\n` read as `\n`; any other `\r` is kept.
+pub struct CrlfAsLf<R> {
+    inner: std::io::BufReader<R>,
+    /// A `\r` that ended the last buffer, held until the next byte shows whether `\n` follows.
+    held_cr: bool,
+}
+
+impl<R: Read> CrlfAsLf<R> {
+    pub fn new(input: R) -> Self {
+        CrlfAsLf {
+            inner: std::io::BufReader::new(input),
+            held_cr: false,
+        }
+    }
+}
+
+impl<R: Read> Read for CrlfAsLf<R> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::BufRead;
+        if out.is_empty() {
+            return Ok(0);
+        }
+        // Loops only when a buffer held nothing but a `\r` to hold back: 0 would mean the end.
+        loop {
+            let buf = self.inner.fill_buf()?;
+            let mut n = 0;
+            if std::mem::take(&mut self.held_cr) && buf.first() != Some(&b'\n') {
+                out[0] = b'\r';
+                n = 1;
+            }
+            let mut used = 0;
+            while used < buf.len() && n < out.len() {
+                let b = buf[used];
+                used += 1;
+                if b == b'\r' {
+                    match buf.get(used) {
+                        Some(b'\n') => continue,
+                        None => {
+                            self.held_cr = true;
+                            break;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                out[n] = b;
+                n += 1;
+            }
+            self.inner.consume(used);
+            if n > 0 || !self.held_cr {
+                return Ok(n);
+            }
+        }
+    }
+}
+
 /// Read a samples CSV.
 pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(input);
+    let mut reader = csv_reader(input);
     let cols = columns(
         &mut reader,
         SAMPLES,
@@ -96,9 +160,7 @@ pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
 
 /// Read a geometry CSV.
 pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, CsvError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(input);
+    let mut reader = csv_reader(input);
     let expected = "kernel,blocks,blocks_per_sm";
     let cols = columns(
         &mut reader,
@@ -250,6 +312,59 @@ mod tests {
             let err = read_samples(input.as_bytes()).unwrap_err().to_string();
             assert!(err.contains(expected), "{input:?}: {err}");
         }
+    }
+
+    /// The same bad value is named on the same line with CRLF as with LF (CRLF once said one
+    /// line less), and a malformed row too.
+    #[test]
+    fn crlf_files_name_the_lines_lf_files_do() {
+        let cases = [
+            (
+                "kernel,sms,time_ns\nbfs,8,5\nbfs,8,6\nbfs,8,7\nbfs,8,x\n",
+                "line 5: `time_ns` is `x`",
+            ),
+            ("kernel,sms,time_ns\nbfs,8,5\nbfs,8\n", "line: 3"),
+        ];
+        for (lf, expected) in cases {
+            let crlf = lf.replace('\n', "\r\n");
+            for input in [lf, crlf.as_str()] {
+                let err = read_samples(input.as_bytes()).unwrap_err().to_string();
+                assert!(err.contains(expected), "{input:?}: {err}");
+            }
+        }
+    }
+
+    /// Only `\r\n` becomes `\n`, wherever the reads split it; a lone `\r` is kept.
+    #[test]
+    fn crlf_is_read_as_lf_across_any_split() {
+        /// Hands out one byte per read, so every `\r` ends a buffer.
+        struct Trickle<'a>(&'a [u8]);
+        impl Read for Trickle<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let Some((&b, rest)) = self.0.split_first() else {
+                    return Ok(0);
+                };
+                out[0] = b;
+                self.0 = rest;
+                Ok(1)
+            }
+        }
+        let input = b"a\r\nb\rc\r\r\n\r";
+        let want = b"a\nb\rc\r\n\r".to_vec();
+        let mut got = Vec::new();
+        CrlfAsLf::new(Trickle(input)).read_to_end(&mut got).unwrap();
+        assert_eq!(got, want);
+        let mut got = Vec::new();
+        CrlfAsLf::new(&input[..]).read_to_end(&mut got).unwrap();
+        assert_eq!(got, want);
+        // Read one byte at a time too, so that output fills mid-buffer.
+        let mut r = CrlfAsLf::new(&input[..]);
+        let mut got = Vec::new();
+        let mut one = [0u8];
+        while r.read(&mut one).unwrap() == 1 {
+            got.push(one[0]);
+        }
+        assert_eq!(got, want);
     }
 
     #[test]

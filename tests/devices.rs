@@ -328,6 +328,44 @@ async fn an_export_carries_the_bounds_production_raised() {
     assert!(message.contains("srad"), "{message}");
 }
 
+/// `wcetctl import-calibration` says what becomes of the bounds: checked on this card where the
+/// configuration matches; with --force, a bundle of another configuration is served stale and
+/// unchecked until recalibrated (it once said they were checked, which no job does for them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_import_says_its_bounds_are_served_stale_and_unchecked() {
+    let bundle = srad_bundle(&["srad"]).await;
+    let mut v: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    v["fingerprint"]["driver"] = "999.0".into();
+    for c in v["calibrations"].as_array_mut().unwrap() {
+        c["calibration"]["campaign"]["environment"]["fingerprint"]["driver"] = "999.0".into();
+    }
+    let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
+    let file = d.dir.path().join("other.json");
+    std::fs::write(&file, v.to_string()).unwrap();
+    let mut finished = d.calibration().await.receive_job_finished().await.unwrap();
+    let file = file.to_str().unwrap();
+    let (ok, out, err) = common::wcetctl(d.bus.address(), &["import-calibration", "--force", file]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("served stale, unchecked on this card, until recalibrated")
+            && out.contains("wcetctl recalibrate srad"),
+        "{out}"
+    );
+    next_done(&mut finished).await;
+    let info = d.bounds().await.get_bound_info("srad", 16).await.unwrap();
+    assert!(bool::try_from(&info["stale"]).unwrap(), "served as current");
+
+    // Without --force only a matching bundle is taken, and it is checked here.
+    let file = d.dir.path().join("same.json");
+    std::fs::write(&file, &bundle).unwrap();
+    let file = file.to_str().unwrap();
+    let (ok, out, err) = common::wcetctl(d.bus.address(), &["import-calibration", file]);
+    assert!(ok, "{err}");
+    assert!(out.contains("checked on this card as a job"), "{out}");
+    assert!(!out.contains("stale"), "{out}");
+    next_done(&mut finished).await;
+}
+
 /// A bundle edited so that it no longer agrees with itself is refused whole, `force` or not:
 /// a header naming another configuration than its campaigns (which `force` would have imported
 /// as current and unchecked), a size left out, a launch deleted with the bound lowered to what

@@ -202,6 +202,8 @@ async fn an_overrun_is_signalled_raises_the_bound_is_counted_and_survives_a_cras
             "the exact maximum, not the histogram's"
         );
         assert_eq!(get::<u64>(&o, "bound_ns"), late);
+        // So headroom is 0 after an overrun, not negative (docs/api.md): alert on overruns.
+        assert_eq!(get::<i64>(&o, "headroom_ns"), 0);
         assert!(
             get::<u64>(&o, "p50_ns") >= served - 1
                 && get::<u64>(&o, "p50_ns") <= (served - 1) + (served - 1) / 1000 + 1
@@ -229,6 +231,18 @@ async fn an_overrun_is_signalled_raises_the_bound_is_counted_and_survives_a_cras
             &["--json", "watch", "--count", "2", "--interval", "0.05"],
         );
         assert_eq!(json.lines().count(), 2, "{json}");
+        // watch's flat list has no floor: no made-up 0 in its place; observed has the true one.
+        let snapshot: serde_json::Value =
+            serde_json::from_str(json.lines().next().unwrap()).unwrap();
+        let row = &snapshot["observed"][0];
+        assert_eq!(row["max_ns"], late, "{json}");
+        assert!(
+            row.get("floor_ns").is_none() && row.get("carried").is_none(),
+            "{json}"
+        );
+        let one = wcetctl(fx.address(), &["--json", "observed", KERNEL, "64"]);
+        let rows: serde_json::Value = serde_json::from_str(&one).unwrap();
+        assert_eq!(rows[0]["floor_ns"], late, "{one}");
 
         let log = d.log_text();
         assert!(
@@ -481,9 +495,13 @@ async fn times_reported_before_any_calibration_survive_a_crash() {
         let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
         wait_for_daemon(&conn, &mut d).await;
         // GetObserved names the floor the first bound will stand on (it said 0 with no bound).
+        // With no bound served, bound_ns is 0 and headroom minus the largest time: the one
+        // case where it is negative (docs/api.md).
         for (kernel, time) in late {
             let info = observed(&conn, kernel, 40).await;
             assert_eq!(get::<u64>(&info, "floor_ns"), time, "{kernel}");
+            assert_eq!(get::<u64>(&info, "bound_ns"), 0, "{kernel}");
+            assert_eq!(get::<i64>(&info, "headroom_ns"), -(time as i64), "{kernel}");
         }
         let calibration = wcetd::client::CalibrationProxy::new(&conn).await.unwrap();
         let job = calibration.recalibrate(&["bfs", "needle"]).await.unwrap();

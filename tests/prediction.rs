@@ -260,6 +260,58 @@ fn project_prints_the_design_format_for_every_config_row() {
     assert!(ok && out.lines().count() == 61);
 }
 
+/// `project --json` labels every row as a prediction, as `predict` does: never `measured`, which
+/// in `GetBoundInfo` names a measured bound.
+#[test]
+fn project_json_labels_every_row_a_prediction() {
+    let (ok, out, err) = offline(&[
+        "--json",
+        "project",
+        "--source",
+        "calibration/gpu-perf/runs_4070.csv",
+        "--target",
+        "titanx",
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows.len(), 60);
+    for r in &rows {
+        assert_eq!(r["basis"], "runs", "{r}");
+        let label = r["prediction"].as_str().unwrap_or_default();
+        assert!(
+            label.starts_with("a prediction of the typical time, never a bound: on ")
+                && label.contains("runs_4070.csv"),
+            "{r}"
+        );
+    }
+    // A kernel without runs there: predicted from its static counts, and labelled so.
+    let dir = tempfile::tempdir().unwrap();
+    let configs = dir.path().join("c.csv");
+    std::fs::write(
+        &configs,
+        "kernel,N,rows,cols,block,grid_blocks,FLOPs,BYTES,working_set_bytes\nnew,0,64,64,256,16,0,32768,32768\n",
+    )
+    .unwrap();
+    let (ok, out, err) = offline(&[
+        "--json",
+        "project",
+        "--source",
+        "calibration/gpu-perf/runs_4070.csv",
+        "--target",
+        "titanx",
+        "--configs",
+        configs.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(rows[0]["basis"], "static", "{out}");
+    let label = rows[0]["prediction"].as_str().unwrap_or_default();
+    assert!(
+        label.contains("never a bound") && label.contains("static counts"),
+        "{out}"
+    );
+}
+
 #[test]
 fn bad_input_says_what_is_wrong_and_what_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
@@ -297,6 +349,31 @@ fn bad_input_says_what_is_wrong_and_what_is_accepted() {
     assert!(!ok && err.contains("accepted: at most 24"), "{err}");
     let (ok, _, err) = offline(&["predict", "nope", "--device", "h200"]);
     assert!(!ok && err.contains("accepted: needle"), "{err}");
+    // A rate no GPU has: refused, naming the field, the value and the range (1e-300 GB/s
+    // once printed 18446744073709551615 ns at every size).
+    let titanx = std::fs::read_to_string(format!(
+        "{}/calibration/devices/titanx.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let absurd: String = titanx
+        .lines()
+        .map(|l| {
+            if l.starts_with("mem_bandwidth_gbps") {
+                "mem_bandwidth_gbps = 1e-300"
+            } else {
+                l
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let toml = dir.path().join("absurd.toml");
+    std::fs::write(&toml, absurd).unwrap();
+    let (ok, out, err) = offline(&["predict", "srad", "--device", toml.to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("`mem_bandwidth_gbps` is 1e-300; accepted: 1 to 100000 GB/s"),
+        "{out}{err}"
+    );
 }
 
 #[test]

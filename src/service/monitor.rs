@@ -126,7 +126,8 @@ pub struct ObservedInfo {
 }
 
 impl ObservedInfo {
-    /// Bound minus the largest time (negative: an overrun).
+    /// Bound minus the largest time: 0 after an overrun (the bound is raised to the time at once),
+    /// negative only where no bound is served (`bound_ns` 0).
     pub fn headroom_ns(&self) -> i64 {
         let wide = i128::from(self.bound_ns) - i128::from(self.max_ns);
         i64::try_from(wide).unwrap_or(if wide < 0 { i64::MIN } else { i64::MAX })

@@ -102,7 +102,8 @@ pub(crate) enum Command {
     },
     /// A live view of production observations, refreshed like top: per kernel and size, count,
     /// p99, max, bound, headroom and overruns, the least headroom first. When the output is not
-    /// a terminal, snapshots are printed one after another.
+    /// a terminal, snapshots are printed one after another. One bus call per refresh, which
+    /// carries no floor: `wcetctl observed` gives it.
     Watch {
         /// Seconds between refreshes.
         #[arg(long, default_value_t = 2.0)]
@@ -138,11 +139,13 @@ pub(crate) enum Command {
     },
     /// Import a bundle written by `wcetctl export`: refused with what differs unless the
     /// configuration matches; then checked on this card, and a kernel that exceeds its bound here
-    /// is recalibrated (a job: `wcetctl jobs`).
+    /// is recalibrated (a job: `wcetctl jobs`). With --force, a bundle of another configuration
+    /// is served stale instead, unchecked, until recalibrated.
     ImportCalibration {
         /// The bundle file (`-` for standard input).
         file: PathBuf,
-        /// Import a bundle of another configuration anyway, as stale.
+        /// Import a bundle of another configuration anyway, as stale: served unchecked on this
+        /// card until recalibrated.
         #[arg(long)]
         force: bool,
     },

@@ -475,8 +475,7 @@ async fn predicted_by_daemon(
     let basis = label
         .split_once(" from the ")
         .map_or(label.as_str(), |(_, b)| b);
-    print_prediction(json, kernel, &curve, &label, basis);
-    Ok(())
+    print_prediction(json, kernel, &curve, &label, basis)
 }
 
 pub(crate) async fn recalibrate(
@@ -705,12 +704,24 @@ pub(crate) async fn import_calibration(
             serde_json::json!({"imported": kernels, "stale": force})
         );
     } else {
-        println!(
-            "imported {}; they are checked on this card as a job (`wcetctl jobs`), and recalibrated where a launch exceeds its bound",
-            kernels.join(", ")
-        );
+        println!("{}", import_message(&kernels, force));
     }
     Ok(())
+}
+
+/// What happens to the imported `kernels`. The daemon checks a bundle on this card only where
+/// its configuration matches; `force` admits one of another configuration, served stale and
+/// unchecked (docs/fleet.md), and this side cannot tell which case the daemon took.
+fn import_message(kernels: &[String], force: bool) -> String {
+    let names = kernels.join(", ");
+    let checked = "checked on this card as a job (`wcetctl jobs`), and recalibrated where a launch exceeds its bound";
+    if !force {
+        return format!("imported {names}; they are {checked}");
+    }
+    format!(
+        "imported {names} with --force: if the bundle is of another configuration than this card's, they are served stale, unchecked on this card, until recalibrated (`wcetctl recalibrate {}`); if it matches, they are {checked}",
+        kernels.join(" ")
+    )
 }
 
 pub(crate) async fn reload_kernels(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {

@@ -662,18 +662,43 @@ pub(crate) fn project(
         );
     }
     if json {
-        let v: Vec<_> = rows
-            .iter()
-            .map(|(c, ms, basis)| {
-                serde_json::json!({"kernel": c.kernel, "N": c.n, "rows": c.rows, "cols": c.cols,
-                    "predicted_ms": ms, "basis": if *basis == predict::Basis::Static { "static" } else { "measured" }})
-            })
-            .collect();
+        let v = projection_json(&rows, source, &target.name);
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
         print!("{}", predict::projection_csv(&rows));
     }
     Ok(())
+}
+
+/// `project`'s rows as JSON, each labelled as `predict` labels its curve: `basis` says what the
+/// prediction was made from (`runs`: the kernel's own runs in `source`; `static`: its static
+/// counts alone) and `prediction` that it is a prediction, never a bound. (`basis` once read
+/// `measured`, which in `GetBoundInfo` names a measured bound.)
+fn projection_json(
+    rows: &[(
+        wcetd::model::predict::Config,
+        f64,
+        wcetd::model::predict::Basis,
+    )],
+    source: &Path,
+    target: &str,
+) -> Vec<serde_json::Value> {
+    use wcetd::model::predict::Basis;
+    rows.iter()
+        .map(|(c, ms, basis)| {
+            let (basis, from) = match basis {
+                Basis::Measured => ("runs", format!("its runs in {}", source.display())),
+                Basis::Static => (
+                    "static",
+                    format!("its static counts alone (no runs in {})", source.display()),
+                ),
+            };
+            let label =
+                format!("a prediction of the typical time, never a bound: on {target} from {from}");
+            serde_json::json!({"kernel": c.kernel, "N": c.n, "rows": c.rows, "cols": c.cols,
+                "predicted_ms": ms, "basis": basis, "prediction": label})
+        })
+        .collect()
 }
 
 pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> anyhow::Result<()> {
@@ -708,8 +733,7 @@ pub(crate) fn predict(json: bool, kernel: &str, device: &str, sizes: &[u32]) -> 
         "a prediction of the typical time, never a bound: roofline on {} from the {}",
         d.name, work.basis
     );
-    print_prediction(json, &kernel, &curve, &label, &work.basis);
-    Ok(())
+    print_prediction(json, &kernel, &curve, &label, &work.basis)
 }
 
 /// A predicted curve, its label and its knee, as `wcetctl predict` prints them.
@@ -719,7 +743,19 @@ pub(crate) fn print_prediction(
     curve: &wcetd::model::predict::PredictedCurve,
     label: &str,
     basis: &str,
-) {
+) -> anyhow::Result<()> {
+    // A time u64 cannot hold would print as 18446744073709551615 ns, which reads as a prediction.
+    if let Some((m, t)) = curve
+        .points
+        .iter()
+        .find(|(_, t)| !(t.is_finite() && *t < u64::MAX as f64))
+    {
+        bail!(
+            "{kernel} on {}: the predicted time at {m} SMs is {t:e} ns, beyond what can be stated (at most {} ns, about 584 years); accepted: a device description whose rates give times in that range",
+            curve.device,
+            u64::MAX - 1
+        );
+    }
     if json {
         let points: Vec<(u32, u64)> = curve
             .points
@@ -731,7 +767,7 @@ pub(crate) fn print_prediction(
             serde_json::json!({"kernel": kernel, "device": curve.device, "basis": basis,
                 "prediction": label, "knee_sms": curve.knee(), "predicted_typical_ns": points})
         );
-        return;
+        return Ok(());
     }
     println!("{kernel} on {}\n{label}", curve.device);
     println!("{:>5}  {:>20}", "SMs", "predicted_typical_ns");
@@ -741,6 +777,7 @@ pub(crate) fn print_prediction(
     if let Some(k) = curve.knee() {
         println!("knee: {k} SMs (within 5% of the largest size shown)");
     }
+    Ok(())
 }
 
 pub(crate) fn prediction_study(
@@ -775,4 +812,23 @@ pub(crate) fn prediction_study(
     }
     print!("{}", study::report(&outcomes, rows));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    /// A time u64 cannot hold is refused, not printed as 18446744073709551615 ns.
+    #[test]
+    fn a_prediction_past_u64_is_refused() {
+        let curve = wcetd::model::predict::PredictedCurve {
+            device: "d".into(),
+            points: vec![(1, 1e30), (2, 5.0)],
+        };
+        let e = super::print_prediction(true, "k", &curve, "label", "basis")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("at 1 SMs is 1e30 ns") && e.contains("accepted"),
+            "{e}"
+        );
+    }
 }

@@ -44,6 +44,60 @@ pub struct DeviceDescription {
     pub launch_overhead_us: Option<f64>,
 }
 
+/// (field, lowest, highest, what is accepted) for every numeric field of a description, in the
+/// order of `DeviceDescription::numeric_fields`: generous, so that only a typo or a unit mistake
+/// is refused (the largest parts have about 150 SMs, 8 TB/s and 2 PFLOP/s).
+const RANGES: [(&str, f64, f64, &str); 13] = [
+    ("sms", 1.0, 4096.0, "1 to 4096 SMs"),
+    (
+        "cc",
+        10.0,
+        200.0,
+        "compute capability times ten, 10 to 200 (1.0 to 20.0)",
+    ),
+    ("max_threads_per_sm", 1.0, 65536.0, "1 to 65536 threads"),
+    ("max_blocks_per_sm", 1.0, 1024.0, "1 to 1024 blocks"),
+    ("regs_per_sm", 1.0, 16_777_216.0, "1 to 16777216 registers"),
+    (
+        "shared_mem_per_sm",
+        1.0,
+        67_108_864.0,
+        "1 to 67108864 bytes (64 MiB)",
+    ),
+    (
+        "l2_bytes",
+        0.0,
+        68_719_476_736.0,
+        "0 to 68719476736 bytes (64 GiB)",
+    ),
+    ("warp_size", 1.0, 1024.0, "1 to 1024 threads"),
+    (
+        "mem_bandwidth_gbps",
+        1.0,
+        1e5,
+        "1 to 100000 GB/s (1 GB/s to 100 TB/s)",
+    ),
+    (
+        "compute_gflops",
+        1.0,
+        1e8,
+        "1 to 100000000 GFLOP/s (1 GFLOP/s to 100 PFLOP/s)",
+    ),
+    (
+        "l2_bandwidth_gbps",
+        1.0,
+        1e6,
+        "1 to 1000000 GB/s (1 GB/s to 1 PB/s)",
+    ),
+    ("sm_bandwidth_gbps", 1.0, 1e5, "1 to 100000 GB/s"),
+    (
+        "launch_overhead_us",
+        0.0,
+        1e6,
+        "0 to 1000000 microseconds (1 s)",
+    ),
+];
+
 /// Why a description was refused: the file, the field and what is accepted.
 #[derive(Debug, thiserror::Error)]
 pub enum DeviceError {
@@ -65,7 +119,7 @@ impl DeviceDescription {
     pub fn parse(text: &str, origin: &str) -> Result<Self, DeviceError> {
         let d: DeviceDescription = toml::from_str(text).map_err(|e| DeviceError::Parse {
             path: origin.to_string(),
-            detail: e.message().to_string(),
+            detail: crate::manifest::describe_toml(&e, text),
         })?;
         d.check(origin)?;
         Ok(d)
@@ -80,6 +134,8 @@ impl DeviceDescription {
         Self::parse(&text, &origin)
     }
 
+    /// Refuse what no GPU has. A value far outside these (generous) ranges is a typo or a unit
+    /// mistake, and made predictions of nonsense: 1e-300 GB/s saturated every time at u64::MAX.
     fn check(&self, origin: &str) -> Result<(), DeviceError> {
         let bad = |field, value: String, accepted| DeviceError::Invalid {
             path: origin.to_string(),
@@ -87,42 +143,43 @@ impl DeviceDescription {
             value,
             accepted,
         };
-        let counts = [
-            ("sms", self.sms),
-            ("max_threads_per_sm", self.max_threads_per_sm),
-            ("max_blocks_per_sm", self.max_blocks_per_sm),
-            ("regs_per_sm", self.regs_per_sm),
-            ("shared_mem_per_sm", self.shared_mem_per_sm),
-            ("warp_size", self.warp_size),
-        ];
-        if let Some((field, v)) = counts.into_iter().find(|(_, v)| *v == 0) {
-            return Err(bad(field, v.to_string(), "a positive integer"));
-        }
         if self.name.trim().is_empty() {
             return Err(bad("name", "empty".into(), "a non-empty string"));
         }
-        let rates = [
+        for ((field, v), (name, lo, hi, accepted)) in self.numeric_fields().into_iter().zip(RANGES)
+        {
+            debug_assert_eq!(field, name, "RANGES and numeric_fields are in one order");
+            if let Some(v) = v.filter(|v| !(v.is_finite() && (lo..=hi).contains(v))) {
+                // Scientific where plain digits would run to hundreds (1e-300).
+                let shown = if v != 0.0 && !(1e-3..1e9).contains(&v.abs()) {
+                    format!("{v:e}")
+                } else {
+                    v.to_string()
+                };
+                return Err(bad(field, shown, accepted));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every numeric field, in the order of [`RANGES`] (`None`: an optional one left out).
+    fn numeric_fields(&self) -> [(&'static str, Option<f64>); 13] {
+        let n = |v: u32| Some(f64::from(v));
+        [
+            ("sms", n(self.sms)),
+            ("cc", n(self.cc)),
+            ("max_threads_per_sm", n(self.max_threads_per_sm)),
+            ("max_blocks_per_sm", n(self.max_blocks_per_sm)),
+            ("regs_per_sm", n(self.regs_per_sm)),
+            ("shared_mem_per_sm", n(self.shared_mem_per_sm)),
+            ("l2_bytes", Some(self.l2_bytes as f64)),
+            ("warp_size", n(self.warp_size)),
             ("mem_bandwidth_gbps", Some(self.mem_bandwidth_gbps)),
             ("compute_gflops", Some(self.compute_gflops)),
             ("l2_bandwidth_gbps", self.l2_bandwidth_gbps),
             ("sm_bandwidth_gbps", self.sm_bandwidth_gbps),
-        ];
-        for (field, v) in rates {
-            if let Some(v) = v.filter(|v| !(v.is_finite() && *v > 0.0)) {
-                return Err(bad(field, v.to_string(), "a positive number"));
-            }
-        }
-        if let Some(v) = self
-            .launch_overhead_us
-            .filter(|v| !(v.is_finite() && *v >= 0.0))
-        {
-            return Err(bad(
-                "launch_overhead_us",
-                v.to_string(),
-                "a number of microseconds, at least 0",
-            ));
-        }
-        Ok(())
+            ("launch_overhead_us", self.launch_overhead_us),
+        ]
     }
 
     pub fn l2_gbps(&self) -> f64 {
@@ -237,7 +294,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("`sms` is 0") && e.contains("positive integer"),
+            e.contains("`sms` is 0") && e.contains("accepted: 1 to 4096 SMs"),
             "{e}"
         );
         let e = DeviceDescription::parse(&format!("{text}\nbogus = 1\n"), "x.toml")
@@ -248,6 +305,74 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("missing field"), "{e}");
+    }
+
+    /// A syntax error names its line, as `wcetctl kernels check` does for manifests (it once
+    /// said only "unclosed array, expected `]`").
+    #[test]
+    fn syntax_errors_name_the_line() {
+        let text = "name = \"x\"\nsms = 4\n\ncc = [89\n";
+        let e = DeviceDescription::parse(text, "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("device description x.toml: line 4: ") && e.contains("`]`"),
+            "{e}"
+        );
+    }
+
+    /// Values no GPU has are refused with the field, the value and the range accepted: 1e-300
+    /// GB/s once predicted u64::MAX ns at every size. The committed descriptions are in range.
+    #[test]
+    fn implausible_values_are_refused_with_the_range() {
+        let (_, text) = BUILTIN[0];
+        let cases = [
+            (
+                "mem_bandwidth_gbps = 446.98",
+                "mem_bandwidth_gbps = 1e-300",
+                "`mem_bandwidth_gbps` is 1e-300",
+                "1 to 100000 GB/s",
+            ),
+            (
+                "mem_bandwidth_gbps = 446.98",
+                "mem_bandwidth_gbps = 1e9",
+                "`mem_bandwidth_gbps` is 1e9",
+                "100 TB/s",
+            ),
+            (
+                "compute_gflops = 17154.8",
+                "compute_gflops = 0.5",
+                "`compute_gflops` is 0.5",
+                "1 to 100000000 GFLOP/s",
+            ),
+            (
+                "sms = 46",
+                "sms = 100000",
+                "`sms` is 100000",
+                "1 to 4096 SMs",
+            ),
+            ("cc = 89", "cc = 0", "`cc` is 0", "10 to 200"),
+            (
+                "warp_size = 32",
+                "warp_size = 4096",
+                "`warp_size` is 4096",
+                "1 to 1024",
+            ),
+        ];
+        for (from, to, said, accepted) in cases {
+            assert!(text.contains(from), "{from}");
+            let e = DeviceDescription::parse(&text.replace(from, to), "x.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(said) && e.contains(accepted), "{to}: {e}");
+        }
+        let e = DeviceDescription::parse(&format!("{text}launch_overhead_us = 1e12\n"), "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`launch_overhead_us`") && e.contains("0 to 1000000"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -214,9 +214,8 @@ fn read_records<T>(
     required: &'static str,
     mut row: impl FnMut(&Rec) -> Result<T, RunsError>,
 ) -> Result<Vec<T>, RunsError> {
-    let mut reader = csv::ReaderBuilder::new()
-        .trim(csv::Trim::All)
-        .from_reader(input);
+    // CRLF read as LF, so that line numbers count right (`samples::csv_reader`).
+    let mut reader = crate::samples::csv_reader(input);
     let header = reader
         .headers()
         .map_err(|e| RunsError::Malformed {
@@ -339,5 +338,16 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("no rows"), "{e}");
+    }
+
+    /// A CRLF file (the shipped runs_4070.csv is one) names the line an LF file names.
+    #[test]
+    fn crlf_files_name_the_right_line() {
+        let bad = ROW.replace(",256,4,", ",256,four,");
+        let lf = format!("{HEADER}\n{ROW}\n{ROW}\n{ROW}\n{bad}\n");
+        for text in [lf.clone(), lf.replace('\n', "\r\n")] {
+            let e = read_runs(text.as_bytes(), "r.csv").unwrap_err().to_string();
+            assert!(e.contains("line 5: `grid_blocks`"), "{e}");
+        }
     }
 }
