@@ -383,12 +383,14 @@ fn partition(
 /// A CUBIN for the device when NVRTC can make one; otherwise PTX, if the driver can load it.
 fn compile_target(cc: u32, driver_version: u32) -> Result<nvrtc::Target, GpuError> {
     let target = nvrtc::Target::choose(cc, &nvrtc::supported_archs());
+    let (version, path) = nvrtc::version()?;
+    let refused = |detail: String| GpuError::Driver {
+        call: "nvrtc",
+        detail: format!("{path}: {detail}"),
+    };
+    nvrtc::cubin_compatible(version, driver_version).map_err(refused)?;
     if let nvrtc::Target::Ptx(_) = target {
-        let (version, path) = nvrtc::version()?;
-        nvrtc::ptx_compatible(version, driver_version).map_err(|detail| GpuError::Driver {
-            call: "nvrtc",
-            detail: format!("{path}: {detail}"),
-        })?;
+        nvrtc::ptx_compatible(version, driver_version).map_err(refused)?;
         tracing::warn!(
             "NVRTC at {path} cannot emit a CUBIN for compute capability {cc}; using PTX ({})",
             target.option()

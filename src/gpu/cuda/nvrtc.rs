@@ -232,6 +232,26 @@ pub fn ptx_compatible(nvrtc: (u32, u32), driver_version: u32) -> Result<(), Stri
     ))
 }
 
+/// A CUBIN from NVRTC `nvrtc` loads on a driver of the same CUDA major version or a newer one
+/// (CUDA's compatibility is promised within a major version: CUDA 13 needs the r580 driver), so
+/// NVRTC 13 is refused on a CUDA 12 driver, with what to do, rather than failing at load.
+pub fn cubin_compatible(nvrtc: (u32, u32), driver_version: u32) -> Result<(), String> {
+    let driver_major = driver_version / 1000;
+    if nvrtc.0 <= driver_major {
+        return Ok(());
+    }
+    Err(format!(
+        "NVRTC {}.{} is of a newer CUDA major version than the driver (CUDA {}.{}), which cannot be \
+         relied on to load what it compiles; set WCETD_NVRTC to the libnvrtc.so.{driver_major} of \
+         CUDA {driver_major}, or install a driver for CUDA {}",
+        nvrtc.0,
+        nvrtc.1,
+        driver_major,
+        (driver_version % 1000) / 10,
+        nvrtc.0
+    ))
+}
+
 /// Compile `source` for `target` (default precision: no fast math, so CPU checks stay tight).
 pub fn compile(name: &str, source: &str, target: Target) -> Result<Image, GpuError> {
     let api = api()?;
@@ -409,6 +429,21 @@ mod tests {
         assert!(err.contains("NVRTC 12.9"), "{err}");
         assert!(err.contains("driver (CUDA 12.8)"), "{err}");
         assert!(err.contains("install NVRTC 12.8 or older"), "{err}");
+    }
+
+    #[test]
+    fn a_cubin_compiler_of_a_newer_major_than_the_driver_is_refused() {
+        assert!(cubin_compatible((13, 0), 13000).is_ok());
+        assert!(
+            cubin_compatible((12, 9), 12020).is_ok(),
+            "minor versions are compatible"
+        );
+        assert!(cubin_compatible((12, 8), 13000).is_ok());
+        let err = cubin_compatible((13, 0), 12080).unwrap_err();
+        assert!(
+            err.contains("WCETD_NVRTC") && err.contains("libnvrtc.so.12"),
+            "{err}"
+        );
     }
 
     #[test]
