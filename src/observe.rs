@@ -20,7 +20,7 @@ use chrono::{DateTime, Utc};
 use hdrhistogram::serialization::{Deserializer, Serializer, V2Serializer};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
@@ -401,6 +401,11 @@ pub struct ReportedTimes {
     /// the new calibration when it is published. Not saved: a recalibration does not outlive
     /// the process.
     during_recalibration: HashMap<String, BTreeMap<(PartitionSize, Option<Interference>), u64>>,
+    /// Of those, the ones a publication of the running recalibration already carried over and
+    /// signalled: a later publication of the same job (its other interference) carries them into
+    /// its epoch again, as the one untagged reports are then judged in, but signals nothing.
+    signalled_during_recalibration:
+        HashMap<String, BTreeSet<(PartitionSize, Option<Interference>)>>,
 }
 
 impl ReportedTimes {
@@ -477,23 +482,26 @@ impl ReportedTimes {
         }
     }
 
-    /// The time noted at `key` for `kernel`'s running recalibration was carried over by one
-    /// publication of it: later publications of the same job (its other interference) do not
-    /// judge it again. An untagged time is judged against the larger of the tags' bounds, which
-    /// only grows as tags are published, so carried once it would be carried again, and one
-    /// report would be signalled twice.
-    pub fn carried_during_recalibration(
+    /// The time noted at `key` for `kernel`'s running recalibration was carried over by a
+    /// publication of it; whether this is the first time, the one to signal. An untagged time is
+    /// judged against the larger of the tags' bounds, which only grows as the job publishes its
+    /// interferences, so once carried it is carried again by each later one, into the epoch the
+    /// next untagged report is judged in (or that report would drop it), but it is one report:
+    /// signalled once (a black-box run got two `BoundExceeded` for it).
+    pub fn first_carry(
         &mut self,
         kernel: &str,
         key: (PartitionSize, Option<Interference>),
-    ) {
-        if let Some(during) = self.during_recalibration.get_mut(kernel) {
-            during.remove(&key);
-        }
+    ) -> bool {
+        self.signalled_during_recalibration
+            .entry(kernel.to_string())
+            .or_default()
+            .insert(key)
     }
 
     /// The recalibration of `kernel` is over, published or not.
     pub fn recalibration_ended(&mut self, kernel: &str) {
+        self.signalled_during_recalibration.remove(kernel);
         self.during_recalibration.remove(kernel);
     }
 

@@ -475,9 +475,11 @@ pub(super) fn publish(
         let kernels: BTreeSet<&String> = published.iter().map(|(_, k)| k).collect();
         for kernel in kernels {
             for ((sms, tag), time_ns) in obs.reported_during_recalibration(kernel) {
+                // As a report is judged ([`Service::judged_bound`]): a tag with no calibration
+                // as untagged.
                 let judge = match tag {
-                    Some(t) => vec![t],
-                    None => vec![Interference::Isolated, Interference::Contended],
+                    Some(t) if next.tables(t).contains_key(kernel) => vec![t],
+                    _ => vec![Interference::Isolated, Interference::Contended],
                 }
                 .into_iter()
                 .filter_map(|t| next.tables(t).get(kernel))
@@ -492,8 +494,9 @@ pub(super) fn publish(
                     bound_ns: Some(bound_ns),
                 };
                 let series = (kernel.as_str(), sms, tag.unwrap_or(Interference::Isolated));
-                if obs.carry_over(series, judged, time_ns, now) {
-                    obs.carried_during_recalibration(kernel, (sms, tag));
+                if obs.carry_over(series, judged, time_ns, now)
+                    && obs.first_carry(kernel, (sms, tag))
+                {
                     carried.push((kernel.clone(), sms, time_ns, bound_ns));
                 }
             }

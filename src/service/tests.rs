@@ -422,6 +422,41 @@ fn a_time_reported_before_any_bound_is_judged_by_the_first_calibration() {
     assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
 }
 
+/// A tagged time whose tag has no calibration is judged, when the job that was running
+/// publishes, as a report of it is judged: as untagged. (With isolated calibrations alone, a
+/// contended time reported during the first calibration was counted nowhere.)
+#[test]
+fn a_time_of_an_uncalibrated_tag_is_judged_as_untagged_at_publication() {
+    const K: &str = "backprop";
+    let dir = tempfile::tempdir().unwrap();
+    let paced = SimOptions {
+        pace_us_per_launch: 500,
+        ..SimOptions::default()
+    };
+    let gpu = SimGpu::new(DeviceProfile::h200(), paced);
+    let mut config = short_campaigns();
+    config.interference = vec![Interference::Isolated];
+    let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+    let mut events = service.subscribe();
+    let job = service.recalibrate(&[K.to_string()]).unwrap();
+    while !matches!(events.blocking_recv(), Ok(Event::JobProgress { job: j, .. }) if j == job) {}
+    let contended = Some(Interference::Contended);
+    assert_eq!(
+        service
+            .report(K, 64, contended, &[300_000_000])
+            .unwrap()
+            .overruns,
+        0
+    );
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    assert_eq!(service.job(job).unwrap().state, JobState::Done);
+    let seen = service.observed(K, 64, contended).unwrap();
+    assert_eq!((seen.overruns, seen.carried), (1, 1));
+    assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+}
+
 /// A time reported during a kernel's first calibration, above what it publishes, is one
 /// report: signalled once, when the first interference is published, not again when the
 /// second is (an untagged time is judged against the larger of the tags' bounds, which only
@@ -459,6 +494,11 @@ fn a_time_carried_into_a_first_calibration_is_signalled_once() {
     assert_eq!(exceeded, 1);
     let seen = service.observed(K, 64, None).unwrap();
     assert_eq!((seen.overruns, seen.carried), (1, 1));
+    // Carried into the epoch the next untagged report is judged in, which keeps it.
+    assert_eq!(service.report(K, 64, None, &[1]).unwrap().overruns, 0);
+    let after = service.observed(K, 64, None).unwrap();
+    assert_eq!((after.overruns, after.carried), (1, 1));
+    assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
 }
 
 /// An untagged time carried in by a recalibration of both tags is filed under the
