@@ -460,23 +460,32 @@ impl ReportedTimes {
     /// while it was measured is. (They raised the first bound through their floor, but were
     /// counted nowhere: a black-box run saw a bound raised to twice its calibrated value with
     /// `OverrunKernels` empty.) An isolated series may hold untagged times: judged as untagged.
-    pub fn recalibration_started(&mut self, kernel: &str) {
-        let before_any_bound: Vec<((PartitionSize, Option<Interference>), u64)> = self
+    ///
+    /// So are contended times judged against another calibration than `contended` (the
+    /// kernel's contended calibration, if it has one): before it had one, a contended time was
+    /// judged as untagged, and a contended calibration this job publishes is the first to judge
+    /// it as contended.
+    pub fn recalibration_started(&mut self, kernel: &str, contended: Option<&str>) {
+        let before_own_bound: Vec<((PartitionSize, Option<Interference>), u64)> = self
             .kernels
             .get(kernel)
             .into_iter()
             .flatten()
             .filter_map(|(&(sms, tag), s)| {
-                let e = s.epochs.last().filter(|e| e.calibration.is_empty())?;
+                let e = s.epochs.last()?;
+                let own = match tag {
+                    Interference::Isolated => !e.calibration.is_empty(),
+                    Interference::Contended => Some(e.calibration.as_str()) == contended,
+                };
                 let as_reported = (tag == Interference::Contended).then_some(tag);
-                (e.max_ns > 0).then_some(((sms, as_reported), e.max_ns))
+                (!own && e.max_ns > 0).then_some(((sms, as_reported), e.max_ns))
             })
             .collect();
         let during = self
             .during_recalibration
             .entry(kernel.to_string())
             .or_default();
-        for (key, max_ns) in before_any_bound {
+        for (key, max_ns) in before_own_bound {
             let largest = during.entry(key).or_default();
             *largest = (*largest).max(max_ns);
         }
@@ -1251,7 +1260,7 @@ mod tests {
         };
         obs.record(key, old, &[9_000], now);
         obs.note_if_recalibrating(("k", 8, None), 9_000);
-        obs.recalibration_started("k");
+        obs.recalibration_started("k", None);
         for t in [5_000, 7_000] {
             obs.record(key, old, &[t], now);
             obs.note_if_recalibrating(("k", 8, None), t);

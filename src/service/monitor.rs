@@ -421,9 +421,16 @@ pub(super) fn spawn_saver(monitor: Arc<MonitorState>, span: tracing::Span) {
 /// The worker begins a job on `kernels`: the times reported for them from now on are judged
 /// again against what the job publishes ([`publish`]).
 pub(super) fn recalibration_started(inner: &Inner, kernels: &[String]) {
+    let snap = Arc::clone(
+        &inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
     let mut obs = lock(&inner.monitor.observations);
     for kernel in kernels {
-        obs.recalibration_started(kernel);
+        let contended = snap.tables(Interference::Contended).get(kernel);
+        obs.recalibration_started(kernel, contended.map(|k| k.id.as_str()));
     }
 }
 
@@ -1035,10 +1042,11 @@ impl Service {
             out.reported_total += s.reported_total;
             out.overruns_total += s.overruns_total;
             out.last_report = out.last_report.max(Some(s.last_report));
+            let judged_now = self.judging_now(kernel, t, &served);
             let judging_now = s
                 .epochs
                 .last()
-                .is_some_and(|e| served.contains(&e.calibration));
+                .is_some_and(|e| judged_now.contains(&e.calibration));
             out.past_epochs = out
                 .past_epochs
                 .max((s.epochs.len() - usize::from(judging_now)) as u32);
@@ -1095,17 +1103,39 @@ impl Service {
         }
     }
 
+    /// The calibrations a report filed in `kernel`'s series of `tag` is judged against now, so
+    /// those whose epoch is current there. The isolated series holds untagged times too, judged
+    /// against either tag's (the larger at the size); a contended time is judged against the
+    /// contended calibration once there is one, and as untagged before. (Taking any served
+    /// calibration for either series kept a contended overrun judged against the isolated bound
+    /// listed after a contended calibration was published above it.)
+    fn judging_now(&self, kernel: &str, tag: Interference, served: &[String]) -> Vec<String> {
+        let own = (tag == Interference::Contended)
+            .then(|| {
+                self.snapshot()
+                    .tables(tag)
+                    .get(kernel)
+                    .map(|k| k.id.clone())
+            })
+            .flatten();
+        match own {
+            Some(id) => vec![id],
+            None => served.to_vec(),
+        }
+    }
+
     /// Kernels with an overrun against the bounds served now (since their last calibration).
     pub fn overrun_kernels(&self) -> Vec<String> {
-        let kernels: BTreeMap<String, Vec<String>> = {
+        type Judged = Vec<(Interference, String)>;
+        let kernels: BTreeMap<String, Judged> = {
             let obs = lock(&self.monitor().observations);
-            let mut with_overruns: BTreeMap<String, Vec<String>> = BTreeMap::new();
-            for (k, _, _, s) in obs.iter() {
+            let mut with_overruns: BTreeMap<String, Judged> = BTreeMap::new();
+            for (k, _, tag, s) in obs.iter() {
                 if let Some(e) = s.epochs.last().filter(|e| e.overruns > 0) {
                     with_overruns
                         .entry(k.to_string())
                         .or_default()
-                        .push(e.calibration.clone());
+                        .push((tag, e.calibration.clone()));
                 }
             }
             with_overruns
@@ -1114,7 +1144,9 @@ impl Service {
             .into_iter()
             .filter(|(k, judged)| {
                 let served = self.served_calibrations(k);
-                judged.iter().any(|c| !c.is_empty() && served.contains(c))
+                judged
+                    .iter()
+                    .any(|(tag, c)| !c.is_empty() && self.judging_now(k, *tag, &served).contains(c))
             })
             .map(|(k, _)| k)
             .collect()
@@ -1308,6 +1340,32 @@ mod tests {
         let why = service.save_observations().expect("the final save failed");
         assert!(!why.is_empty());
         assert_eq!(service.save_observations(), None, "there is one final save");
+    }
+
+    /// A contended time judged, before there was a contended calibration, against the isolated
+    /// bound stops counting once a contended calibration above it is published: its epoch is no
+    /// longer the one contended reports are judged in. (It stayed listed in `OverrunKernels`.)
+    #[test]
+    fn an_overrun_judged_as_untagged_ends_with_the_first_contended_calibration() {
+        const K: &str = "backprop";
+        let dir = tempfile::tempdir().unwrap();
+        let service = calibrated(dir.path());
+        let contended = Some(Interference::Contended);
+        let isolated = service.bound(K, 64, None).unwrap();
+        let outcome = service.report(K, 64, contended, &[isolated + 1]).unwrap();
+        assert_eq!(outcome.overruns, 1);
+        assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+        let mut events = service.subscribe();
+        let job = service
+            .recalibrate_with(&[K.to_string()], &[Interference::Contended])
+            .unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        let calibrated = service.bound_info(K, 64, contended).unwrap();
+        assert!(calibrated.entry.bound_ns > isolated + 1, "{calibrated:?}");
+        assert_eq!(service.observed(K, 64, contended).unwrap().overruns, 0);
+        assert!(service.overrun_kernels().is_empty());
     }
 
     #[test]
