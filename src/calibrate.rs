@@ -267,6 +267,7 @@ pub fn fit_measured(
         source: measured.source,
         code: measured.code,
         inherited_floors: Vec::new(),
+        launches_here: Vec::new(),
     })
 }
 
@@ -352,6 +353,7 @@ pub fn from_samples(
         source: imported.source.clone(),
         code: imported.code.clone(),
         inherited_floors: Vec::new(),
+        launches_here: Vec::new(),
     })
 }
 

@@ -91,6 +91,21 @@ pub struct KernelCalibration {
     /// (stored with it, across restarts) so that `GetBoundInfo` names the floor.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub inherited_floors: Vec<InheritedFloor>,
+    /// Only on an imported calibration (samples or a bundle) that replaced calibrations this
+    /// card measured of the same code: the longest launch they timed at each size, raised into
+    /// `table` at the import and kept so that every later import is held up by them too (one
+    /// import after another once published a bundle's bounds below this card's own launches).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub launches_here: Vec<LaunchHere>,
+}
+
+/// The longest launch this card timed at a size, for a calibration an import replaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchHere {
+    pub sms: u32,
+    pub ns: u64,
+    /// The calibration that timed it.
+    pub calibrated_at: DateTime<Utc>,
 }
 
 /// Why a calibration file that is there cannot be served.

@@ -280,12 +280,16 @@ pub(super) fn import(store: &Store, inner: &Inner, imported: &calibrate::Importe
         return (JobState::Failed, format!("importing {kernel}: {why}"));
     }
     match calibrate::from_samples(imported, &inner.device, &inner.config.recipe) {
-        Ok(cal) => commit(
-            store,
-            inner,
-            vec![(imported.interference, imported.kernel.clone(), cal)],
-            "imported",
-        ),
+        Ok(cal) => {
+            let mut publish = vec![(imported.interference, imported.kernel.clone(), cal)];
+            let mut notes = Vec::new();
+            hold_up_by_launches_here(inner, &mut publish, &mut notes);
+            let (state, published) = commit(store, inner, publish, "imported");
+            if state != JobState::Done || notes.is_empty() {
+                return (state, published);
+            }
+            (state, format!("{published}; {}", notes.join("; ")))
+        }
         Err(e) => fail(
             inner,
             format!("importing {}: {e}; bounds unchanged", imported.kernel),
@@ -443,11 +447,14 @@ pub(super) fn import_bundle(
     (JobState::Done, format!("{published}; {}", notes.join("; ")))
 }
 
-/// Rule 1 across a bundle: where a calibration about to be published replaces one this daemon
-/// measured on this card for the same code, each bound is raised to the longest launch that one
-/// timed at its size. Those launches are times observed here; the bundle's were timed on another
-/// card (or, forced, under another configuration: a forced H200 bundle once replaced a simulated
-/// H100's own bounds with ones a seventh of its launches, served stale but served).
+/// Rule 1 across imports: a calibration about to be published from elsewhere (a bundle, or
+/// samples) never has a bound below a launch this card timed for the code it is of. Those are
+/// the launches of the calibration it replaces, where this daemon measured that one on this
+/// card, and the ones an earlier import carried the same way (`launches_here`): each bound is
+/// raised to the longest at its size, and they go on with it, so that the next import is held
+/// up too. (A forced H200 bundle once replaced a simulated H100's own bounds with ones a seventh
+/// of its launches; then the fix held for one import only.) Launches another daemon carried
+/// (a bundle's own `launches_here`) are that card's: its bounds already hold them.
 fn hold_up_by_launches_here(
     inner: &Inner,
     publish: &mut [TaggedCalibration],
@@ -460,30 +467,75 @@ fn hold_up_by_launches_here(
             .unwrap_or_else(PoisonError::into_inner),
     );
     for (tag, name, cal) in publish.iter_mut() {
+        if matches!(cal.origin, Origin::Builtin | Origin::Manifest) {
+            // Measured here now (a bundle's kernel recalibrated after its check): it replaces
+            // the old as any recalibration does.
+            continue;
+        }
+        cal.launches_here.clear();
         let Some(old) = snap.tables(*tag).get(name.as_str()) else {
             continue;
         };
-        let measured_here = matches!(old.origin, Origin::Builtin | Origin::Manifest)
-            && old.environment().fingerprint == inner.device.fingerprint
-            && old.code == cal.code;
-        if !measured_here {
-            continue;
-        }
-        let raised: Vec<String> = old
-            .table
-            .entries
+        let here = launches_here_of(inner, name, old);
+        let raised: Vec<String> = here
             .iter()
-            .filter(|e| e.observed_max_ns > 0)
-            .filter(|e| cal.table.raise_to_launch(e.sms, e.observed_max_ns))
-            .map(|e| format!("{} SMs to {} ns", e.sms, e.observed_max_ns))
+            .filter(|l| cal.table.raise_to_launch(l.sms, l.ns))
+            .map(|l| format!("{} SMs to {} ns", l.sms, l.ns))
             .collect();
+        cal.launches_here = here;
         if !raised.is_empty() {
             notes.push(format!(
-                "{name} ({tag}): bounds raised to the longest launches this card timed for the calibration the bundle replaces: {}",
+                "{name} ({tag}): bounds raised to the longest launches this card timed for the code (for the calibration this import replaces, or one before it): {}",
                 raised.join(", ")
             ));
         }
     }
+}
+
+/// The longest launch at each size this card timed for the code `name` has now, as far as
+/// `old` (the calibration being replaced) knows: its own launches where this daemon measured
+/// it on this card, and those it carried from an earlier import. None where `old` is of other
+/// code.
+fn launches_here_of(
+    inner: &Inner,
+    name: &str,
+    old: &KernelCalibration,
+) -> Vec<crate::store::LaunchHere> {
+    let catalogue = Arc::clone(
+        &inner
+            .catalogue
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let spec = catalogue.get(name);
+    let now = spec.map(KernelSpec::code_digest).unwrap_or_default();
+    // As `measured_here` takes it: a calibration from before code digests were recorded is of
+    // the code unless the name is a manifest's now.
+    let same_code =
+        old.code == now || (old.code.is_empty() && spec.is_some_and(|k| k.manifest().is_none()));
+    if !same_code {
+        return Vec::new();
+    }
+    let mut longest: BTreeMap<u32, crate::store::LaunchHere> = BTreeMap::new();
+    let mut keep = |l: crate::store::LaunchHere| {
+        let at = longest.entry(l.sms).or_insert(l);
+        if l.ns > at.ns {
+            *at = l;
+        }
+    };
+    old.launches_here.iter().copied().for_each(&mut keep);
+    let own = matches!(old.origin, Origin::Builtin | Origin::Manifest)
+        && old.environment().fingerprint == inner.device.fingerprint;
+    if own {
+        for e in old.table.entries.iter().filter(|e| e.observed_max_ns > 0) {
+            keep(crate::store::LaunchHere {
+                sms: e.sms,
+                ns: e.observed_max_ns,
+                calibrated_at: old.calibrated_at,
+            });
+        }
+    }
+    longest.into_values().collect()
 }
 
 /// Every calibration of a bundle made no tighter than its refit here
