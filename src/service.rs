@@ -50,7 +50,8 @@ mod stale;
 mod worker;
 pub use imports::MAX_IMPORTED_SAMPLES;
 pub use monitor::{
-    MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome, SAVE_INTERVAL,
+    FinalSaveFailed, MonitorConfig, MonitorEvent, ObservedFloor, ObservedInfo, ReportOutcome,
+    SAVE_INTERVAL,
 };
 use worker::{weakest_guarantee, worker_loop};
 
@@ -358,7 +359,14 @@ impl Service {
         let _in_span = span.enter();
         let device = gpu.info().clone();
         let calibrate_missing = config.initial_calibration;
-        let clock = gpu.telemetry().sm_clock_mhz.unwrap_or(0);
+        // An idle reading is no launch's clock (as `read_clock` in worker.rs skips it): none
+        // until a busy one.
+        let now = gpu.telemetry();
+        let clock = if now.idle {
+            0
+        } else {
+            now.sm_clock_mhz.unwrap_or(0)
+        };
         let calibration = carry_over::initial_calibration(&store, &device);
         let (events, _) = broadcast::channel(1024);
         let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, &device);
@@ -432,9 +440,6 @@ impl Service {
         (service, first)
     }
 
-    /// Becomes `Some(why)` when the device failed in a way this process cannot recover from (a
-    /// sticky CUDA fault): the daemon then exits so that its service manager restarts it. Bounds
-    /// already stored stay on disk and are served again after the restart.
     /// This device's `gpu{n=N}` span, entered unless it already is (a call from within another
     /// of its calls, which would name it twice).
     fn in_span(&self) -> Option<tracing::span::Entered<'_>> {
@@ -447,6 +452,9 @@ impl Service {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Becomes `Some(why)` when the device failed in a way this process cannot recover from (a
+    /// sticky CUDA fault): the daemon then exits so that its service manager restarts it. Bounds
+    /// already stored stay on disk and are served again after the restart.
     pub fn device_lost(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.inner.lost.subscribe()
     }

@@ -232,8 +232,6 @@ async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
         .contains(&"hotspot".to_string()));
 }
 
-/// On the simulator a manifest's `[sim]` table is checked when the manifest is loaded, and a bad
-/// one is rejected with the reason, not found out at calibration as a driver error.
 /// The kernel directories are the daemon's: a reload asked of one device is done by every
 /// device, so none goes on serving a name's old code as current (before, only the device asked
 /// reread them, and another served the old code's bounds, not stale, until asked itself).
@@ -272,6 +270,8 @@ async fn a_reload_on_one_device_reloads_every_device() {
     );
 }
 
+/// On the simulator a manifest's `[sim]` table is checked when the manifest is loaded, and a bad
+/// one is rejected with the reason, not found out at calibration as a driver error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_sim_table_is_rejected_at_load() {
     let kdir = tempfile::tempdir().unwrap();

@@ -332,8 +332,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if !service.stop_worker(WORKER_STOP) {
             tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
         }
-        if let Some(why) = service.save_observations() {
-            unsaved.push(format!("GPU {n}: {why}"));
+        match service.save_observations() {
+            Some(failed) if failed.floors_lost => unsaved.push(format!("GPU {n}: {}", failed.why)),
+            Some(failed) => tracing::warn!(
+                gpu = n,
+                "the last save of production observations failed ({}): every floor raised is in the floor journal, read at the next start, so no bound drops; counts and quantiles since the last save are lost",
+                failed.why
+            ),
+            None => {}
         }
     }
     if let Some(path) = &args.metrics_file {
@@ -342,20 +348,22 @@ async fn run(args: Args) -> anyhow::Result<()> {
     if private.is_some() {
         let _ = std::fs::remove_file(bus::address_file(&state_dir));
     }
-    if !unsaved.is_empty() {
-        // Not a clean exit: floors raised since the last save that the journal could not hold
-        // either (a full disk) are lost, and the next start serves bounds without them. The
-        // reporters were told at the time (`Failed`); the operator is told now.
-        anyhow::bail!(
-            "production observations could not be saved at shutdown ({}); launch times reported since the last successful save whose floors were not journalled are lost, so bounds they raised are served lower after the next start: free space in the state directory and report them again",
-            unsaved.join("; ")
-        );
-    }
-    match lost_why {
+    // Not a clean exit when floors raised since the last save could be neither saved nor
+    // journalled (a full disk): the next start serves bounds without them. The reporters were
+    // told at the time (`Failed`); the operator is told now, beside a lost device if both.
+    let unsaved = (!unsaved.is_empty()).then(|| format!(
+        "production observations could not be saved at shutdown ({}), and floors reported since the last save were not journalled either: bounds they raised are served lower after the next start; free space in the state directory and report those times again",
+        unsaved.join("; ")
+    ));
+    match (lost_why, unsaved) {
         // Exit with failure so that the service manager restarts wcetd on a clean process; the
         // stored bounds are served again after the restart.
-        Some(why) => anyhow::bail!("{why}; exiting so that wcetd is restarted"),
-        None => Ok(()),
+        (Some(why), unsaved) => anyhow::bail!(
+            "{why}; exiting so that wcetd is restarted{}",
+            unsaved.map(|u| format!("; also: {u}")).unwrap_or_default()
+        ),
+        (None, Some(unsaved)) => anyhow::bail!("{unsaved}"),
+        (None, None) => Ok(()),
     }
 }
 
@@ -413,6 +421,16 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<St
         "--default-device {default} is not served; accepted: one of {:?}",
         gpus.iter().map(|(n, _)| *n).collect::<Vec<_>>()
     );
+    // Every device's observations are checked before any device starts (and calibrates, and
+    // records jobs): a refusal touches nothing.
+    for (n, gpu) in &gpus {
+        let observations = ObservationFile::new(state_dir, &gpu.info().fingerprint);
+        observations.check_readable().map_err(|why| {
+            anyhow::anyhow!(
+                "GPU {n}: {why}; wcetd does not serve bounds without the launch times production reported (they hold the bounds up); give the daemon's user read and write access to it (as `wcetd` writes it: its owner, mode 0640) and start again"
+            )
+        })?;
+    }
     let mut services = Vec::new();
     let mut first_jobs = Vec::new();
     for (n, gpu) in gpus {
@@ -425,12 +443,6 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<St
             gpu: n,
             ..service_config(args)
         };
-        let observations = ObservationFile::new(state_dir, &gpu.info().fingerprint);
-        observations.check_readable().map_err(|why| {
-            anyhow::anyhow!(
-                "GPU {n}: {why}; wcetd does not serve bounds without the launch times production reported (they hold the bounds up); give the daemon's user read and write access to it (as `wcetd` writes it: its owner, mode 0640) and start again"
-            )
-        })?;
         let (service, first_job) = Service::start(gpu, store, config);
         first_jobs.push((n, first_job));
         services.push((n, service));

@@ -186,6 +186,18 @@ pub(super) struct MonitorState {
     moved_aside: Option<String>,
 }
 
+/// How long the shutdown waits, after its last save failed, for the floors queued to reach the
+/// journal: as long as a report waits for its floor.
+const FINAL_JOURNAL_WAIT: Duration = Duration::from_secs(10);
+
+/// The save at shutdown failed: why, and whether floors raised since the last save are lost
+/// with it (neither saved nor journalled).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalSaveFailed {
+    pub why: String,
+    pub floors_lost: bool,
+}
+
 /// What the last save of the observations covered.
 #[derive(Debug, Clone, Default)]
 struct SaveOutcome {
@@ -305,18 +317,46 @@ impl MonitorState {
     }
 
     /// The last save, at shutdown: what was reported is on disk, and no save starts after it.
-    /// Why it failed, if it did: nothing retries it now.
-    fn save_final(&self) -> Option<String> {
+    /// When it fails (nothing retries it now): why, and whether floors are lost with it, which
+    /// they are not when every floor raised is in the journal, the ones still queued for it
+    /// written now. Nothing to save (no report since the last save): nothing written.
+    fn save_final(&self) -> Option<FinalSaveFailed> {
         let mut closed = lock(&self.saving);
         if *closed {
             return None;
         }
         *closed = true;
-        if self.save_now() {
-            None
-        } else {
-            self.saved.borrow().error.clone()
+        let (dirty, queued) = {
+            let req = lock(&self.wake.0);
+            (req.dirty, req.floors_queued)
+        };
+        if !dirty && self.journalled.borrow().generation >= queued {
+            return None;
         }
+        if self.save_now() {
+            return None;
+        }
+        let why = self.saved.borrow().error.clone().unwrap_or_default();
+        // The saver journals the floors queued (it may hold some already, waiting for this
+        // lock): let it, and wait, as long as a report waits for its floor, until they are in
+        // the journal or it failed.
+        drop(closed);
+        lock(&self.wake.0).dirty = true;
+        self.wake.1.notify_one();
+        let deadline = Instant::now() + FINAL_JOURNAL_WAIT;
+        let durable = loop {
+            if self.journalled.borrow().generation >= queued {
+                break true;
+            }
+            if lock(&self.wake.0).journal_broken || Instant::now() > deadline {
+                break false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        Some(FinalSaveFailed {
+            why,
+            floors_lost: !durable,
+        })
     }
 
     /// Only with `saving` held. Every floor queued before it starts is in memory, so a save
@@ -515,7 +555,7 @@ pub(super) fn publish(
             sms,
             observed_ns,
             bound_ns,
-            "a launch time reported while this calibration was measured exceeds its bound; the kernel stays among the overrun kernels"
+            "a launch time reported while this calibration was measured (or before the kernel had a bound there) exceeds its bound; the kernel stays among the overrun kernels"
         );
         let _ = m.events.send(MonitorEvent::BoundExceeded {
             kernel: kernel.clone(),
@@ -572,7 +612,7 @@ impl Service {
         };
         let overran = recorded.overruns > 0;
         // A floor can raise a served bound without an overrun against the one judged: judged
-        // against no bound (a tag without a calibration), or above one tag's bound but below
+        // against no bound (before any calibration), or above one tag's bound but below
         // GetBound's (an untagged time between the isolated and contended bounds). It is then
         // saved before it is answered, as an overrun is, so a crash cannot lower a bound a client
         // was told about.
@@ -1214,9 +1254,9 @@ impl Service {
         }
     }
 
-    /// Save observations for the last time (at shutdown): later reports are not saved. Why it
+    /// Save observations for the last time (at shutdown): later reports are not saved. How it
     /// failed, if it did.
-    pub fn save_observations(&self) -> Option<String> {
+    pub fn save_observations(&self) -> Option<FinalSaveFailed> {
         self.monitor().save_final()
     }
 
@@ -1337,9 +1377,24 @@ mod tests {
         std::fs::create_dir(&blocker).unwrap();
         let at64 = service.bound("hotspot", 64, None).unwrap();
         service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
-        let why = service.save_observations().expect("the final save failed");
-        assert!(!why.is_empty());
+        let failed = service.save_observations().expect("the final save failed");
+        assert!(!failed.why.is_empty());
+        assert!(!failed.floors_lost, "the journal holds the floor");
         assert_eq!(service.save_observations(), None, "there is one final save");
+
+        // With the journal unwritable too, the floor is lost, and the caller is told so.
+        let dir = tempfile::tempdir().unwrap();
+        let service = calibrated(dir.path());
+        let file = service.monitor().file.path().to_path_buf();
+        std::fs::create_dir(crate::store::temporary_path(&file)).unwrap();
+        // Both journals: a save sets a journal aside by renaming it, which a directory survives.
+        let (journal, aside) = service.monitor().file.journal_paths();
+        std::fs::create_dir(journal).unwrap();
+        std::fs::create_dir(aside).unwrap();
+        let at64 = service.bound("hotspot", 64, None).unwrap();
+        let _ = service.report("hotspot", 64, None, &[at64 + 100]);
+        let failed = service.save_observations().expect("the final save failed");
+        assert!(failed.floors_lost, "{failed:?}");
     }
 
     /// A contended time judged, before there was a contended calibration, against the isolated
