@@ -160,8 +160,9 @@ const CLOCK_SKEW_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 
 /// Fields no export writes: a time in the future (as of `now`; a calibration dated 2099 was
 /// served with an age of 0, so that no age alert would ever fire), and text a terminal would
-/// act on (a control character in the host or the fingerprint, printed raw by `wcetctl bound`:
-/// a forged newline and escape sequence reached the operator's terminal).
+/// act on (a control character in the host, the fingerprint, a calibration's id or its notes,
+/// printed raw by `wcetctl bound`: a forged newline and escape sequence reached the operator's
+/// terminal).
 fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
     let mut found = Vec::new();
     let latest = now + CLOCK_SKEW_ALLOWED;
@@ -172,7 +173,20 @@ fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
             now.to_rfc3339()
         ));
     }
+    let printable = |text: &str| !text.chars().any(char::is_control) && text.len() <= 256;
     for e in &bundle.calibrations {
+        let c = &e.calibration;
+        if !printable(&c.id)
+            || c.table
+                .notes
+                .iter()
+                .any(|n| n.chars().any(char::is_control))
+        {
+            found.push(format!(
+                "{} ({}): its calibration id or a note holds control characters",
+                e.kernel, e.interference
+            ));
+        }
         if e.calibration.calibrated_at > latest {
             found.push(format!(
                 "{} ({}) calibrated at {}, later than this host's clock",
@@ -192,7 +206,7 @@ fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
         ("clock policy", &f.clock_policy),
     ];
     for (what, text) in texts {
-        if text.chars().any(char::is_control) || text.len() > 256 {
+        if !printable(text) {
             found.push(format!(
                 "its {what} holds control characters or is longer than 256 bytes"
             ));

@@ -447,6 +447,12 @@ async fn an_edited_bundle_is_refused_even_with_force() {
     // Bounds of other code than this daemon loads as srad: stale on arrival, and a black-box
     // run saw them take the place of the current bounds.
     let other_code = edit(&|v| cal(v)["code"] = "0123456789abcdef".into());
+    // Text a terminal would act on, printed raw by `wcetctl bound`.
+    let escape_in_a_note = edit(&|v| {
+        let notes = cal(v)["table"]["notes"].as_array_mut().unwrap();
+        notes.push("fine\n\u{1b}[31mnot fine".into());
+    });
+    let escape_in_the_host = edit(&|v| v["host"] = "n1\u{1b}]0;owned\u{7}".into());
     let d = Daemon::start(&["--no-initial-calibration", "--seed", "4"]).await;
     let cal_d = d.calibration().await;
     for (text, why) in [
@@ -466,6 +472,11 @@ async fn an_edited_bundle_is_refused_even_with_force() {
             &measured_called_fitted,
             "at 48 SMs: the campaign ships launches there, the table says fitted",
         ),
+        (
+            &escape_in_a_note,
+            "its calibration id or a note holds control characters",
+        ),
+        (&escape_in_the_host, "its host holds control characters"),
         (
             &measured_without_launches,
             "at 48 SMs: the table says measured (120 samples), the campaign ships no launch there",

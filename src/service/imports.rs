@@ -118,18 +118,40 @@ impl Service {
     /// once shipped bounds an eighth of the time production had reported, and every importer
     /// served them). Launches and summaries are left as timed, so the bundle still agrees with
     /// itself; only bounds rise.
+    ///
+    /// Where the kernel has no calibration of the other tag, its times (judged, and holding up
+    /// `GetBound`, as untagged) hold up this one too: the importer's `GetBound` is this table.
     fn held_up_by_production(
         &self,
         name: &str,
         tag: Interference,
         cal: &KernelCalibration,
     ) -> KernelCalibration {
+        let other = match tag {
+            Interference::Isolated => Interference::Contended,
+            Interference::Contended => Interference::Isolated,
+        };
+        let alone = !self.snapshot().tables(other).contains_key(name);
         let mut cal = cal.clone();
         let sizes: Vec<u32> = cal.table.entries.iter().map(|e| e.sms).collect();
+        let mut raised = Vec::new();
         for m in sizes {
-            if let Ok((_, _, floor_ns)) = self.served_bound(name, m, Some(tag)) {
-                cal.table.raise_to(m, floor_ns);
+            let floor = |t| self.served_bound(name, m, t).map_or(0, |(_, _, f)| f);
+            let floor_ns = if alone {
+                floor(Some(tag)).max(floor(None))
+            } else {
+                floor(Some(tag))
+            };
+            if cal.table.raise_to(m, floor_ns) {
+                raised.push(format!("{m} SMs to {floor_ns} ns"));
             }
+        }
+        if !raised.is_empty() {
+            cal.table.notes.push(format!(
+                "raised when exported from {} to launch times production reported there: {}",
+                crate::measure::hostname(),
+                raised.join(", ")
+            ));
         }
         cal
     }

@@ -1019,3 +1019,36 @@ fn an_error_names_twenty_kernels_and_says_how_many_more() {
     );
     assert!(!text.contains("k20"), "{text}");
 }
+
+/// An export of a kernel calibrated under one tag alone carries the times of the other tag too:
+/// they hold up `GetBound` here, and the exported table is the importer's `GetBound`.
+#[test]
+fn an_export_of_one_tag_carries_the_other_tags_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = short_campaigns();
+    config.interference = vec![Interference::Isolated];
+    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+    let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+    let mut events = service.subscribe();
+    let job = service.recalibrate(&["srad".to_string()]).unwrap();
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    let late = 3 * service.bound("srad", 64, None).unwrap();
+    service
+        .report("srad", 64, Some(Interference::Contended), &[late])
+        .unwrap();
+    assert_eq!(service.bound("srad", 64, None).unwrap(), late);
+    let bundle = service.export_calibration(&["srad".to_string()]).unwrap();
+    let exported = &bundle.calibrations[0].calibration;
+    assert_eq!(exported.table.entry(64).unwrap().bound_ns, late);
+    assert!(
+        exported
+            .table
+            .notes
+            .iter()
+            .any(|n| n.contains("raised when exported")),
+        "{:?}",
+        exported.table.notes
+    );
+}
