@@ -157,6 +157,8 @@ pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
 /// How far ahead of this host's clock a bundle's times may be: hosts' clocks disagree by
 /// seconds, not by this.
 const CLOCK_SKEW_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
+/// A clock before this was never set.
+const CLOCK_SET_AFTER: &str = "2025-01-01T00:00:00Z";
 
 /// Fields no export writes: a time in the future (as of `now`; a calibration dated 2099 was
 /// served with an age of 0, so that no age alert would ever fire), and text a terminal would
@@ -165,14 +167,17 @@ const CLOCK_SKEW_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 /// terminal).
 fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
     let mut found = Vec::new();
-    let latest = now + CLOCK_SKEW_ALLOWED;
-    if bundle.exported_at > latest {
+    // A host whose clock was never set (an embedded board without a real-time clock, at 1970)
+    // cannot tell the future: there only the bundle's own times are compared.
+    let clock_set = now > DateTime::parse_from_rfc3339(CLOCK_SET_AFTER).expect("a valid date");
+    if clock_set && bundle.exported_at > now + CLOCK_SKEW_ALLOWED {
         found.push(format!(
             "exported at {}, later than this host's clock ({})",
             bundle.exported_at.to_rfc3339(),
             now.to_rfc3339()
         ));
     }
+    let latest = bundle.exported_at + CLOCK_SKEW_ALLOWED;
     let printable = |text: &str| !text.chars().any(char::is_control) && text.len() <= 256;
     for e in &bundle.calibrations {
         let c = &e.calibration;
@@ -189,7 +194,7 @@ fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
         }
         if e.calibration.calibrated_at > latest {
             found.push(format!(
-                "{} ({}) calibrated at {}, later than this host's clock",
+                "{} ({}) calibrated at {}, later than the bundle was exported",
                 e.kernel,
                 e.interference,
                 e.calibration.calibrated_at.to_rfc3339()
@@ -381,6 +386,13 @@ mod tests {
         assert!(
             future[0].contains("later than this host's clock"),
             "{future:?}"
+        );
+        let unset = DateTime::parse_from_rfc3339("1970-01-02T00:00:00Z")
+            .unwrap()
+            .to_utc();
+        assert!(
+            implausible_fields(&bundle("n1", now), unset).is_empty(),
+            "a host whose clock was never set takes today's bundles"
         );
         let escape = implausible_fields(&bundle("n1\n\u{1b}[31m", now), now);
         assert!(
