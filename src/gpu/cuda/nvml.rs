@@ -267,7 +267,7 @@ fn summarise(readings: &[Telemetry], before: &[u64], after: &[u64]) -> Telemetry
         power_mw: readings.iter().filter_map(|r| r.power_mw).max(),
         throttle_reasons: reasons,
         throttle_ns,
-        idle: clocked.iter().all(|r| r.idle),
+        idle: !clocked.is_empty() && clocked.iter().all(|r| r.idle),
     }
 }
 
