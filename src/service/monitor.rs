@@ -319,7 +319,8 @@ impl MonitorState {
     /// The last save, at shutdown: what was reported is on disk, and no save starts after it.
     /// When it fails (nothing retries it now): why, and whether floors are lost with it, which
     /// they are not when every floor raised is in the journal, the ones still queued for it
-    /// written now. Nothing to save (no report since the last save): nothing written.
+    /// written now. Nothing to save (no report since the last save, no journal left): nothing
+    /// written.
     fn save_final(&self) -> Option<FinalSaveFailed> {
         let mut closed = lock(&self.saving);
         if *closed {
@@ -330,7 +331,10 @@ impl MonitorState {
             let req = lock(&self.wake.0);
             (req.dirty, req.floors_queued)
         };
-        if !dirty && self.journalled.borrow().generation >= queued {
+        // A journal on disk (read at start, say) is folded into the file by this save.
+        let (journal, aside) = self.file.journal_paths();
+        let journal_left = journal.exists() || aside.exists();
+        if !dirty && !journal_left && self.journalled.borrow().generation >= queued {
             return None;
         }
         if self.save_now() {
@@ -1316,16 +1320,22 @@ mod tests {
         }
     }
 
+    /// [`calibrated`], then every save of its observations fails, as on a full disk: the
+    /// temporary file's name is taken by a directory (returned, to remove).
+    fn calibrated_with_saves_failing(dir: &std::path::Path) -> (Service, std::path::PathBuf) {
+        let service = calibrated(dir);
+        let blocker = crate::store::temporary_path(service.monitor().file.path());
+        std::fs::create_dir(&blocker).unwrap();
+        (service, blocker)
+    }
+
     /// A raise that could not be saved is not answered as durable: the reporter gets `Failed`,
     /// `Health` says why, and the save is retried until it succeeds.
     #[test]
     fn a_raise_that_could_not_be_saved_is_an_error_until_a_retry_succeeds() {
         let dir = tempfile::tempdir().unwrap();
-        let service = calibrated(dir.path());
+        let (service, blocker) = calibrated_with_saves_failing(dir.path());
         let file = service.monitor().file.path().to_path_buf();
-        // The temporary file's name taken by a directory: every save fails, as on a full disk.
-        let blocker = crate::store::temporary_path(&file);
-        std::fs::create_dir(&blocker).unwrap();
         let at64 = service.bound("hotspot", 64, None).unwrap();
         let outcome = service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
         let generation = outcome
@@ -1371,10 +1381,7 @@ mod tests {
     #[test]
     fn a_final_save_that_fails_says_why() {
         let dir = tempfile::tempdir().unwrap();
-        let service = calibrated(dir.path());
-        let file = service.monitor().file.path().to_path_buf();
-        let blocker = crate::store::temporary_path(&file);
-        std::fs::create_dir(&blocker).unwrap();
+        let (service, _) = calibrated_with_saves_failing(dir.path());
         let at64 = service.bound("hotspot", 64, None).unwrap();
         service.report("hotspot", 64, None, &[at64 + 100]).unwrap();
         let failed = service.save_observations().expect("the final save failed");
@@ -1384,9 +1391,7 @@ mod tests {
 
         // With the journal unwritable too, the floor is lost, and the caller is told so.
         let dir = tempfile::tempdir().unwrap();
-        let service = calibrated(dir.path());
-        let file = service.monitor().file.path().to_path_buf();
-        std::fs::create_dir(crate::store::temporary_path(&file)).unwrap();
+        let (service, _) = calibrated_with_saves_failing(dir.path());
         // Both journals: a save sets a journal aside by renaming it, which a directory survives.
         let (journal, aside) = service.monitor().file.journal_paths();
         std::fs::create_dir(journal).unwrap();
