@@ -512,6 +512,9 @@ pub(super) fn publish(
     let m = &inner.monitor;
     let now = Utc::now();
     let mut carried = Vec::new();
+    // Carried into an epoch, signalled or not (a time carried again by a job's later
+    // publication changes the file too: unsaved, a restart lost the overrun).
+    let mut moved = false;
     {
         let mut obs = lock(&m.observations);
         *inner
@@ -525,11 +528,21 @@ pub(super) fn publish(
             .collect();
         let kernels: BTreeSet<&String> = published.iter().map(|(_, k)| k).collect();
         for kernel in kernels {
+            // An untagged time is judged against the larger of the tags' bounds: not before
+            // every tag the daemon calibrates has one, or a first calibration's isolated bound,
+            // published while its contended one is still being measured, would count a time
+            // below the contended bound as an overrun. Until then the time waits.
+            let every_tag = inner
+                .config
+                .interference
+                .iter()
+                .all(|t| next.tables(*t).contains_key(kernel));
             for ((sms, tag), time_ns) in obs.reported_during_recalibration(kernel) {
                 // As a report is judged ([`Service::judged_bound`]): a tag with no calibration
                 // as untagged.
                 let judge = match tag {
                     Some(t) if next.tables(t).contains_key(kernel) => vec![t],
+                    _ if !every_tag => continue,
                     _ => vec![Interference::Isolated, Interference::Contended],
                 }
                 .into_iter()
@@ -545,10 +558,11 @@ pub(super) fn publish(
                     bound_ns: Some(bound_ns),
                 };
                 let series = (kernel.as_str(), sms, tag.unwrap_or(Interference::Isolated));
-                if obs.carry_over(series, judged, time_ns, now)
-                    && obs.first_carry(kernel, (sms, tag))
-                {
-                    carried.push((kernel.clone(), sms, time_ns, bound_ns));
+                if obs.carry_over(series, judged, time_ns, now) {
+                    moved = true;
+                    if obs.first_carry(kernel, (sms, tag)) {
+                        carried.push((kernel.clone(), sms, time_ns, bound_ns));
+                    }
                 }
             }
         }
@@ -568,7 +582,7 @@ pub(super) fn publish(
             bound_ns: *bound_ns,
         });
     }
-    if !carried.is_empty() {
+    if moved {
         let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
         m.request_save(true);
     }

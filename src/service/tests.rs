@@ -1052,3 +1052,65 @@ fn an_export_of_one_tag_carries_the_other_tags_times() {
         exported.table.notes
     );
 }
+
+/// An untagged time waits for every tag's bound before it is judged: a time reported before
+/// the first calibration, between its isolated and contended bounds, is no overrun, though the
+/// isolated bound is published first (it was counted, against a bound never served).
+#[test]
+fn an_untagged_time_is_judged_once_every_tag_is_published() {
+    const K: &str = "backprop";
+    let calibrate = |service: &Service| {
+        let mut events = service.subscribe();
+        let job = service.recalibrate(&[K.to_string()]).unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+    };
+    let first = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(first.path());
+    calibrate(&service);
+    let tagged = |t| service.bound(K, 64, Some(t)).unwrap();
+    let (isolated, contended) = (
+        tagged(Interference::Isolated),
+        tagged(Interference::Contended),
+    );
+    assert!(contended > isolated + 2, "the test needs a gap");
+    let between = (isolated + contended) / 2;
+
+    let second = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(second.path());
+    service.report(K, 64, None, &[between]).unwrap();
+    calibrate(&service);
+    assert_eq!(service.bound(K, 64, None).unwrap(), contended.max(between));
+    assert_eq!(service.observed(K, 64, None).unwrap().overruns, 0);
+    assert!(service.overrun_kernels().is_empty());
+}
+
+/// A carried overrun is saved: after a restart it is still counted and listed (one carried by a
+/// job's second publication was never saved, and a restart lost it).
+#[test]
+fn a_carried_overrun_survives_a_restart() {
+    const K: &str = "bfs";
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let service = short_campaign_service(dir.path());
+        let contended = Some(Interference::Contended);
+        service.report(K, 32, contended, &[300_000_000]).unwrap();
+        service.report(K, 64, None, &[300_000_000]).unwrap();
+        let mut events = service.subscribe();
+        let job = service.recalibrate(&[K.to_string()]).unwrap();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+        assert_eq!(service.save_observations(), None);
+    }
+    let service = short_campaign_service(dir.path());
+    let tagged = service
+        .observed(K, 32, Some(Interference::Contended))
+        .unwrap();
+    assert_eq!((tagged.overruns, tagged.carried), (1, 1));
+    let untagged = service.observed(K, 64, None).unwrap();
+    assert_eq!((untagged.overruns, untagged.carried), (1, 1));
+    assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+}
