@@ -118,9 +118,13 @@ fn keep_floors_of(file: &crate::observe::ObservationFile, whose: &str, old: &mut
         }
     }
     for (kernel, sms, tag, series) in observations.iter() {
+        // A contended time holds up the contended calibration, or, with none, the isolated one,
+        // as it held up `GetBound` there (judged as untagged); it was once dropped.
+        let has_contended = old.tables(Interference::Contended).contains_key(kernel);
         let tags: &[Interference] = match tag {
             Interference::Isolated => &[Interference::Isolated, Interference::Contended],
-            Interference::Contended => &[Interference::Contended],
+            Interference::Contended if has_contended => &[Interference::Contended],
+            Interference::Contended => &[Interference::Isolated],
         };
         for &t in tags {
             let Some(cal) = old.tables_mut(t).get_mut(kernel) else {

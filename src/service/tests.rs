@@ -1114,3 +1114,41 @@ fn a_carried_overrun_survives_a_restart() {
     assert_eq!((untagged.overruns, untagged.carried), (1, 1));
     assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
 }
+
+/// Carried to a new configuration as stale, a calibration of the isolated tag alone keeps the
+/// contended times reported under the old one: they held up `GetBound` there (judged as
+/// untagged), and were dropped when only the contended calibration could take them.
+#[test]
+fn a_stale_isolated_calibration_keeps_the_contended_floors() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |minus: u32| {
+        let mut profile = DeviceProfile::h200();
+        profile.sm_clock_mhz -= minus;
+        let mut config = short_campaigns();
+        config.interference = vec![Interference::Isolated];
+        let gpu = SimGpu::new(profile, SimOptions::default());
+        Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0
+    };
+    let seen = {
+        let first = start(0);
+        let mut events = first.subscribe();
+        let job = first.recalibrate(&["srad".to_string()]).unwrap();
+        while !first.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        let seen = 4 * first.bound("srad", 32, None).unwrap();
+        let contended = Some(Interference::Contended);
+        first.report("srad", 32, contended, &[seen]).unwrap();
+        assert_eq!(first.bound("srad", 32, None).unwrap(), seen);
+        first.save_observations();
+        seen
+    };
+    let second = start(100);
+    let info = second.bound_info("srad", 32, None).unwrap();
+    assert!(info.stale, "{info:?}");
+    assert!(
+        info.entry.bound_ns >= seen,
+        "{} below {seen}",
+        info.entry.bound_ns
+    );
+}
