@@ -177,27 +177,30 @@ fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
             now.to_rfc3339()
         ));
     }
-    let latest = bundle.exported_at + CLOCK_SKEW_ALLOWED;
+    // Written by the same host as the export: no skew between them.
+    let latest = bundle.exported_at;
     let printable = |text: &str| !text.chars().any(char::is_control) && text.len() <= 256;
     for e in &bundle.calibrations {
         let c = &e.calibration;
-        if !printable(&c.id)
-            || c.table
-                .notes
-                .iter()
-                .any(|n| n.chars().any(char::is_control))
-        {
+        let env = &c.campaign.environment;
+        let notes_printable = c
+            .table
+            .notes
+            .iter()
+            .all(|n| !n.chars().any(char::is_control));
+        if !printable(&c.id) || !printable(&env.host) || !notes_printable {
             found.push(format!(
-                "{} ({}): its calibration id or a note holds control characters",
+                "{} ({}): its calibration id, campaign host or a note holds control characters",
                 e.kernel, e.interference
             ));
         }
-        if e.calibration.calibrated_at > latest {
+        let when = [c.calibrated_at, env.started_at, env.finished_at];
+        if let Some(late) = when.into_iter().find(|&at| at > latest) {
             found.push(format!(
-                "{} ({}) calibrated at {}, later than the bundle was exported",
+                "{} ({}) was measured or calibrated at {}, later than the bundle was exported",
                 e.kernel,
                 e.interference,
-                e.calibration.calibrated_at.to_rfc3339()
+                late.to_rfc3339()
             ));
         }
     }

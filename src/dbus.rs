@@ -39,9 +39,24 @@ impl From<ServiceError> for BusError {
         };
         BusError {
             name,
-            message: e.to_string(),
+            message: printable(&e.to_string()),
         }
     }
+}
+
+/// `text` with every control character written as an escape (`\u{1b}`): error messages quote
+/// what a caller sent (a bundle's driver field, a kernel name), and clients print them to a
+/// terminal, which would act on an escape sequence a forged bundle carried into the refusal.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 impl From<zbus::Error> for BusError {

@@ -370,7 +370,10 @@ async fn a_forced_import_says_its_bounds_are_served_stale_and_unchecked() {
     let file = file.to_str().unwrap();
     let (ok, out, err) = common::wcetctl(d.bus.address(), &["import-calibration", file]);
     assert!(ok, "{err}");
-    assert!(out.contains("checked on this card as a job"), "{out}");
+    assert!(
+        out.contains("is queued as a job") && out.contains("checked on this card"),
+        "{out}"
+    );
     assert!(!out.contains("stale"), "{out}");
     next_done(&mut finished).await;
 }
@@ -474,7 +477,7 @@ async fn an_edited_bundle_is_refused_even_with_force() {
         ),
         (
             &escape_in_a_note,
-            "its calibration id or a note holds control characters",
+            "its calibration id, campaign host or a note holds control characters",
         ),
         (&escape_in_the_host, "its host holds control characters"),
         (
@@ -493,6 +496,16 @@ async fn an_edited_bundle_is_refused_even_with_force() {
             "{err}"
         );
     }
+    // Refused, and the refusal, which quotes the field, carries no escape sequence either.
+    let escape_in_the_driver = edit(&|v| v["fingerprint"]["driver"] = "999\u{1b}[2J".into());
+    let force = HashMap::from([("force", zbus::Variant::from(true))]);
+    let err = cal_d
+        .import_calibration_with(&escape_in_the_driver, force)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("driver holds control characters"), "{err}");
+    assert!(!err.contains('\u{1b}') && err.contains("\\u{1b}"), "{err}");
     assert!(
         cal_d.list_jobs().await.unwrap().is_empty(),
         "nothing queued"

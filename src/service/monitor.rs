@@ -313,7 +313,7 @@ impl MonitorState {
     /// was saved (not after the save at shutdown, nor when it failed).
     fn save(&self) -> bool {
         let closed = lock(&self.saving);
-        !*closed && self.save_now()
+        !*closed && self.save_now(false)
     }
 
     /// The last save, at shutdown: what was reported is on disk, and no save starts after it.
@@ -337,7 +337,7 @@ impl MonitorState {
         if !dirty && !journal_left && self.journalled.borrow().generation >= queued {
             return None;
         }
-        if self.save_now() {
+        if self.save_now(true) {
             return None;
         }
         let why = self.saved.borrow().error.clone().unwrap_or_default();
@@ -365,14 +365,19 @@ impl MonitorState {
 
     /// Only with `saving` held. Every floor queued before it starts is in memory, so a save
     /// that succeeds makes them durable, a broken journal included.
-    fn save_now(&self) -> bool {
+    fn save_now(&self, last: bool) -> bool {
         let generation = *self.changed.borrow();
         let floors_through = lock(&self.wake.0).floors_queued;
         let error = match self.file.save(&self.observations, &self.device_uuid) {
             Ok(()) => None,
+            Err(e) if last => {
+                tracing::error!(path = %self.file.path().display(), error = %e,
+                    "the last save of production observations, at shutdown, failed");
+                Some(e.to_string())
+            }
             Err(e) => {
                 tracing::error!(path = %self.file.path().display(), error = %e,
-                    "saving production observations failed; they are kept in memory (the save is retried while the daemon runs)");
+                    "saving production observations failed; they are kept in memory and the save is retried");
                 // Retried at the next interval, not at once: a full disk is not fixed by trying
                 // in a loop.
                 lock(&self.wake.0).dirty = true;
@@ -1275,6 +1280,7 @@ impl Service {
     /// Save observations for the last time (at shutdown): later reports are not saved. How it
     /// failed, if it did.
     pub fn save_observations(&self) -> Option<FinalSaveFailed> {
+        let _in_span = self.in_span();
         self.monitor().save_final()
     }
 

@@ -712,14 +712,17 @@ pub(crate) async fn import_calibration(
 /// What happens to the imported `kernels`. The daemon checks a bundle on this card only where
 /// its configuration matches; `force` admits one of another configuration, served stale and
 /// unchecked (docs/fleet.md), and this side cannot tell which case the daemon took.
+/// Nothing is imported yet when the call returns: the job does it, and a failure or a cancel
+/// there imports nothing (the message once said "imported" of a bundle a cancel then dropped).
 fn import_message(kernels: &[String], force: bool) -> String {
     let names = kernels.join(", ");
-    let checked = "checked on this card as a job (`wcetctl jobs`), and recalibrated where a launch exceeds its bound";
+    let queued = format!("the import of {names} is queued as a job (`wcetctl jobs`; nothing is served from the bundle until it is done, and a failure or a cancel imports nothing)");
+    let checked = "checked on this card, and recalibrated where a launch exceeds its bound";
     if !force {
-        return format!("imported {names}; they are {checked}");
+        return format!("{queued}; they are {checked}");
     }
     format!(
-        "imported {names} with --force: if the bundle is of another configuration than this card's, they are served stale, unchecked on this card, until recalibrated (`wcetctl recalibrate {}`); if it matches, they are {checked}",
+        "{queued}, with --force: if the bundle is of another configuration than this card's, they are served stale, unchecked on this card, until recalibrated (`wcetctl recalibrate {}`); if it matches, they are {checked}",
         kernels.join(" ")
     )
 }
