@@ -91,12 +91,10 @@ impl Row {
         }
     }
 
-    /// Headroom as a share of the bound, in percent.
-    fn headroom_pct(&self) -> f64 {
-        if self.bound_ns == 0 {
-            return 0.0;
-        }
-        100.0 * self.headroom_ns as f64 / self.bound_ns as f64
+    /// Headroom as a share of the bound, in percent; none without a bound (it read 0.0%, as if
+    /// a time sat exactly on a bound).
+    fn headroom_pct(&self) -> Option<f64> {
+        (self.bound_ns > 0).then(|| 100.0 * self.headroom_ns as f64 / self.bound_ns as f64)
     }
 }
 
@@ -166,8 +164,10 @@ pub async fn snapshot(conn: &Connection, path: &str) -> anyhow::Result<Vec<Row>>
         .map(Row::from_wire)
         .collect();
     rows.sort_by(|a, b| {
-        a.headroom_pct()
-            .total_cmp(&b.headroom_pct())
+        // No bound at all sorts first: nothing holds those times yet.
+        let least = |r: &Row| r.headroom_pct().unwrap_or(f64::NEG_INFINITY);
+        least(a)
+            .total_cmp(&least(b))
             .then_with(|| (&a.kernel, a.sms).cmp(&(&b.kernel, b.sms)))
     });
     Ok(rows)
@@ -208,7 +208,7 @@ pub fn render(rows: &[Row], with_floor: bool) -> String {
     for r in rows {
         let mark = if r.overruns > 0 { " !" } else { "" };
         out += &format!(
-            "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}{} {:>12} {:>7.1}% {:>8}{mark}\n",
+            "{:<width$} {:>5} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11}{} {:>12} {:>8} {:>8}{mark}\n",
             r.kernel,
             r.sms,
             r.count,
@@ -219,7 +219,7 @@ pub fn render(rows: &[Row], with_floor: bool) -> String {
             r.bound_ns,
             floor(&r.floor_ns.map_or("-".to_string(), |f| f.to_string())),
             r.headroom_ns,
-            r.headroom_pct(),
+            r.headroom_pct().map_or("-".to_string(), |p| format!("{p:.1}%")),
             r.overruns
         );
     }
@@ -275,5 +275,36 @@ pub async fn watch(
             return Ok(());
         }
         tokio::time::sleep(interval).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_without_a_bound_shows_no_headroom_share() {
+        let row = |bound_ns: u64, max_ns: u64| Row {
+            kernel: "bfs".into(),
+            sms: 64,
+            count: 1,
+            p50_ns: max_ns,
+            p99_ns: max_ns,
+            p999_ns: max_ns,
+            max_ns,
+            bound_ns,
+            headroom_ns: bound_ns as i64 - max_ns as i64,
+            overruns: 0,
+            carried: None,
+            overruns_total: 0,
+            floor_ns: None,
+        };
+        let table = render(&[row(200_000, 100_000), row(0, 100_000)], false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].contains("50.0%"), "{table}");
+        assert!(
+            lines[2].contains("-100000") && lines[2].contains(" - "),
+            "{table}"
+        );
     }
 }
