@@ -30,6 +30,9 @@ impl Service {
         let (waiting, runnable): (Vec<String>, Vec<String>) =
             runnable.into_iter().partition(|k| pending.contains_key(k));
         let mut advice = Vec::new();
+        // Health is read by people and grows with a fleet's catalogue: at most twenty names per
+        // line (`StaleKernels` and `wcetctl status` list every one).
+        let names = |k: &[String]| super::names_in_a_message(k);
         if !waiting.is_empty() {
             let jobs: Vec<String> = waiting
                 .iter()
@@ -37,26 +40,31 @@ impl Service {
                 .collect();
             advice.push(format!(
                 "stale bounds being recalibrated: {}; current when the job ends (`wcetctl jobs`)",
-                jobs.join(", ")
+                names(&jobs)
             ));
         }
         if !runnable.is_empty() {
+            // Past twenty, the command without names: it recalibrates every kernel.
+            let command = if runnable.len() > super::NAMES_IN_A_MESSAGE {
+                "wcetctl recalibrate".to_string()
+            } else {
+                format!("wcetctl recalibrate {}", runnable.join(" "))
+            };
             advice.push(format!(
-                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `wcetctl recalibrate {}`",
-                runnable.join(", "),
-                runnable.join(" ")
+                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `{command}`",
+                names(&runnable)
             ));
         }
         if !edited.is_empty() {
             advice.push(format!(
                 "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
-                edited.join(", ")
+                names(&edited)
             ));
         }
         if !imported.is_empty() {
             advice.push(format!(
                 "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `wcetctl import` or `wcetctl import-calibration`",
-                imported.join(", ")
+                names(&imported)
             ));
         }
         advice
