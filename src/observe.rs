@@ -406,6 +406,9 @@ pub struct ReportedTimes {
     /// its epoch again, as the one untagged reports are then judged in, but signals nothing.
     signalled_during_recalibration:
         HashMap<String, BTreeSet<(PartitionSize, Option<Interference>)>>,
+    /// The calibrations the running recalibration of a kernel has published: only they judge
+    /// its noted times (one it did not make judged them when it was served).
+    published_during_recalibration: HashMap<String, BTreeSet<String>>,
 }
 
 impl ReportedTimes {
@@ -508,8 +511,25 @@ impl ReportedTimes {
             .insert(key)
     }
 
+    /// The running recalibration of `kernel` published calibration `id`.
+    pub fn published_during_recalibration(&mut self, kernel: &str, id: &str) {
+        self.published_during_recalibration
+            .entry(kernel.to_string())
+            .or_default()
+            .insert(id.to_string());
+    }
+
+    /// The calibrations the running recalibration of `kernel` has published.
+    pub fn published_during(&self, kernel: &str) -> BTreeSet<String> {
+        self.published_during_recalibration
+            .get(kernel)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// The recalibration of `kernel` is over, published or not.
     pub fn recalibration_ended(&mut self, kernel: &str) {
+        self.published_during_recalibration.remove(kernel);
         self.signalled_during_recalibration.remove(kernel);
         self.during_recalibration.remove(kernel);
     }

@@ -544,6 +544,18 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
         .unwrap_err();
     assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
     assert!(err.to_string().contains("accepted: blocks"), "{err}");
+    // The source is shown with every bound and stored as the campaign's host: no control
+    // characters (a bundle of it would be refused everywhere), and not too long.
+    for source in ["run\n\u{1b}[2J".to_string(), "x".repeat(201)] {
+        let mut named = opts();
+        named.insert("source", zbus::Variant::from(source.as_str()));
+        let err = cal
+            .import_samples("k", &[(8, 100)], named)
+            .await
+            .unwrap_err();
+        assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+        assert!(err.to_string().contains("option `source`"), "{err}");
+    }
     let bounds = d.bounds().await;
     assert!(!bounds
         .list_kernels()

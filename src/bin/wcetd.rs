@@ -327,19 +327,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     // After the name is released, so that no job is queued and no report comes in after this.
+    // Every GPU at once, off the runtime's threads: each may wait up to WORKER_STOP for its
+    // worker and 10 s for its journal, and one after another they could outlast a service
+    // manager's stop timeout.
+    let stopping: Vec<_> = services
+        .iter()
+        .map(|(n, service)| {
+            let (n, service) = (*n, service.clone());
+            tokio::task::spawn_blocking(move || stop_and_save(n, &service))
+        })
+        .collect();
     let mut unsaved = Vec::new();
-    for (n, service) in &services {
-        if !service.stop_worker(WORKER_STOP) {
-            tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
-        }
-        match service.save_observations() {
-            Some(failed) if failed.floors_lost => unsaved.push(format!("GPU {n}: {}", failed.why)),
-            Some(failed) => tracing::warn!(
-                gpu = n,
-                "the last save of production observations failed ({}): every floor raised is in the floor journal, read at the next start, so no bound drops; counts and quantiles since the last save are lost",
-                failed.why
-            ),
-            None => {}
+    for stopped in stopping {
+        if let Ok(Some(lost)) = stopped.await {
+            unsaved.push(lost);
         }
     }
     if let Some(path) = &args.metrics_file {
@@ -364,6 +365,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         ),
         (None, Some(unsaved)) => anyhow::bail!("{unsaved}"),
         (None, None) => Ok(()),
+    }
+}
+
+/// Stop GPU `n`'s worker and save its production observations for the last time; what was
+/// lost, when floors were (neither saved nor journalled).
+fn stop_and_save(n: u32, service: &Service) -> Option<String> {
+    if !service.stop_worker(WORKER_STOP) {
+        tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
+    }
+    match service.save_observations() {
+        Some(failed) if failed.floors_lost => Some(format!("GPU {n}: {}", failed.why)),
+        Some(failed) => {
+            tracing::warn!(
+                gpu = n,
+                "the last save of production observations failed ({}): every floor raised is in the floor journal, read at the next start, so no bound drops; counts and quantiles since the last save are lost",
+                failed.why
+            );
+            None
+        }
+        None => None,
     }
 }
 

@@ -54,6 +54,19 @@ impl Service {
             }
             by_size.entry(sms).or_default().push(t);
         }
+        // It is stored as the campaign's host and shown with every bound: text a terminal would
+        // act on, or a length no export check takes, is refused here.
+        if options.source.chars().any(char::is_control) || options.source.len() > MAX_SOURCE_BYTES {
+            return Err(ServiceError::InvalidArgs(format!(
+                "option `source` is {} bytes{}; accepted: at most {MAX_SOURCE_BYTES} bytes of text without control characters",
+                options.source.len(),
+                if options.source.chars().any(char::is_control) {
+                    " with control characters"
+                } else {
+                    ""
+                }
+            )));
+        }
         let tag = options.interference;
         let code = self
             .catalogue()
@@ -290,6 +303,10 @@ impl Service {
         Ok(!diffs.is_empty())
     }
 }
+
+/// The longest `source` an import may name (it is the campaign's host, which a bundle's check
+/// takes up to 256 bytes, after `imported: `).
+const MAX_SOURCE_BYTES: usize = 200;
 
 /// Most samples one `ImportSamples` call may carry.
 pub const MAX_IMPORTED_SAMPLES: usize = 10_000_000;

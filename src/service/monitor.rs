@@ -484,11 +484,29 @@ pub(super) fn recalibration_started(inner: &Inner, kernels: &[String]) {
 }
 
 /// The worker's job on `kernels` is over, whatever it published.
+///
+/// Times still waiting for a tag the job did not publish after all (it was cancelled, failed,
+/// or asked for one tag, or was an import of one) are judged now against what is served, where
+/// the job published the calibration that judges them; they were once dropped here.
 pub(super) fn recalibration_ended(inner: &Inner, kernels: &[String]) {
-    let mut obs = lock(&inner.monitor.observations);
-    for kernel in kernels {
-        obs.recalibration_ended(kernel);
+    // Only this worker publishes, so the snapshot cannot change before the lock is taken; the
+    // snapshot's lock is let go first, as `publish` takes the two in the other order.
+    let served = Arc::clone(
+        &inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner),
+    );
+    let now = Utc::now();
+    let mut carried = Carried::default();
+    {
+        let mut obs = lock(&inner.monitor.observations);
+        for kernel in kernels {
+            judge_waiting(inner, &mut obs, &served, kernel, false, now, &mut carried);
+            obs.recalibration_ended(kernel);
+        }
     }
+    announce_carried(inner, carried);
 }
 
 /// Make `next` the calibrations served, `published` (tag, kernel) being the new ones in it, and
@@ -514,65 +532,101 @@ pub(super) fn publish(
     next: Arc<crate::store::Calibration>,
     published: &[(Interference, String)],
 ) {
-    let m = &inner.monitor;
     let now = Utc::now();
-    let mut carried = Vec::new();
-    // Carried into an epoch, signalled or not (a time carried again by a job's later
-    // publication changes the file too: unsaved, a restart lost the overrun).
-    let mut moved = false;
+    let mut carried = Carried::default();
     {
-        let mut obs = lock(&m.observations);
+        let mut obs = lock(&inner.monitor.observations);
         *inner
             .snapshot
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::clone(&next);
-        let new_ids: Vec<&str> = published
-            .iter()
-            .filter_map(|(tag, kernel)| next.tables(*tag).get(kernel))
-            .map(|cal| cal.id.as_str())
-            .collect();
+        for (tag, kernel) in published {
+            if let Some(cal) = next.tables(*tag).get(kernel) {
+                obs.published_during_recalibration(kernel, &cal.id);
+            }
+        }
         let kernels: BTreeSet<&String> = published.iter().map(|(_, k)| k).collect();
         for kernel in kernels {
             // An untagged time is judged against the larger of the tags' bounds: not before
             // every tag the daemon calibrates has one, or a first calibration's isolated bound,
             // published while its contended one is still being measured, would count a time
-            // below the contended bound as an overrun. Until then the time waits.
+            // below the contended bound as an overrun. Until then the time waits (at the
+            // latest for the job's end, [`recalibration_ended`]).
             let every_tag = inner
                 .config
                 .interference
                 .iter()
                 .all(|t| next.tables(*t).contains_key(kernel));
-            for ((sms, tag), time_ns) in obs.reported_during_recalibration(kernel) {
-                // As a report is judged ([`Service::judged_bound`]): a tag with no calibration
-                // as untagged.
-                let judge = match tag {
-                    Some(t) if next.tables(t).contains_key(kernel) => vec![t],
-                    _ if !every_tag => continue,
-                    _ => vec![Interference::Isolated, Interference::Contended],
-                }
-                .into_iter()
-                .filter_map(|t| next.tables(t).get(kernel))
-                .filter_map(|cal| Some((cal, inner.calibrated_at(cal, sms)?)))
-                .max_by_key(|&(_, bound_ns)| bound_ns);
-                let Some((cal, bound_ns)) = judge.filter(|(c, _)| new_ids.contains(&c.id.as_str()))
-                else {
-                    continue;
-                };
-                let judged = Judged {
-                    calibration: &cal.id,
-                    bound_ns: Some(bound_ns),
-                };
-                let series = (kernel.as_str(), sms, tag.unwrap_or(Interference::Isolated));
-                if obs.carry_over(series, judged, time_ns, now) {
-                    moved = true;
-                    if obs.first_carry(kernel, (sms, tag)) {
-                        carried.push((kernel.clone(), sms, time_ns, bound_ns));
-                    }
-                }
+            judge_waiting(
+                inner,
+                &mut obs,
+                &next,
+                kernel,
+                !every_tag,
+                now,
+                &mut carried,
+            );
+        }
+    }
+    announce_carried(inner, carried);
+}
+
+/// Times carried into a calibration's epoch by one judging: (kernel, size, time, calibrated
+/// bound) to signal, and whether any time moved (signalled before or not, the file changed).
+#[derive(Default)]
+struct Carried {
+    signal: Vec<(String, u32, u64, u64)>,
+    moved: bool,
+}
+
+/// Judge the times noted for `kernel`'s running recalibration against `next`, where the bound
+/// that judges them is of a calibration the job published: above it, carried into its epoch.
+/// A time whose judging needs a tag `next` lacks waits when `defer`. Under the observations lock.
+fn judge_waiting(
+    inner: &Inner,
+    obs: &mut crate::observe::ReportedTimes,
+    next: &crate::store::Calibration,
+    kernel: &str,
+    defer: bool,
+    now: DateTime<Utc>,
+    carried: &mut Carried,
+) {
+    let published = obs.published_during(kernel);
+    for ((sms, tag), time_ns) in obs.reported_during_recalibration(kernel) {
+        // As a report is judged ([`Service::judged_bound`]): a tag with no calibration as
+        // untagged.
+        let judge = match tag {
+            Some(t) if next.tables(t).contains_key(kernel) => vec![t],
+            _ if defer => continue,
+            _ => vec![Interference::Isolated, Interference::Contended],
+        }
+        .into_iter()
+        .filter_map(|t| next.tables(t).get(kernel))
+        .filter_map(|cal| Some((cal, inner.calibrated_at(cal, sms)?)))
+        .max_by_key(|&(_, bound_ns)| bound_ns);
+        let Some((cal, bound_ns)) = judge.filter(|(c, _)| published.contains(&c.id)) else {
+            continue;
+        };
+        let judged = Judged {
+            calibration: &cal.id,
+            bound_ns: Some(bound_ns),
+        };
+        let series = (kernel, sms, tag.unwrap_or(Interference::Isolated));
+        if obs.carry_over(series, judged, time_ns, now) {
+            carried.moved = true;
+            if obs.first_carry(kernel, (sms, tag)) {
+                carried
+                    .signal
+                    .push((kernel.to_string(), sms, time_ns, bound_ns));
             }
         }
     }
-    for (kernel, sms, observed_ns, bound_ns) in &carried {
+}
+
+/// Log and signal carried times, and save them at once.
+fn announce_carried(inner: &Inner, carried: Carried) {
+    let m = &inner.monitor;
+    for (kernel, sms, observed_ns, bound_ns) in &carried.signal {
         tracing::warn!(
             kernel,
             sms,
@@ -587,7 +641,9 @@ pub(super) fn publish(
             bound_ns: *bound_ns,
         });
     }
-    if moved {
+    // A time carried again by a job's later publication changes the file too: unsaved, a
+    // restart lost the overrun.
+    if carried.moved {
         let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
         m.request_save(true);
     }

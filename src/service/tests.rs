@@ -1152,3 +1152,31 @@ fn a_stale_isolated_calibration_keeps_the_contended_floors() {
         info.entry.bound_ns
     );
 }
+
+/// A time waiting for every tag's bound is judged when the job ends if the job published one
+/// tag only (asked for one, or cancelled or failed after the first): it was dropped, the
+/// overrun counted nowhere.
+#[test]
+fn a_time_waiting_for_a_tag_the_job_never_published_is_judged_at_its_end() {
+    const K: &str = "backprop";
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    service.report(K, 64, None, &[300_000_000]).unwrap();
+    let mut events = service.subscribe();
+    let mut signals = service.subscribe_monitor();
+    let job = service
+        .recalibrate_with(&[K.to_string()], &[Interference::Isolated])
+        .unwrap();
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    assert_eq!(service.job(job).unwrap().state, JobState::Done);
+    let seen = service.observed(K, 64, None).unwrap();
+    assert_eq!((seen.overruns, seen.carried), (1, 1));
+    assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+    let mut exceeded = 0;
+    while let Ok(event) = signals.try_recv() {
+        exceeded += usize::from(matches!(event, MonitorEvent::BoundExceeded { .. }));
+    }
+    assert_eq!(exceeded, 1);
+}

@@ -42,7 +42,18 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
         } => {
             let set = read_samples(&samples)?;
             let geometry = read_geometry(geometry.as_deref())?;
-            let source = source.unwrap_or_else(|| samples.display().to_string());
+            // By default the file's path, or its name alone where the path is longer than
+            // the daemon takes (200 bytes).
+            let source = source.unwrap_or_else(|| {
+                let path = samples.display().to_string();
+                if path.len() <= 200 {
+                    return path;
+                }
+                let name = samples
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned());
+                name.filter(|n| n.len() <= 200).unwrap_or_default()
+            });
             import(json, &conn, &set, &geometry, interference, &source).await
         }
         Command::Kernels {
