@@ -712,7 +712,9 @@ pub(crate) async fn import_calibration(
     if json {
         println!(
             "{}",
-            serde_json::json!({"imported": kernels, "stale": force})
+            // Queued, not done (the job imports them, `wcetctl jobs`); `force` as asked: whether
+            // they are served stale the daemon decides from the bundle (`wcetctl bound`).
+            serde_json::json!({"imported": kernels, "queued": true, "force": force})
         );
     } else {
         println!("{}", import_message(&kernels, force));
