@@ -2,7 +2,7 @@
 # A wcetd client in shell with busctl: GetBound, GetCurve, MinPartition and Admission1.Check.
 # Usage: WCETD_BUS_ADDRESS=unix:path=... ./client.sh [kernel] [sms]; exits non-zero on any failure.
 set -eu
-: "${WCETD_BUS_ADDRESS:?set WCETD_BUS_ADDRESS to the daemon's bus address}"
+: "${WCETD_BUS_ADDRESS:?set WCETD_BUS_ADDRESS to the bus address of the daemon}"
 kernel=${1:-needle}
 sms=${2:-64}
 call() {
