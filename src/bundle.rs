@@ -191,7 +191,7 @@ fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
             .all(|n| !n.chars().any(char::is_control));
         if !printable(&c.id) || !printable(&env.host) || !notes_printable {
             found.push(format!(
-                "{} ({}): its calibration id, campaign host or a note holds control characters or is longer than 256 bytes",
+                "{} ({}): its calibration id or campaign host holds control characters or is longer than 256 bytes, or a note holds control characters",
                 e.kernel, e.interference
             ));
         }

@@ -290,6 +290,10 @@ pub struct Epoch {
     /// being measured, and above its bounds (see [`ReportedTimes::carry_over`]). Each is an
     /// overrun of this calibration, and is counted here, in the histogram and in `overruns`.
     pub carried: u64,
+    /// The largest time counted as an overrun here (0: none), what a carried time is compared
+    /// with: a report of as large a time after the publication is not one when the floor the
+    /// waiting time set already held the bound up, and must not hide it.
+    pub max_overrun_ns: u64,
 }
 
 impl Epoch {
@@ -299,6 +303,7 @@ impl Epoch {
             started,
             histogram: CompactHistogram::default(),
             max_ns: 0,
+            max_overrun_ns: 0,
             overruns: 0,
             carried: 0,
         }
@@ -438,6 +443,9 @@ impl ReportedTimes {
         }
         epoch.max_ns = epoch.max_ns.max(max_ns);
         epoch.overruns += overruns;
+        if overruns > 0 {
+            epoch.max_overrun_ns = epoch.max_overrun_ns.max(max_ns);
+        }
         series.reported_total += times.len() as u64;
         series.overruns_total += overruns;
         series.last_report = now;
@@ -567,7 +575,7 @@ impl ReportedTimes {
     /// measured (so filed in the epoch before it), again against that calibration's bound: above
     /// it, the time is carried into the calibration's epoch as an overrun, so that a kernel whose
     /// new bounds are already below a time seen in production is not taken for one without
-    /// overruns. Not carried when the epoch already holds a time as large (it was reported after
+    /// overruns. Not carried when the epoch already counts an overrun as large (reported after
     /// the publication, and judged then). Whether it was carried.
     pub fn carry_over(
         &mut self,
@@ -587,13 +595,14 @@ impl ReportedTimes {
             return false;
         }
         let (epoch, merged) = series.epoch_for(judged.calibration, now);
-        if epoch.max_ns >= time_ns {
+        if epoch.max_overrun_ns >= time_ns {
             self.pending -= merged;
             return false;
         }
         epoch.histogram.push(&[time_ns]);
         self.pending = self.pending - merged + 1;
-        epoch.max_ns = time_ns;
+        epoch.max_ns = epoch.max_ns.max(time_ns);
+        epoch.max_overrun_ns = time_ns;
         // Not in `overruns_total`: that counts times above the bound served when reported, and
         // this one may have been counted there already.
         epoch.overruns += 1;
@@ -705,6 +714,9 @@ struct StoredEpoch {
     /// Absent in older files, and where none was carried.
     #[serde(default, skip_serializing_if = "is_zero")]
     carried: u64,
+    /// Absent in older files (read as the maximum where there were overruns), and where none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    max_overrun_ns: u64,
     /// Base64 of the hdrhistogram V2 (or V2+deflate) serialisation; "" when empty.
     histogram: String,
 }
@@ -1099,6 +1111,7 @@ fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) ->
                 max_ns: e.max_ns,
                 overruns: e.overruns,
                 carried: e.carried,
+                max_overrun_ns: e.max_overrun_ns,
                 histogram: b64.encode(e.histogram.v2()),
             })
             .collect(),
@@ -1130,6 +1143,12 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
                     started: e.started,
                     histogram,
                     max_ns: e.max_ns,
+                    // An older file did not keep it: where there were overruns, the maximum,
+                    // as the check it serves was made before.
+                    max_overrun_ns: match (e.max_overrun_ns, e.overruns) {
+                        (0, n) if n > 0 => e.max_ns,
+                        (m, _) => m.min(e.max_ns),
+                    },
                     overruns: e.overruns,
                     carried: e.carried.min(e.overruns),
                 }
@@ -1269,6 +1288,37 @@ mod tests {
     /// above the new bound it is carried into the new epoch as an overrun, once; one reported
     /// before the recalibration began, or below the new bound, is not. What was carried is
     /// saved and loaded with the epoch.
+    /// A time reported after the publication that was no overrun (the floor the waiting time
+    /// set held the bound up) does not hide the waiting time: only an overrun as large does.
+    #[test]
+    fn a_carried_time_is_hidden_only_by_an_overrun_as_large() {
+        let mut obs = ReportedTimes::default();
+        let now = Utc::now();
+        let series = ("k", 64, Interference::Isolated);
+        let before = Judged {
+            calibration: "",
+            bound_ns: None,
+        };
+        obs.record(series, before, &[300], now);
+        // After the publication, served with the floor under it: 300 is no overrun.
+        let served = Judged {
+            calibration: "c1",
+            bound_ns: Some(300),
+        };
+        assert_eq!(obs.record(series, served, &[300], now).overruns, 0);
+        let calibrated = Judged {
+            calibration: "c1",
+            bound_ns: Some(200),
+        };
+        assert!(obs.carry_over(series, calibrated, 300, now), "carried");
+        assert!(!obs.carry_over(series, calibrated, 300, now), "once");
+        // An overrun counted after the publication, as large, is the time judged then.
+        let mut obs = ReportedTimes::default();
+        obs.record(series, before, &[300], now);
+        assert_eq!(obs.record(series, calibrated, &[300], now).overruns, 1);
+        assert!(!obs.carry_over(series, calibrated, 300, now));
+    }
+
     #[test]
     fn times_reported_during_a_recalibration_are_judged_against_what_it_publishes() {
         let mut obs = ReportedTimes::default();

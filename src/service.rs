@@ -1138,11 +1138,16 @@ const NAMES_IN_A_MESSAGE: usize = 20;
 /// `names` joined with commas, at most [`NAMES_IN_A_MESSAGE`] of them, then how many more and
 /// where the whole list is.
 fn names_in_a_message(names: &[String]) -> String {
+    names_in_a_message_listed_by(names, "`wcetctl list` or Bounds1.ListKernels()")
+}
+
+/// [`names_in_a_message`], naming `where_listed` for the whole list.
+fn names_in_a_message_listed_by(names: &[String], where_listed: &str) -> String {
     let shown = names.len().min(NAMES_IN_A_MESSAGE);
     let mut text = names[..shown].join(", ");
     if names.len() > shown {
         text.push_str(&format!(
-            " and {} more (`wcetctl list` or Bounds1.ListKernels() lists them all)",
+            " and {} more ({where_listed} lists them all)",
             names.len() - shown
         ));
     }

@@ -334,13 +334,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .iter()
         .map(|(n, service)| {
             let (n, service) = (*n, service.clone());
-            tokio::task::spawn_blocking(move || stop_and_save(n, &service))
+            (
+                n,
+                tokio::task::spawn_blocking(move || stop_and_save(n, &service)),
+            )
         })
         .collect();
     let mut unsaved = Vec::new();
-    for stopped in stopping {
-        if let Ok(Some(lost)) = stopped.await {
-            unsaved.push(lost);
+    for (n, stopped) in stopping {
+        match stopped.await {
+            Ok(None) => {}
+            Ok(Some(lost)) => unsaved.push(lost),
+            // Not a clean exit: whether anything was saved is unknown.
+            Err(e) => unsaved.push(format!("GPU {n}: stopping and saving failed ({e})")),
         }
     }
     if let Some(path) = &args.metrics_file {

@@ -146,6 +146,15 @@ impl Service {
         };
         let alone = !self.snapshot().tables(other).contains_key(name);
         let mut cal = cal.clone();
+        // Samples imported before sources were checked may name one no bundle check takes.
+        let host = &mut cal.campaign.environment.host;
+        *host = host
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        while host.len() > 256 {
+            host.pop();
+        }
         let sizes: Vec<u32> = cal.table.entries.iter().map(|e| e.sms).collect();
         let mut raised = Vec::new();
         for m in sizes {

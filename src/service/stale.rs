@@ -32,7 +32,9 @@ impl Service {
         let mut advice = Vec::new();
         // Health is read by people and grows with a fleet's catalogue: at most twenty names per
         // line (`StaleKernels` and `wcetctl status` list every one).
-        let names = |k: &[String]| super::names_in_a_message(k);
+        let names = |k: &[String]| {
+            super::names_in_a_message_listed_by(k, "`wcetctl status` or Bounds1.StaleKernels")
+        };
         if !waiting.is_empty() {
             let jobs: Vec<String> = waiting
                 .iter()

@@ -42,18 +42,7 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
         } => {
             let set = read_samples(&samples)?;
             let geometry = read_geometry(geometry.as_deref())?;
-            // By default the file's path, or its name alone where the path is longer than
-            // the daemon takes (200 bytes).
-            let source = source.unwrap_or_else(|| {
-                let path = samples.display().to_string();
-                if path.len() <= 200 {
-                    return path;
-                }
-                let name = samples
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned());
-                name.filter(|n| n.len() <= 200).unwrap_or_default()
-            });
+            let source = source.unwrap_or_else(|| default_source(&samples));
             import(json, &conn, &set, &geometry, interference, &source).await
         }
         Command::Kernels {
@@ -725,6 +714,35 @@ pub(crate) async fn import_calibration(
 /// What happens to the imported `kernels`. The daemon checks a bundle on this card only where
 /// its configuration matches; `force` admits one of another configuration, served stale and
 /// unchecked (docs/fleet.md), and this side cannot tell which case the daemon took.
+/// The source an import names by default: the samples file's path, as the daemon takes a
+/// source (at most 200 bytes, no control characters): control characters (legal in a Linux
+/// file name) replaced, and only the file name, cut at a character, where the path is longer.
+fn default_source(samples: &std::path::Path) -> String {
+    let clean = |s: String| -> String {
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect()
+    };
+    let path = clean(samples.display().to_string());
+    if path.len() <= 200 {
+        return path;
+    }
+    let mut name = clean(
+        samples
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    while name.len() > 200 {
+        name.pop();
+    }
+    if name.is_empty() {
+        "wcetctl import".into()
+    } else {
+        name
+    }
+}
+
 /// Nothing is imported yet when the call returns: the job does it, and a failure or a cancel
 /// there imports nothing (the message once said "imported" of a bundle a cancel then dropped).
 fn import_message(kernels: &[String], force: bool) -> String {
@@ -946,5 +964,18 @@ fn refuses_the_kernel(e: &zbus::Error) -> bool {
                 | "org.freedesktop.DBus.Error.InvalidArgs"
         ),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The default source is one the daemon takes: no control characters, at most 200 bytes.
+    #[test]
+    fn the_default_source_is_one_the_daemon_takes() {
+        let short = std::path::Path::new("/data/run\n1.csv");
+        assert_eq!(super::default_source(short), "/data/run?1.csv");
+        let long = format!("/{}/{}.csv", "d".repeat(300), "é".repeat(150));
+        let source = super::default_source(std::path::Path::new(&long));
+        assert!(source.len() <= 200 && source.starts_with('é'), "{source}");
     }
 }
