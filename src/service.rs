@@ -16,8 +16,10 @@
 //! `imports.rs` (samples and bundles made elsewhere, and when they are refused), `stale.rs`
 //! (whether a served bound still holds, and the step that makes it current), `carry_over.rs` (the
 //! calibration served at start, and production floors across a change of device fingerprint),
-//! `code_watch.rs` (manifests' files changed on disk), `interrupted.rs` (jobs a crash cut short)
-//! and `monitor.rs` (launch times reported from production).
+//! `code_watch.rs` (manifests' files changed on disk), `interrupted.rs` (jobs a crash cut short),
+//! `device_losses.rs` (kernels that were running when the device was lost, held back from
+//! calibration when they keep losing it) and `monitor.rs` (launch times reported from
+//! production).
 
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
@@ -42,6 +44,7 @@ pub use crate::request_error::{how_to_calibrate, Result, ServiceError};
 
 mod carry_over;
 mod code_watch;
+mod device_losses;
 mod imports;
 mod interrupted;
 mod jobs;
@@ -337,6 +340,8 @@ struct Inner {
     stopping: AtomicBool,
     /// `gpu{n=N}`, entered by every thread and call that logs about this device.
     span: tracing::Span,
+    /// Which kernels were running when the device was lost, and which are held back for it.
+    losses: device_losses::DeviceLosses,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -392,6 +397,7 @@ impl Service {
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
         let job_record = interrupted::JobRecords::of(&store, &device);
+        let losses = device_losses::DeviceLosses::load(&store, &device);
         let interrupted = interrupted::read(job_record.path());
         if let Some(why) = &interrupted {
             tracing::warn!(path = %job_record.path().display(), "{why}");
@@ -418,6 +424,7 @@ impl Service {
             job_record,
             stopping: AtomicBool::new(false),
             span: span.clone(),
+            losses,
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
@@ -428,15 +435,26 @@ impl Service {
             .spawn(move || worker_span.in_scope(|| worker_loop(gpu, store, worker_inner, rx)))
             .expect("spawning the GPU worker thread");
         let service = Service { inner, worker: tx };
-        let missing: Vec<String> = service
-            .catalogue()
-            .iter()
-            .filter(|k| service.needs_calibration(&k.name))
-            .map(|k| k.name.clone())
-            .collect();
-        let first = (calibrate_missing && !missing.is_empty())
-            .then(|| service.recalibrate(&missing).ok())
-            .flatten();
+        let catalogue = service.catalogue();
+        let missing = service.automatic(
+            catalogue
+                .iter()
+                .filter(|k| service.needs_calibration(&k.name)),
+        );
+        // Kernels that lost the device once go in a job of their own, after the others: a job
+        // that ends with the device publishes nothing more, and the others' bounds should not
+        // wait on a kernel that may lose it again.
+        let (suspects, clean): (Vec<KernelSpec>, Vec<KernelSpec>) = missing
+            .into_iter()
+            .partition(|k| service.inner.losses.of(k).0 > 0);
+        let mut first = None;
+        for batch in [clean, suspects] {
+            if calibrate_missing && !batch.is_empty() {
+                let names: Vec<String> = batch.into_iter().map(|k| k.name).collect();
+                let job = service.recalibrate(&names).ok();
+                first = first.or(job);
+            }
+        }
         (service, first)
     }
 
@@ -445,6 +463,22 @@ impl Service {
     fn in_span(&self) -> Option<tracing::span::Entered<'_>> {
         let span = &self.inner.span;
         (tracing::Span::current().id() != span.id()).then(|| span.enter())
+    }
+
+    /// Of `kernels`, those the daemon calibrates without being asked for them by name: not those
+    /// held back for losing the device ([`device_losses`]), and those that lost it once last, so
+    /// that the others are served first if it is lost again.
+    fn automatic<'a>(&self, kernels: impl IntoIterator<Item = &'a KernelSpec>) -> Vec<KernelSpec> {
+        let losses = &self.inner.losses;
+        let mut chosen: Vec<(usize, KernelSpec)> = Vec::new();
+        for kernel in kernels {
+            match losses.held_back(kernel) {
+                Some(why) => tracing::warn!("{why}"),
+                None => chosen.push((losses.of(kernel).0, kernel.clone())),
+            }
+        }
+        chosen.sort_by_key(|(times, _)| *times);
+        chosen.into_iter().map(|(_, k)| k).collect()
     }
 
     /// Whether `other` is this very service (a clone shares it), not another device's.
@@ -478,6 +512,11 @@ impl Service {
             .clone();
         let mut why = Vec::new();
         why.extend(self.stale_advice());
+        why.extend(
+            self.catalogue()
+                .iter()
+                .filter_map(|k| self.inner.losses.held_back(k)),
+        );
         if self.inner.code_watch_failed.load(Ordering::SeqCst) {
             why.push("kernel manifests' files are not watched (the thread could not be started): a module replaced in place is found stale only at the next reload or calibration".to_string());
         }
@@ -597,12 +636,18 @@ impl Service {
                 .events
                 .send(Event::BoundsChanged { kernels: touched });
         }
-        if !added.is_empty() {
-            match self.recalibrate(&added) {
+        let catalogue = self.catalogue();
+        let queued: Vec<String> = self
+            .automatic(added.iter().filter_map(|name| catalogue.get(name)))
+            .into_iter()
+            .map(|k| k.name)
+            .collect();
+        if !queued.is_empty() {
+            match self.recalibrate(&queued) {
                 Ok(job) => tracing::info!(
                     job,
                     "calibrating new or changed kernels: {}",
-                    added.join(", ")
+                    queued.join(", ")
                 ),
                 Err(e) => tracing::warn!("new kernels not queued for calibration: {e}"),
             }
@@ -673,9 +718,16 @@ impl Service {
                 .map(|j| format!(" (job {j} is calibrating it)"))
                 .unwrap_or_default();
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
+            let catalogue = self.catalogue();
+            let spec = catalogue.get(kernel);
+            if let Some(held) = spec.and_then(|k| self.inner.losses.held_back(k)) {
+                return ServiceError::NotCalibrated(format!(
+                    "kernel `{kernel}` has no {which}calibration yet{running}: {held}"
+                ));
+            }
             ServiceError::NotCalibrated(format!(
                 "kernel `{kernel}` has no {which}calibration yet{running}; {}",
-                how_to_calibrate(kernel, tag, self.catalogue().get(kernel).is_some())
+                how_to_calibrate(kernel, tag, spec.is_some())
             ))
         })
     }

@@ -174,6 +174,7 @@ fn foreign_physics() -> impl Strategy<Value = KernelPhysics> {
                         saturate_sms: s,
                     }),
                     partial_wave_cost: part,
+                    device_fault: None,
                 },
                 ..KernelPhysics::default()
             };

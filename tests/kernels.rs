@@ -290,6 +290,78 @@ async fn a_bad_sim_table_is_rejected_at_load() {
     );
 }
 
+/// A manifest kernel whose launches end in a sticky CUDA error (a device-side `assert`) loses
+/// the device, and the daemon exits for its service manager to restart it. Without a record of
+/// which kernel ran, every start would run it again in its initial calibration: a restart loop
+/// that never serves for long. The first loss puts the kernel in a job after the others (so
+/// their bounds are published before it can lose the device again), the second holds it back:
+/// the third start serves, says why in Health and GetBound, and a changed module starts afresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_that_keeps_losing_the_device_is_held_back_instead_of_restarted_forever() {
+    let kdir = tempfile::tempdir().unwrap();
+    let path = write_manifest(kdir.path(), "app.assert");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let faulting = format!(
+        "{text}[sim]\nlaunch_ns = 4000.0\nwave_ns = 10000.0\neffects = {{ device_fault = \"CUDA_ERROR_ASSERT (710)\" }}\n"
+    );
+    std::fs::write(&path, &faulting).unwrap();
+    let mut flags = manifest_flags(kdir.path());
+    flags.retain(|f| f != "--no-initial-calibration");
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut d = Daemon::start(&["--no-initial-calibration"]).await;
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    for start in 1..=2 {
+        let mut child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
+        let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            !status.success(),
+            "start {start} must lose the device and exit"
+        );
+    }
+    d.child = common::spawn_wcetd(d.bus.address(), &d.state_dir(), &flags);
+    d.wait_for_name().await;
+    // Read afresh every time: a cached Health could lag behind its change signal.
+    let bounds = wcetd::client::BoundsProxy::builder(&d.conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .unwrap();
+    // The other kernels were published at the second start, before the kernel ran again.
+    assert!(bounds.get_bound("needle", 64).await.unwrap() > 0);
+    let held = bounds.get_bound("app.assert", 64).await.unwrap_err();
+    let said = held.to_string();
+    assert_eq!(error_name(&held), "org.wcetd.Error.NotCalibrated", "{said}");
+    assert!(
+        said.contains("each of the 2 times the device was lost")
+            && said.contains("CUDA_ERROR_ASSERT (710)")
+            && said.contains("wcetctl recalibrate app.assert"),
+        "{said}"
+    );
+    let health = bounds.health().await.unwrap();
+    assert!(
+        health.starts_with("degraded: ") && health.contains("kernel `app.assert` was running"),
+        "{health}"
+    );
+    // Nothing is queued for it: the daemon stays up. Fixed code is calibrated at the reload.
+    assert!(d.child.try_wait().unwrap().is_none(), "the daemon stays up");
+    std::fs::write(
+        &path,
+        format!("{text}[sim]\nlaunch_ns = 4000.0\nwave_ns = 10000.0\n"),
+    )
+    .unwrap();
+    let mut finished = job_finished_stream(&d.conn).await;
+    let (added, _, _) = d.calibration().await.reload_kernels().await.unwrap();
+    assert_eq!(added, vec!["app.assert".to_string()]);
+    let (_, state, message) = next_finished(&mut finished).await;
+    assert_eq!(state, "done", "{message}");
+    assert!(bounds.get_bound("app.assert", 64).await.unwrap() > 0);
+    let health = bounds.health().await.unwrap();
+    assert!(!health.contains("app.assert"), "{health}");
+}
+
 /// A manifest edited after its kernel was calibrated is other code under the same name: its old
 /// bounds are served stale (and say why) until it is recalibrated, never as current.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

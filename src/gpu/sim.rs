@@ -156,6 +156,10 @@ pub struct Effects {
     /// the wave `k` of `n` costs `wave_ns * (c + (1 - c) * fill)` when only `fill` of its slots
     /// hold blocks (1, the default, is the even staircase of the time law).
     pub partial_wave_cost: Option<f64>,
+    /// A bug in the kernel that ends in a sticky CUDA error (a device-side `assert`, an illegal
+    /// address): its first launch loses the device, which fails every later call of the process,
+    /// as on a real GPU. The text says which error (it goes into the message).
+    pub device_fault: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -508,6 +512,8 @@ pub struct SimGpu {
     options: SimOptions,
     batches_run: u64,
     launches_run: u64,
+    /// Set by a kernel's [`Effects::device_fault`]: every later call fails with it.
+    lost: Option<String>,
 }
 
 impl SimGpu {
@@ -543,6 +549,7 @@ impl SimGpu {
             options,
             batches_run: 0,
             launches_run: 0,
+            lost: None,
         }
     }
 
@@ -588,6 +595,9 @@ impl SimGpu {
     }
 
     fn check_fault(&self) -> Result<(), GpuError> {
+        if let Some(why) = &self.lost {
+            return Err(GpuError::Lost(why.clone()));
+        }
         match self.options.fault_after_launches {
             Some(limit) if self.launches_run >= limit => {
                 let what = format!(
@@ -612,6 +622,15 @@ impl Gpu for SimGpu {
     fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
         self.check_partition(request.sms)?;
         let physics = self.physics(kernel)?;
+        self.check_fault()?;
+        if let Some(error) = &physics.effects.device_fault {
+            let why = format!(
+                "simulated {error} in kernel `{}` (a sticky error: the context is unusable)",
+                kernel.name
+            );
+            self.lost = Some(why.clone());
+            return Err(GpuError::Lost(why));
+        }
         let stressor_share = match request.interference {
             Interference::Isolated => 0.0,
             Interference::Contended => {

@@ -105,7 +105,8 @@ impl Service {
     fn kernel_specs(&self, names: &[String]) -> Result<Vec<KernelSpec>> {
         let catalogue = self.catalogue();
         if names.is_empty() {
-            return Ok(catalogue.iter().cloned().collect());
+            // Every kernel the daemon calibrates by itself: those held back must be named.
+            return Ok(self.automatic(catalogue.iter()));
         }
         let mut specs: Vec<KernelSpec> = Vec::new();
         for name in names {

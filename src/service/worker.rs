@@ -55,7 +55,11 @@ pub(super) fn worker_loop(
         monitor::recalibration_started(&inner, &kernels);
         // A bug in one job must not take the worker (and every later job) down with it.
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            run_job(gpu.as_mut(), &store, &inner, &job)
+            let mut witnessed = Witnessed {
+                gpu: gpu.as_mut(),
+                losses: &inner.losses,
+            };
+            run_job(&mut witnessed, &store, &inner, &job)
         }));
         let (state, message) = outcome.unwrap_or_else(|panic| {
             let what = panic
@@ -69,6 +73,10 @@ pub(super) fn worker_loop(
             )
         });
         inner.job_record.ended(job.id, state == JobState::Done);
+        // A calibration that succeeded ran each of its kernels through on this device.
+        if state == JobState::Done && matches!(job.work, Work::Calibrate { .. }) {
+            inner.losses.ran_through(&kernels);
+        }
         monitor::recalibration_ended(&inner, &kernels);
         inner.pending.fetch_sub(1, Ordering::SeqCst);
         set_job(&inner, job.id, |s| {
@@ -426,6 +434,47 @@ impl Gpu for Narrated<'_> {
     ) -> std::result::Result<Batch, GpuError> {
         (self.on_run)(request);
         self.gpu.run(kernel, request)
+    }
+
+    fn telemetry(&mut self) -> Telemetry {
+        self.gpu.telemetry()
+    }
+
+    fn delay_probe(&mut self, sms: u32, launches: u32) -> std::result::Result<Vec<u64>, GpuError> {
+        self.gpu.delay_probe(sms, launches)
+    }
+
+    fn placement(&self) -> &[PlacementReport] {
+        self.gpu.placement()
+    }
+
+    fn check_partition(&self, sms: u32) -> std::result::Result<(), GpuError> {
+        self.gpu.check_partition(sms)
+    }
+}
+
+/// The worker's GPU, recording which kernel was running when the device was lost, before the
+/// error reaches anything that could end the process ([`device_losses`]).
+struct Witnessed<'a> {
+    gpu: &'a mut dyn Gpu,
+    losses: &'a device_losses::DeviceLosses,
+}
+
+impl Gpu for Witnessed<'_> {
+    fn info(&self) -> &DeviceInfo {
+        self.gpu.info()
+    }
+
+    fn run(
+        &mut self,
+        kernel: &KernelSpec,
+        request: &RunRequest,
+    ) -> std::result::Result<Batch, GpuError> {
+        let ran = self.gpu.run(kernel, request);
+        if let Err(GpuError::Lost(why)) = &ran {
+            self.losses.lost_while_running(kernel, why);
+        }
+        ran
     }
 
     fn telemetry(&mut self) -> Telemetry {
