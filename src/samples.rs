@@ -42,34 +42,36 @@ pub enum CsvError {
 const SAMPLES: &str = "samples CSV";
 const GEOMETRY: &str = "geometry CSV";
 
-/// A CSV reader as every offline input is read: fields trimmed, and CRLF line endings read as LF.
-/// The csv crate ends a CRLF record at its `\r` and counts the `\n` only while reading the next
-/// one, so every line it named after the header was one too low ("line 4" for a bad value on
-/// line 5 of the shipped, CRLF, `runs_4070.csv`); with LF it counts right. (Byte offsets in its
-/// own messages then count the file without its carriage returns.)
-pub fn csv_reader<R: Read>(input: R) -> csv::Reader<CrlfAsLf<R>> {
+/// A CSV reader as every offline input is read: fields trimmed, and every line ending (CRLF, or a
+/// lone CR as old Mac tools write) read as LF. The csv crate ends a CRLF record at its `\r` and
+/// counts the `\n` only while reading the next one, so every line it named after the header was
+/// one too low ("line 4" for a bad value on line 5 of the shipped, CRLF, `runs_4070.csv`), and it
+/// counts no line at all in a CR-only file ("line 1" everywhere); with LF it counts right. (Byte
+/// offsets in its own messages then count the file without its carriage returns; a CR inside a
+/// quoted field is read as LF too, which no field of these files holds.)
+pub fn csv_reader<R: Read>(input: R) -> csv::Reader<LineEndsAsLf<R>> {
     csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_reader(CrlfAsLf::new(input))
+        .from_reader(LineEndsAsLf::new(input))
 }
 
-/// `input` with each `\r\n` read as `\n`; any other `\r` is kept.
-pub struct CrlfAsLf<R> {
+/// `input` with each `\r\n`, and each other `\r`, read as `\n`.
+pub struct LineEndsAsLf<R> {
     inner: std::io::BufReader<R>,
     /// A `\r` that ended the last buffer, held until the next byte shows whether `\n` follows.
     held_cr: bool,
 }
 
-impl<R: Read> CrlfAsLf<R> {
+impl<R: Read> LineEndsAsLf<R> {
     pub fn new(input: R) -> Self {
-        CrlfAsLf {
+        LineEndsAsLf {
             inner: std::io::BufReader::new(input),
             held_cr: false,
         }
     }
 }
 
-impl<R: Read> Read for CrlfAsLf<R> {
+impl<R: Read> Read for LineEndsAsLf<R> {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         use std::io::BufRead;
         if out.is_empty() {
@@ -80,12 +82,12 @@ impl<R: Read> Read for CrlfAsLf<R> {
             let buf = self.inner.fill_buf()?;
             let mut n = 0;
             if std::mem::take(&mut self.held_cr) && buf.first() != Some(&b'\n') {
-                out[0] = b'\r';
+                out[0] = b'\n';
                 n = 1;
             }
             let mut used = 0;
             while used < buf.len() && n < out.len() {
-                let b = buf[used];
+                let mut b = buf[used];
                 used += 1;
                 if b == b'\r' {
                     match buf.get(used) {
@@ -94,7 +96,7 @@ impl<R: Read> Read for CrlfAsLf<R> {
                             self.held_cr = true;
                             break;
                         }
-                        Some(_) => {}
+                        Some(_) => b = b'\n',
                     }
                 }
                 out[n] = b;
@@ -314,8 +316,8 @@ mod tests {
         }
     }
 
-    /// The same bad value is named on the same line with CRLF as with LF (CRLF once said one
-    /// line less), and a malformed row too.
+    /// The same bad value is named on the same line with CRLF or CR as with LF (CRLF once said
+    /// one line less, CR always line 1), and a malformed row too.
     #[test]
     fn crlf_files_name_the_lines_lf_files_do() {
         let cases = [
@@ -327,14 +329,15 @@ mod tests {
         ];
         for (lf, expected) in cases {
             let crlf = lf.replace('\n', "\r\n");
-            for input in [lf, crlf.as_str()] {
+            let cr = lf.replace('\n', "\r");
+            for input in [lf, crlf.as_str(), cr.as_str()] {
                 let err = read_samples(input.as_bytes()).unwrap_err().to_string();
                 assert!(err.contains(expected), "{input:?}: {err}");
             }
         }
     }
 
-    /// Only `\r\n` becomes `\n`, wherever the reads split it; a lone `\r` is kept.
+    /// `\r\n` and a lone `\r` each become one `\n`, wherever the reads split them.
     #[test]
     fn crlf_is_read_as_lf_across_any_split() {
         /// Hands out one byte per read, so every `\r` ends a buffer.
@@ -350,15 +353,17 @@ mod tests {
             }
         }
         let input = b"a\r\nb\rc\r\r\n\r";
-        let want = b"a\nb\rc\r\n\r".to_vec();
+        let want = b"a\nb\nc\n\n\n".to_vec();
         let mut got = Vec::new();
-        CrlfAsLf::new(Trickle(input)).read_to_end(&mut got).unwrap();
+        LineEndsAsLf::new(Trickle(input))
+            .read_to_end(&mut got)
+            .unwrap();
         assert_eq!(got, want);
         let mut got = Vec::new();
-        CrlfAsLf::new(&input[..]).read_to_end(&mut got).unwrap();
+        LineEndsAsLf::new(&input[..]).read_to_end(&mut got).unwrap();
         assert_eq!(got, want);
         // Read one byte at a time too, so that output fills mid-buffer.
-        let mut r = CrlfAsLf::new(&input[..]);
+        let mut r = LineEndsAsLf::new(&input[..]);
         let mut got = Vec::new();
         let mut one = [0u8];
         while r.read(&mut one).unwrap() == 1 {

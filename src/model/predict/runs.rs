@@ -214,7 +214,7 @@ fn read_records<T>(
     required: &'static str,
     mut row: impl FnMut(&Rec) -> Result<T, RunsError>,
 ) -> Result<Vec<T>, RunsError> {
-    // CRLF read as LF, so that line numbers count right (`samples::csv_reader`).
+    // Every line ending (CRLF, CR) read as LF, so that line numbers count right (`samples::csv_reader`).
     let mut reader = crate::samples::csv_reader(input);
     let header = reader
         .headers()
