@@ -294,6 +294,12 @@ pub struct Epoch {
     /// with: a report of as large a time after the publication is not one when the floor the
     /// waiting time set already held the bound up, and must not hide it.
     pub max_overrun_ns: u64,
+    /// The largest time whose report named its interference (0: none did). In the isolated
+    /// series, which untagged reports share, it tells the two apart where it matters: a time
+    /// reported before the kernel had a bound is judged by the first calibration as it was
+    /// reported, a tagged isolated one against the isolated bound, not as untagged against the
+    /// larger of the two.
+    pub max_tagged_ns: u64,
 }
 
 impl Epoch {
@@ -304,6 +310,7 @@ impl Epoch {
             histogram: CompactHistogram::default(),
             max_ns: 0,
             max_overrun_ns: 0,
+            max_tagged_ns: 0,
             overruns: 0,
             carried: 0,
         }
@@ -488,9 +495,24 @@ impl ReportedTimes {
                     Interference::Isolated => !e.calibration.is_empty(),
                     Interference::Contended => Some(e.calibration.as_str()) == contended,
                 };
-                let as_reported = (tag == Interference::Contended).then_some(tag);
-                (!own && e.max_ns > 0).then_some(((sms, as_reported), e.max_ns))
+                if own || e.max_ns == 0 {
+                    return None;
+                }
+                Some(match tag {
+                    Interference::Contended => vec![((sms, Some(tag)), e.max_ns)],
+                    // The largest tagged time as tagged; the largest time as untagged only when
+                    // it is not that one (an untagged time below it, judged against the larger
+                    // bound, is over it only where the tagged time is over the isolated one).
+                    Interference::Isolated => [
+                        (e.max_tagged_ns > 0).then_some(((sms, Some(tag)), e.max_tagged_ns)),
+                        (e.max_tagged_ns < e.max_ns).then_some(((sms, None), e.max_ns)),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .collect(),
+                })
             })
+            .flatten()
             .collect();
         let during = self
             .during_recalibration
@@ -540,6 +562,23 @@ impl ReportedTimes {
         self.published_during_recalibration.remove(kernel);
         self.signalled_during_recalibration.remove(kernel);
         self.during_recalibration.remove(kernel);
+    }
+
+    /// The report just recorded at `(kernel, sms, tag)`, largest time `max_ns`, named its tag:
+    /// kept in its epoch's [`Epoch::max_tagged_ns`].
+    pub fn note_tag_named(
+        &mut self,
+        (kernel, sms, tag): (&str, PartitionSize, Interference),
+        max_ns: u64,
+    ) {
+        let epoch = self
+            .kernels
+            .get_mut(kernel)
+            .and_then(|k| k.get_mut(&(sms, tag)))
+            .and_then(|s| s.epochs.last_mut());
+        if let Some(e) = epoch {
+            e.max_tagged_ns = e.max_tagged_ns.max(max_ns);
+        }
     }
 
     /// Note `max_ns`, reported at `(kernel, sms)` with `tag` as the report gave it, if a
@@ -717,6 +756,9 @@ struct StoredEpoch {
     /// Absent in older files (read as the maximum where there were overruns), and where none.
     #[serde(default, skip_serializing_if = "is_zero")]
     max_overrun_ns: u64,
+    /// Absent in older files (every time read as untagged), and where no report named its tag.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    max_tagged_ns: u64,
     /// Base64 of the hdrhistogram V2 (or V2+deflate) serialisation; "" when empty.
     histogram: String,
 }
@@ -1112,6 +1154,7 @@ fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) ->
                 overruns: e.overruns,
                 carried: e.carried,
                 max_overrun_ns: e.max_overrun_ns,
+                max_tagged_ns: e.max_tagged_ns,
                 histogram: b64.encode(e.histogram.v2()),
             })
             .collect(),
@@ -1149,6 +1192,7 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
                         (0, n) if n > 0 => e.max_ns,
                         (m, _) => m.min(e.max_ns),
                     },
+                    max_tagged_ns: e.max_tagged_ns.min(e.max_ns),
                     overruns: e.overruns,
                     carried: e.carried.min(e.overruns),
                 }

@@ -758,6 +758,9 @@ impl Service {
             bound_ns,
         };
         let recorded = obs.record((kernel, sms, series_tag), judged, times, now);
+        if tag.is_some() {
+            obs.note_tag_named((kernel, sms, series_tag), recorded.max_ns);
+        }
         obs.note_if_recalibrating((kernel, sms, tag), recorded.max_ns);
         // Queued before the lock is let go, so that a report after this one, which this
         // floor may hold up, sees it on its way to disk ([`MonitorState::in_flight`]).

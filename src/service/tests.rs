@@ -1055,7 +1055,9 @@ fn an_export_of_one_tag_carries_the_other_tags_times() {
 
 /// An untagged time waits for every tag's bound before it is judged: a time reported before
 /// the first calibration, between its isolated and contended bounds, is no overrun, though the
-/// isolated bound is published first (it was counted, against a bound never served).
+/// isolated bound is published first (it was counted, against a bound never served). The same
+/// time reported as isolated is one, also across a restart: untagged and isolated reports
+/// share a series, which was once read back as all untagged, so it was counted nowhere.
 #[test]
 fn an_untagged_time_is_judged_once_every_tag_is_published() {
     const K: &str = "backprop";
@@ -1084,6 +1086,23 @@ fn an_untagged_time_is_judged_once_every_tag_is_published() {
     assert_eq!(service.bound(K, 64, None).unwrap(), contended.max(between));
     assert_eq!(service.observed(K, 64, None).unwrap().overruns, 0);
     assert!(service.overrun_kernels().is_empty());
+
+    let third = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(third.path());
+    let tag = Some(Interference::Isolated);
+    service.report(K, 64, tag, &[between]).unwrap();
+    assert!(service.save_observations().is_none());
+    drop(service);
+    let service = short_campaign_service(third.path());
+    calibrate(&service);
+    assert_eq!(
+        service.bound(K, 64, tag).unwrap(),
+        between,
+        "its floor holds it up"
+    );
+    let seen = service.observed(K, 64, tag).unwrap();
+    assert_eq!((seen.overruns, seen.carried), (1, 1));
+    assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
 }
 
 /// A carried overrun is saved: after a restart it is still counted and listed (one carried by a
