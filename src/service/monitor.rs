@@ -645,6 +645,9 @@ fn announce_carried(inner: &Inner, carried: Carried) {
     // restart lost the overrun.
     if carried.moved {
         let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
+        // A change as a report is one: a caller waiting for every change to be saved
+        // (`observations_saved`) waits for this one too.
+        m.changed.send_modify(|v| *v += 1);
         m.request_save(true);
     }
 }

@@ -1105,12 +1105,19 @@ fn an_untagged_time_is_judged_once_every_tag_is_published() {
     assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
 }
 
-/// A carried overrun is saved: after a restart it is still counted and listed (one carried by a
-/// job's second publication was never saved, and a restart lost it).
+/// A carried overrun is saved, by itself, at once: the file holds it before any final save,
+/// and after a restart it is still counted and listed (one carried by a job's second
+/// publication was never saved, and a restart lost it).
 #[test]
 fn a_carried_overrun_survives_a_restart() {
     const K: &str = "bfs";
     let dir = tempfile::tempdir().unwrap();
+    let carried = |obs: &crate::observe::ReportedTimes, sms: u32, tag: Interference| {
+        obs.kernel(K).unwrap()[&(sms, tag)]
+            .epochs
+            .last()
+            .map_or(0, |e| e.carried)
+    };
     {
         let service = short_campaign_service(dir.path());
         let contended = Some(Interference::Contended);
@@ -1122,6 +1129,15 @@ fn a_carried_overrun_survives_a_restart() {
             let _ = events.blocking_recv();
         }
         assert_eq!(service.overrun_kernels(), vec![K.to_string()]);
+        let every_change = *service.observations_changed().borrow();
+        tokio::runtime::Runtime::new()
+            .unwrap()
+            .block_on(service.observations_saved(every_change, std::time::Duration::from_secs(10)))
+            .expect("the carried times are saved without being asked");
+        let file = crate::observe::ObservationFile::new(dir.path(), &service.device().fingerprint);
+        let on_disk = file.load().0;
+        assert_eq!(carried(&on_disk, 32, Interference::Contended), 1);
+        assert_eq!(carried(&on_disk, 64, Interference::Isolated), 1);
         assert_eq!(service.save_observations(), None);
     }
     let service = short_campaign_service(dir.path());
