@@ -292,6 +292,8 @@ enum Work {
     Calibrate {
         kernels: Vec<KernelSpec>,
         interference: Vec<Interference>,
+        /// Kernels a calibration of every kernel left out, held back for losing the device.
+        held_back: Vec<String>,
     },
     /// Fit samples measured elsewhere (no GPU work).
     Import(Box<calibrate::Imported>),
@@ -397,7 +399,7 @@ impl Service {
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
         let job_record = interrupted::JobRecords::of(&store, &device);
-        let losses = device_losses::DeviceLosses::load(&store, &device);
+        let losses = device_losses::DeviceLosses::load(&store, &device, config.gpu);
         let interrupted = interrupted::read(job_record.path());
         if let Some(why) = &interrupted {
             tracing::warn!(path = %job_record.path().display(), "{why}");
@@ -436,25 +438,15 @@ impl Service {
             .expect("spawning the GPU worker thread");
         let service = Service { inner, worker: tx };
         let catalogue = service.catalogue();
-        let missing = service.automatic(
+        let (missing, _) = service.automatic(
             catalogue
                 .iter()
                 .filter(|k| service.needs_calibration(&k.name)),
         );
-        // Kernels that lost the device once go in a job of their own, after the others: a job
-        // that ends with the device publishes nothing more, and the others' bounds should not
-        // wait on a kernel that may lose it again.
-        let (suspects, clean): (Vec<KernelSpec>, Vec<KernelSpec>) = missing
-            .into_iter()
-            .partition(|k| service.inner.losses.of(k).0 > 0);
-        let mut first = None;
-        for batch in [clean, suspects] {
-            if calibrate_missing && !batch.is_empty() {
-                let names: Vec<String> = batch.into_iter().map(|k| k.name).collect();
-                let job = service.recalibrate(&names).ok();
-                first = first.or(job);
-            }
-        }
+        let missing: Vec<String> = missing.into_iter().map(|k| k.name).collect();
+        let first = (calibrate_missing && !missing.is_empty())
+            .then(|| service.recalibrate(&missing).ok())
+            .flatten();
         (service, first)
     }
 
@@ -465,20 +457,31 @@ impl Service {
         (tracing::Span::current().id() != span.id()).then(|| span.enter())
     }
 
-    /// Of `kernels`, those the daemon calibrates without being asked for them by name: not those
-    /// held back for losing the device ([`device_losses`]), and those that lost it once last, so
-    /// that the others are served first if it is lost again.
-    fn automatic<'a>(&self, kernels: impl IntoIterator<Item = &'a KernelSpec>) -> Vec<KernelSpec> {
-        let losses = &self.inner.losses;
-        let mut chosen: Vec<(usize, KernelSpec)> = Vec::new();
+    /// Of `kernels`, (those the daemon calibrates without being asked for them by name, the
+    /// names of those held back for losing the device, [`device_losses`]).
+    fn automatic<'a>(
+        &self,
+        kernels: impl IntoIterator<Item = &'a KernelSpec>,
+    ) -> (Vec<KernelSpec>, Vec<String>) {
+        let mut chosen = Vec::new();
+        let mut held = Vec::new();
         for kernel in kernels {
-            match losses.held_back(kernel) {
-                Some(why) => tracing::warn!("{why}"),
-                None => chosen.push((losses.of(kernel).0, kernel.clone())),
+            match self.inner.losses.held_back(kernel) {
+                Some(why) => {
+                    tracing::warn!(kernel = %kernel.name, "not calibrated: {why}");
+                    held.push(kernel.name.clone());
+                }
+                None => chosen.push(kernel.clone()),
             }
         }
-        chosen.sort_by_key(|(times, _)| *times);
-        chosen.into_iter().map(|(_, k)| k).collect()
+        (chosen, held)
+    }
+
+    /// Why `kernel` is held back from calibration, for `Health` and errors, or `None`.
+    fn held_back(&self, kernel: &str) -> Option<String> {
+        let catalogue = self.catalogue();
+        let held = self.inner.losses.held_back(catalogue.get(kernel)?)?;
+        Some(format!("kernel `{kernel}` is held back: {held}"))
     }
 
     /// Whether `other` is this very service (a clone shares it), not another device's.
@@ -515,8 +518,9 @@ impl Service {
         why.extend(
             self.catalogue()
                 .iter()
-                .filter_map(|k| self.inner.losses.held_back(k)),
+                .filter_map(|k| self.held_back(&k.name)),
         );
+        why.extend(self.inner.losses.warnings());
         if self.inner.code_watch_failed.load(Ordering::SeqCst) {
             why.push("kernel manifests' files are not watched (the thread could not be started): a module replaced in place is found stale only at the next reload or calibration".to_string());
         }
@@ -639,6 +643,7 @@ impl Service {
         let catalogue = self.catalogue();
         let queued: Vec<String> = self
             .automatic(added.iter().filter_map(|name| catalogue.get(name)))
+            .0
             .into_iter()
             .map(|k| k.name)
             .collect();
@@ -722,7 +727,7 @@ impl Service {
             let spec = catalogue.get(kernel);
             if let Some(held) = spec.and_then(|k| self.inner.losses.held_back(k)) {
                 return ServiceError::NotCalibrated(format!(
-                    "kernel `{kernel}` has no {which}calibration yet{running}: {held}"
+                    "kernel `{kernel}` has no {which}calibration yet{running} and is held back: {held}"
                 ));
             }
             ServiceError::NotCalibrated(format!(

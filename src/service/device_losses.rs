@@ -1,4 +1,4 @@
-//! Kernels that were running when this process lost the device: a sticky CUDA error (a
+//! Kernels that were running when this process lost a device: a sticky CUDA error (a
 //! device-side `assert`, an illegal address, an illegal instruction) ends every CUDA call of the
 //! process, so the daemon exits for its service manager to restart it. A manifest kernel with
 //! such a bug would then lose the device again at every start, as the initial calibration runs
@@ -6,19 +6,22 @@
 //!
 //! So each loss is recorded, before the exit is signalled, in the state directory
 //! (`device-lost-<device UUID digest>.json`, written atomically): the kernel that was running
-//! when the device was lost, its code digest, why, and when. A kernel whose current code lost
-//! the device [`HOLD_AFTER`] times since it last ran a job through is **held back**: it is not
-//! calibrated at start nor by a recalibration of every kernel, and `Health` and `GetBound` say
-//! why and what to do. One loss is not enough: the device may have failed by itself (a GPU that
-//! fell off the bus) while an innocent kernel ran; the kernel is then measured last at the next
-//! start, so the others are served first. An operator who names the kernel in `Recalibrate`
-//! runs it anyway (the record then says whether it lost the device once more), and new code (a
-//! manifest whose module or arguments changed) starts with a clean record. A job that measures a
-//! kernel through clears its losses.
+//! when the device was lost, its code digest, why, and when. Only the first loss of a process
+//! is charged: after it every call fails at once, whatever runs. A kernel whose current code
+//! was running at [`HOLD_AFTER`] losses since it last completed a calibration on this GPU (on
+//! any GPU of the state directory: the code is as buggy on each, and any one GPU's loss restarts
+//! the whole daemon) is **held back**: no calibration runs it unless it is named (at start, in
+//! `Recalibrate([])`, at a reload, after an overrun), and `Health`, `GetBound` and the job
+//! message say why and what to do. One loss is not enough: the device may have failed by
+//! itself (a GPU that fell off the bus) while an innocent kernel ran; the kernel is then
+//! measured after the others, whose bounds are published first ([`worker`]'s `calibrate_job`).
+//! When losses name several kernels, `Health` says the device is as suspect as they are.
 //!
-//! A held kernel keeps the bounds it had, if any: the losses say nothing against them, they
-//! were measured without a loss. The record file is keyed by the UUID, not the fingerprint: a
-//! new driver does not fix a kernel's bug.
+//! A held kernel keeps the bounds it had, if any: the losses say nothing against bounds measured
+//! without one. New code (any edit of a manifest, its module or fill files) starts afresh, and a
+//! calibration that runs the kernel through clears its record on this GPU. A record that cannot
+//! be read is moved aside (unparsable) or reported (unreadable); either way it costs restarts,
+//! never a bound, and `Health` says so.
 
 use chrono::{DateTime, Utc};
 use std::path::{Path, PathBuf};
@@ -28,12 +31,14 @@ use crate::gpu::DeviceInfo;
 use crate::kernels::KernelSpec;
 use crate::store::Store;
 
-/// Losses of the device while a kernel's code ran, since it last ran a job through, that hold it
+/// Losses of a device while a kernel's code ran, since it last ran a job through, that hold it
 /// back from automatic calibration. Two: one can be the device's own failure.
 pub const HOLD_AFTER: usize = 2;
 
 /// Records kept per kernel: enough to show a pattern, bounded so a file cannot grow forever.
 const KEPT_PER_KERNEL: usize = 8;
+
+const PREFIX: &str = "device-lost-";
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Loss {
@@ -44,28 +49,49 @@ struct Loss {
     at: DateTime<Utc>,
 }
 
-/// One device's record of losses, kept in memory as the file says.
+impl Loss {
+    fn of(&self, kernel: &KernelSpec, code: &str) -> bool {
+        self.kernel == kernel.name && self.code == code
+    }
+}
+
+/// One device's record of losses, kept in memory as its file says, beside what the other
+/// devices' files said at start.
 pub(super) struct DeviceLosses {
     path: PathBuf,
+    /// The device's index, for the advice (`wcetctl --gpu N`).
+    gpu: u32,
     losses: Mutex<Vec<Loss>>,
+    /// The other devices' records, read at start (a loss on any of them ends this process too,
+    /// so they cannot change while it runs).
+    others: Vec<Loss>,
+    /// Why the record could not be read or written, for `Health`, until a write succeeds.
+    problem: Mutex<Option<String>>,
 }
 
 impl DeviceLosses {
-    /// What earlier runs recorded for `device`. A file that cannot be read is logged and treated
-    /// as empty: no kernel is held back, which costs restarts, never a bound.
-    pub(super) fn load(store: &Store, device: &DeviceInfo) -> DeviceLosses {
+    /// What earlier runs recorded in `store`'s directory, for `device` (GPU `gpu`) and the
+    /// others.
+    pub(super) fn load(store: &Store, device: &DeviceInfo, gpu: u32) -> DeviceLosses {
         let uuid = crate::fnv::fnv1a_hex(device.fingerprint.uuid.as_bytes());
-        let path = store.dir().join(format!("device-lost-{uuid}.json"));
-        let losses = match read(&path) {
-            Ok(losses) => losses,
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "the record of kernels that lost the device cannot be read; no kernel is held back from calibration");
-                Vec::new()
+        let path = store.dir().join(format!("{PREFIX}{uuid}.json"));
+        let (losses, problem) = match read(&path) {
+            Ok(losses) => (losses, None),
+            Err(Unreadable::Corrupt(why)) => {
+                crate::store::quarantine(&path, "record of kernels that lost the device", &why);
+                (
+                    Vec::new(),
+                    Some(format!("was corrupt ({why}) and was moved aside")),
+                )
             }
+            Err(Unreadable::Io(e)) => (Vec::new(), Some(format!("cannot be read ({e})"))),
         };
         DeviceLosses {
+            others: others_in(store.dir(), &path),
             path,
+            gpu,
             losses: Mutex::new(losses),
+            problem: Mutex::new(problem),
         }
     }
 
@@ -86,46 +112,90 @@ impl DeviceLosses {
             excess -= usize::from(drop);
             !drop
         });
-        self.save(&losses);
-        tracing::error!(kernel = %kernel.name, "the device was lost while this kernel ran ({why}); recorded in {}", self.path.display());
-    }
-
-    /// A job ran these kernels through: their losses are forgotten.
-    pub(super) fn ran_through(&self, kernels: &[String]) {
-        let mut losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = losses.len();
-        losses.retain(|l| !kernels.contains(&l.kernel));
-        if losses.len() != before {
-            self.save(&losses);
+        match self.save(&losses) {
+            Ok(()) => {
+                tracing::error!(kernel = %kernel.name, "the device was lost while this kernel ran ({why}); recorded in {}", self.path.display())
+            }
+            Err(()) => {
+                tracing::error!(kernel = %kernel.name, "the device was lost while this kernel ran ({why}); NOT recorded (see the warning before): if it loses the device at every start, it is not held back")
+            }
         }
     }
 
-    /// How often `kernel`'s current code lost the device since it last ran through, and the
-    /// last reason.
+    /// A calibration ran these kernels through on this device: their losses here are
+    /// forgotten (of the code that ran; a record against other code of the same name stays).
+    pub(super) fn ran_through(&self, kernels: &[KernelSpec]) {
+        let mut losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = losses.len();
+        let ran: Vec<(&KernelSpec, String)> =
+            kernels.iter().map(|k| (k, k.code_digest())).collect();
+        losses.retain(|l| !ran.iter().any(|(k, code)| l.of(k, code)));
+        if losses.len() != before {
+            let _ = self.save(&losses);
+        }
+    }
+
+    /// How often `kernel`'s current code was running when a device was lost since it last ran
+    /// through, and the last reason.
     pub(super) fn of(&self, kernel: &KernelSpec) -> (usize, Option<String>) {
         let losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
         let code = kernel.code_digest();
-        let mine: Vec<&Loss> = losses
+        let mut mine: Vec<&Loss> = losses
             .iter()
-            .filter(|l| l.kernel == kernel.name && l.code == code)
+            .chain(&self.others)
+            .filter(|l| l.of(kernel, &code))
             .collect();
+        mine.sort_by_key(|l| l.at);
         (mine.len(), mine.last().map(|l| l.why.clone()))
     }
 
-    /// Why `kernel` is held back from automatic calibration, or `None` when it is not.
+    /// Why `kernel` is held back from automatic calibration ("it was running ..."), or `None`.
     pub(super) fn held_back(&self, kernel: &KernelSpec) -> Option<String> {
         let (times, why) = self.of(kernel);
-        (times >= HOLD_AFTER).then(|| {
-            format!(
-                "kernel `{}` was running each of the {times} times the device was lost since it last completed a calibration (last: {}), so it is not calibrated automatically; fix its code (a changed module or arguments start afresh) or run `wcetctl recalibrate {}` to try it again, which restarts the daemon if it loses the device once more",
-                kernel.name,
-                why.unwrap_or_default(),
-                kernel.name
-            )
-        })
+        if times < HOLD_AFTER {
+            return None;
+        }
+        let (name, gpu) = (&kernel.name, self.gpu);
+        let retry = format!("`wcetctl --gpu {gpu} recalibrate {name}`");
+        let advice = match kernel.builtin() {
+            Some(_) => format!(
+                "a built-in kernel that loses the device points at the device or its driver: check `nvidia-smi` and the kernel log for Xid errors, then run {retry}"
+            ),
+            None => format!(
+                "fix its code (any edit of its manifest, module or fill files starts afresh at `wcetctl kernels reload`) or run {retry} to try it again, which restarts the daemon if it loses the device once more"
+            ),
+        };
+        Some(format!(
+            "it was running each of the {times} times a device was lost since it last completed a calibration (last: {}), so it is not calibrated unless named; {advice}",
+            why.unwrap_or_default()
+        ))
     }
 
-    fn save(&self, losses: &[Loss]) {
+    /// For `Health`: when this device was lost with several kernels running, the device is as
+    /// suspect as they are; and a record that could not be read or written.
+    pub(super) fn warnings(&self) -> Vec<String> {
+        let mut said = Vec::new();
+        let losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kernels: Vec<&str> = losses.iter().map(|l| l.kernel.as_str()).collect();
+        kernels.sort_unstable();
+        kernels.dedup();
+        if kernels.len() > 1 {
+            said.push(format!(
+                "the device was lost while {} different kernels ran ({}): suspect the device as much as the kernels (`nvidia-smi`, Xid errors in the kernel log)",
+                kernels.len(),
+                kernels.join(", ")
+            ));
+        }
+        if let Some(problem) = &*self.problem.lock().unwrap_or_else(PoisonError::into_inner) {
+            said.push(format!(
+                "the record of kernels that lost the device ({}) {problem}: a kernel that loses it at every start may not be held back",
+                self.path.display()
+            ));
+        }
+        said
+    }
+
+    fn save(&self, losses: &[Loss]) -> Result<(), ()> {
         let written = if losses.is_empty() {
             match std::fs::remove_file(&self.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
@@ -136,18 +206,51 @@ impl DeviceLosses {
                 serde_json::to_writer_pretty(out, losses).map_err(std::io::Error::other)
             })
         };
-        if let Err(e) = written {
-            tracing::warn!(path = %self.path.display(), error = %e, "cannot update the record of kernels that lost the device; a kernel that loses it at every start may not be held back");
+        let mut problem = self.problem.lock().unwrap_or_else(PoisonError::into_inner);
+        match written {
+            Ok(()) => {
+                *problem = None;
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot update the record of kernels that lost the device");
+                *problem = Some(format!("cannot be written ({e})"));
+                Err(())
+            }
         }
     }
 }
 
-fn read(path: &Path) -> std::io::Result<Vec<Loss>> {
+enum Unreadable {
+    Corrupt(String),
+    Io(std::io::Error),
+}
+
+fn read(path: &Path) -> Result<Vec<Loss>, Unreadable> {
     match std::fs::read(path) {
-        Ok(text) => serde_json::from_slice(&text).map_err(std::io::Error::other),
+        Ok(text) => serde_json::from_slice(&text).map_err(|e| Unreadable::Corrupt(e.to_string())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(e),
+        Err(e) => Err(Unreadable::Io(e)),
     }
+}
+
+/// Every other device's records in `dir` (ours is `own`); one that cannot be read is skipped,
+/// as its own device reports it.
+fn others_in(dir: &Path, own: &Path) -> Vec<Loss> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p != own)
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".json"))
+        })
+        .flat_map(|p| read(&p).unwrap_or_default())
+        .collect()
 }
 
 #[cfg(test)]
@@ -161,30 +264,37 @@ mod tests {
             .expect("a built-in kernel")
     }
 
-    fn at(dir: &Path) -> DeviceLosses {
-        let path = dir.join("device-lost-x.json");
+    fn at(dir: &Path, file: &str) -> DeviceLosses {
+        let path = dir.join(file);
         DeviceLosses {
-            losses: Mutex::new(read(&path).unwrap()),
+            losses: Mutex::new(read(&path).unwrap_or_default()),
+            others: others_in(dir, &path),
             path,
+            gpu: 0,
+            problem: Mutex::new(None),
         }
     }
 
+    const OURS: &str = "device-lost-x.json";
+
     /// One loss is not enough to hold a kernel back, two are, and they survive a restart (the
-    /// file is read afresh); a job that runs the kernel through forgets them, and other code of
-    /// the same name is not held back by losses of the old.
+    /// file is read afresh); a calibration that runs the kernel through forgets them, and other
+    /// code of the same name is not held back by losses of the old.
     #[test]
     fn two_losses_hold_a_kernel_back_until_it_runs_through() {
         let dir = tempfile::tempdir().unwrap();
         let lud = spec("lud");
-        at(dir.path()).lost_while_running(&lud, "CUDA_ERROR_ASSERT");
-        assert_eq!(at(dir.path()).held_back(&lud), None);
-        at(dir.path()).lost_while_running(&lud, "CUDA_ERROR_ILLEGAL_ADDRESS");
-        let restarted = at(dir.path());
+        at(dir.path(), OURS).lost_while_running(&lud, "CUDA_ERROR_ASSERT");
+        assert_eq!(at(dir.path(), OURS).held_back(&lud), None);
+        at(dir.path(), OURS).lost_while_running(&lud, "CUDA_ERROR_ILLEGAL_ADDRESS");
+        let restarted = at(dir.path(), OURS);
         let why = restarted
             .held_back(&lud)
             .expect("held back after two losses");
         assert!(
-            why.contains("2 times") && why.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            why.contains("2 times")
+                && why.contains("CUDA_ERROR_ILLEGAL_ADDRESS")
+                && why.contains("Xid"),
             "{why}"
         );
         assert_eq!(restarted.held_back(&spec("bfs")), None);
@@ -197,19 +307,66 @@ mod tests {
             None,
             "new code starts afresh"
         );
-        restarted.ran_through(&["lud".to_string()]);
-        assert_eq!(at(dir.path()).held_back(&lud), None);
-        assert!(!dir.path().join("device-lost-x.json").exists());
+        restarted.ran_through(std::slice::from_ref(&changed));
+        assert!(
+            restarted.held_back(&lud).is_some(),
+            "other code ran through"
+        );
+        restarted.ran_through(std::slice::from_ref(&lud));
+        assert_eq!(at(dir.path(), OURS).held_back(&lud), None);
+        assert!(!dir.path().join(OURS).exists());
+    }
+
+    /// Losses on another GPU of the same state directory count: any GPU's loss restarts the
+    /// daemon, and the code is as buggy on each.
+    #[test]
+    fn losses_on_another_device_count_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let lud = spec("lud");
+        at(dir.path(), "device-lost-other.json").lost_while_running(&lud, "on GPU 1");
+        at(dir.path(), OURS).lost_while_running(&lud, "on GPU 0");
+        assert!(at(dir.path(), OURS).held_back(&lud).is_some());
+    }
+
+    /// Losses with several kernels running point at the device; a corrupt record is moved
+    /// aside and said, and the next record written clears that.
+    #[test]
+    fn health_names_a_suspect_device_and_a_corrupt_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let losses = at(dir.path(), OURS);
+        losses.lost_while_running(&spec("lud"), "a");
+        losses.lost_while_running(&spec("bfs"), "b");
+        let said = losses.warnings().join("; ");
+        assert!(
+            said.contains("2 different kernels ran (bfs, lud)"),
+            "{said}"
+        );
+
+        let store = Store::open(dir.path()).unwrap();
+        let device = crate::gpu::sim::SimGpu::new(
+            crate::gpu::sim::DeviceProfile::h200(),
+            crate::gpu::sim::SimOptions::default(),
+        );
+        let info = crate::gpu::Gpu::info(&device).clone();
+        let uuid = crate::fnv::fnv1a_hex(info.fingerprint.uuid.as_bytes());
+        let path = dir.path().join(format!("{PREFIX}{uuid}.json"));
+        std::fs::write(&path, "{ not json").unwrap();
+        let loaded = DeviceLosses::load(&store, &info, 0);
+        let said = loaded.warnings().join("; ");
+        assert!(said.contains("was corrupt"), "{said}");
+        assert!(!path.exists(), "moved aside");
+        loaded.lost_while_running(&spec("lud"), "c");
+        assert!(!loaded.warnings().join("; ").contains("corrupt"));
     }
 
     #[test]
     fn the_record_of_one_kernel_is_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let losses = at(dir.path());
+        let losses = at(dir.path(), OURS);
         for i in 0..20 {
             losses.lost_while_running(&spec("lud"), &format!("loss {i}"));
         }
-        let (times, last) = at(dir.path()).of(&spec("lud"));
+        let (times, last) = at(dir.path(), OURS).of(&spec("lud"));
         assert_eq!((times, last.as_deref()), (KEPT_PER_KERNEL, Some("loss 19")));
     }
 }

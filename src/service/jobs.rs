@@ -19,7 +19,7 @@ impl Service {
         interference: &[Interference],
     ) -> Result<u64> {
         let _in_span = self.in_span();
-        let specs = self.kernel_specs(kernels)?;
+        let (specs, held_back) = self.kernel_specs(kernels)?;
         let mut tags = if interference.is_empty() {
             self.inner.config.interference.clone()
         } else {
@@ -31,6 +31,7 @@ impl Service {
         let work = Work::Calibrate {
             kernels: specs,
             interference: tags.clone(),
+            held_back,
         };
         let id = self.enqueue(work, names, tags)?;
         tracing::info!(job = id, "recalibration queued");
@@ -102,10 +103,11 @@ impl Service {
         Ok(id)
     }
 
-    fn kernel_specs(&self, names: &[String]) -> Result<Vec<KernelSpec>> {
+    /// The kernels `names` asks for (every one when empty but those held back for losing the
+    /// device, which must be named), and the names of those held back.
+    fn kernel_specs(&self, names: &[String]) -> Result<(Vec<KernelSpec>, Vec<String>)> {
         let catalogue = self.catalogue();
         if names.is_empty() {
-            // Every kernel the daemon calibrates by itself: those held back must be named.
             return Ok(self.automatic(catalogue.iter()));
         }
         let mut specs: Vec<KernelSpec> = Vec::new();
@@ -121,7 +123,7 @@ impl Service {
                 specs.push(spec.clone());
             }
         }
-        Ok(specs)
+        Ok((specs, Vec::new()))
     }
 
     /// Every job this daemon run has accepted, by number, oldest first.

@@ -1061,6 +1061,11 @@ impl Service {
         {
             return;
         }
+        if let Some(held) = self.held_back(kernel) {
+            tracing::warn!(kernel, "no recalibration after an overrun: {held}");
+            last.insert(kernel.to_string(), (Instant::now(), 0));
+            return;
+        }
         let job = match self.job_for(kernel) {
             Some(job) => job,
             None => match self.recalibrate(&[kernel.to_string()]) {

@@ -1215,3 +1215,109 @@ fn a_time_waiting_for_a_tag_the_job_never_published_is_judged_at_its_end() {
     }
     assert_eq!(exceeded, 1);
 }
+
+/// A kernel held back for losing the device is run only when named: not by a calibration of
+/// every kernel (whose message says it left it out), nor by the recalibration an overrun
+/// queues (which brought the restart loop back), while a kernel named runs.
+#[test]
+fn a_held_back_kernel_is_run_only_when_named() {
+    const K: &str = "lud";
+    let dir = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut config = short_campaigns();
+        config.monitor.recalibrate_on_overrun = Some(std::time::Duration::ZERO);
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0
+    };
+    let finish = |service: &Service, job: u64| {
+        let mut events = service.subscribe();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        service.job(job).unwrap()
+    };
+    let service = start();
+    let bound = service.bound_info(K, 64, None).err();
+    assert!(bound.is_some(), "not calibrated yet");
+    let job = service.recalibrate(&[K.to_string()]).unwrap();
+    assert_eq!(finish(&service, job).state, JobState::Done);
+    let device = service.device().clone();
+    drop(service);
+    // Two losses of the device while lud ran, as earlier runs would have recorded them.
+    let code = crate::kernels::builtin_suite()
+        .into_iter()
+        .find(|k| k.name == K)
+        .unwrap()
+        .code_digest();
+    let loss = serde_json::json!({"kernel": K, "code": code, "why": "CUDA_ERROR_ASSERT", "at": Utc::now()});
+    let uuid = crate::fnv::fnv1a_hex(device.fingerprint.uuid.as_bytes());
+    std::fs::write(
+        dir.path().join(format!("device-lost-{uuid}.json")),
+        serde_json::to_string(&[&loss, &loss]).unwrap(),
+    )
+    .unwrap();
+
+    let service = start();
+    assert!(service.health().contains("kernel `lud` is held back"));
+    let overrun = 10 * service.bound(K, 64, None).unwrap();
+    assert_eq!(service.report(K, 64, None, &[overrun]).unwrap().overruns, 1);
+    assert!(
+        service.jobs().is_empty(),
+        "no recalibration of a held kernel"
+    );
+    let job = service.recalibrate(&[]).unwrap();
+    let every = finish(&service, job);
+    assert!(
+        !every.kernels.contains(&K.to_string()),
+        "{:?}",
+        every.kernels
+    );
+    assert!(
+        every.message.contains("held back for losing the device")
+            && every.message.ends_with(": lud"),
+        "{}",
+        every.message
+    );
+    let named = service.recalibrate(&[K.to_string()]).unwrap();
+    assert_eq!(finish(&service, named).state, JobState::Done);
+    assert!(
+        !service.health().contains("held back"),
+        "a run through clears it"
+    );
+}
+
+/// Only the first loss of a process is charged: after it every call fails at once, and a job
+/// still queued then would have charged an innocent kernel (a reviewer saw needle recorded
+/// for app.assert's assert).
+#[test]
+fn only_the_kernel_running_at_the_first_loss_is_charged() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut profile = DeviceProfile::h200();
+    profile.kernels.get_mut("lud").unwrap().effects.device_fault =
+        Some("CUDA_ERROR_ASSERT (710)".into());
+    let gpu = SimGpu::new(profile, SimOptions::default());
+    let service = Service::start(
+        Box::new(gpu),
+        Store::open(dir.path()).unwrap(),
+        short_campaigns(),
+    )
+    .0;
+    let mut events = service.subscribe();
+    let jobs = [
+        service.recalibrate(&["lud".to_string()]).unwrap(),
+        service.recalibrate(&["bfs".to_string()]).unwrap(),
+    ];
+    for job in jobs {
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        assert_eq!(service.job(job).unwrap().state, JobState::Failed);
+    }
+    let uuid = crate::fnv::fnv1a_hex(service.device().fingerprint.uuid.as_bytes());
+    let record =
+        std::fs::read_to_string(dir.path().join(format!("device-lost-{uuid}.json"))).unwrap();
+    assert!(
+        record.contains("\"lud\"") && !record.contains("\"bfs\""),
+        "{record}"
+    );
+}

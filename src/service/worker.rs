@@ -57,7 +57,7 @@ pub(super) fn worker_loop(
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let mut witnessed = Witnessed {
                 gpu: gpu.as_mut(),
-                losses: &inner.losses,
+                inner: &inner,
             };
             run_job(&mut witnessed, &store, &inner, &job)
         }));
@@ -74,8 +74,8 @@ pub(super) fn worker_loop(
         });
         inner.job_record.ended(job.id, state == JobState::Done);
         // A calibration that succeeded ran each of its kernels through on this device.
-        if state == JobState::Done && matches!(job.work, Work::Calibrate { .. }) {
-            inner.losses.ran_through(&kernels);
+        if let (JobState::Done, Work::Calibrate { kernels, .. }) = (state, &job.work) {
+            inner.losses.ran_through(kernels);
         }
         monitor::recalibration_ended(&inner, &kernels);
         inner.pending.fetch_sub(1, Ordering::SeqCst);
@@ -150,7 +150,20 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd
         Work::Calibrate {
             kernels,
             interference,
-        } => calibrate_job(gpu, store, inner, job, kernels, interference),
+            held_back,
+        } => {
+            let (state, message) = calibrate_job(gpu, store, inner, job, kernels, interference);
+            match held_back.as_slice() {
+                [] => (state, message),
+                held => (
+                    state,
+                    format!(
+                        "{message}; not run, held back for losing the device (name them to run them; Health says why): {}",
+                        names_in_a_message(held)
+                    ),
+                ),
+            }
+        }
         Work::Import(imported) => import(store, inner, imported),
         Work::Bundle {
             calibrations,
@@ -196,9 +209,10 @@ impl JobReport {
     }
 }
 
-/// Calibrate `kernels` under each of `tags`, in that order. A kernel that fails (a wrong result,
-/// a fault) fails alone: the others are still calibrated and published. A lost device or a
-/// cancel ends the job, keeping what was already published.
+/// Calibrate `kernels` under each of `tags`, in that order, kernels that were running when a
+/// device was lost last. A kernel that fails (a wrong result, a fault) fails alone: the others
+/// are still calibrated and published. A lost device or a cancel ends the job, keeping what was
+/// already published.
 fn calibrate_job(
     gpu: &mut dyn Gpu,
     store: &Store,
@@ -211,9 +225,18 @@ fn calibrate_job(
         Ok(recipe) => recipe,
         Err(failed) => return failed,
     };
-    let steps: Vec<(Interference, &KernelSpec)> = tags
-        .iter()
-        .flat_map(|&tag| kernels.iter().map(move |k| (tag, k)))
+    // Kernels that were running when a device was lost come after the others, tags and all,
+    // and what the others measured is published before they run ([`device_losses`]): the
+    // device may be lost again, which ends the job and publishes nothing more.
+    let suspect = |k: &KernelSpec| inner.losses.of(k).0 > 0;
+    let (suspects, clean): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
+        kernels.iter().partition(|k| suspect(k));
+    let steps: Vec<(Interference, &KernelSpec)> = [clean, suspects]
+        .into_iter()
+        .flat_map(|group| {
+            tags.iter()
+                .flat_map(move |&tag| group.clone().into_iter().map(move |k| (tag, k)))
+        })
         .collect();
     let mut measured = Vec::new();
     let mut results = Vec::new();
@@ -249,11 +272,13 @@ fn calibrate_job(
                 .failures
                 .push(format!("{} ({tag}): {e}", kernel.name)),
         }
-        // Each tag's bounds are published, all at once, as soon as its last kernel is done: on an
-        // H100 the isolated suite takes under a minute and the contended one a quarter of an hour
-        // (a stressed 8-SM launch takes up to 160 ms), and a first start should not serve nothing
-        // for that long.
-        let tag_done = steps.get(i + 1).is_none_or(|&(next, _)| next != tag);
+        // Each tag's bounds are published, all at once, as soon as its last kernel is done (and
+        // before the kernels that lost a device start): on an H100 the isolated suite takes
+        // under a minute and the contended one a quarter of an hour (a stressed 8-SM launch
+        // takes up to 160 ms), and a first start should not serve nothing for that long.
+        let tag_done = steps
+            .get(i + 1)
+            .is_none_or(|&(next, k)| next != tag || suspect(k) != suspect(kernel));
         if !tag_done {
             continue;
         }
@@ -454,10 +479,11 @@ impl Gpu for Narrated<'_> {
 }
 
 /// The worker's GPU, recording which kernel was running when the device was lost, before the
-/// error reaches anything that could end the process ([`device_losses`]).
+/// error reaches anything that could end the process ([`device_losses`]). Only the first loss:
+/// after it every call fails at once, whichever kernel it is for.
 struct Witnessed<'a> {
     gpu: &'a mut dyn Gpu,
-    losses: &'a device_losses::DeviceLosses,
+    inner: &'a Inner,
 }
 
 impl Gpu for Witnessed<'_> {
@@ -470,9 +496,12 @@ impl Gpu for Witnessed<'_> {
         kernel: &KernelSpec,
         request: &RunRequest,
     ) -> std::result::Result<Batch, GpuError> {
+        let lost_before = self.inner.lost.borrow().is_some();
         let ran = self.gpu.run(kernel, request);
         if let Err(GpuError::Lost(why)) = &ran {
-            self.losses.lost_while_running(kernel, why);
+            if !lost_before {
+                self.inner.losses.lost_while_running(kernel, why);
+            }
         }
         ran
     }

@@ -59,7 +59,7 @@ pub(crate) enum Command {
     /// Recalibrate KERNELs (all when none) and wait, with a progress bar. Ctrl-C cancels the job
     /// (its old bounds stay) and exits with status 130; a second Ctrl-C exits at once.
     Recalibrate {
-        /// Kernels to recalibrate [default: every built-in kernel].
+        /// Kernels to recalibrate [default: every kernel, but those held back for losing the device].
         kernels: Vec<String>,
         /// Interference to measure under, comma-separated [default: what the daemon is configured for, both unless told otherwise].
         #[arg(long, value_enum, value_delimiter = ',')]
