@@ -115,6 +115,11 @@ pub struct KernelBound {
     /// Exceedance per launch the bound is stated at.
     pub exceedance: f64,
     pub stale: bool,
+    /// Measured on another GPU model (a stale calibration carried over from it): no evidence
+    /// about this one, so never admitted, even when stale bounds are accepted.
+    pub other_model: bool,
+    /// The current SM clock could not be read, so the bound is not scaled to it.
+    pub clock_unread: bool,
     /// What makes a stale bound current again.
     pub remedy: Remedy,
     /// Whether the daemon can measure the kernel (not only import it): how a missing bound is got.
@@ -145,12 +150,14 @@ pub trait BoundSource {
     /// The exceedance per launch bounds are configured to be stated at.
     fn configured_exceedance(&self) -> f64;
     /// The bound of one launch of `kernel` on exactly `partition` SMs (a realisable size),
-    /// measured under `interference`; `NotCalibrated` when there is no such calibration.
+    /// measured under `interference`, or `GetBound`'s when `None` (the larger of the tags', and
+    /// held up by launch times reported under a tag that has no calibration); `NotCalibrated`
+    /// when there is no such calibration.
     fn bound(
         &self,
         kernel: &str,
         partition: u32,
-        interference: Interference,
+        interference: Option<Interference>,
     ) -> Result<KernelBound>;
 }
 
@@ -280,9 +287,11 @@ struct Lookup<'a> {
     co_running: bool,
     /// The (isolated, contended) bounds already looked up, by (kernel, partition): a set may
     /// launch one kernel many times, and a lookup is the costly part of a verdict.
-    seen: HashMap<(String, u32), (Option<KernelBound>, Option<KernelBound>)>,
+    seen: HashMap<(String, u32), Bounds>,
     refused: Vec<String>,
     accepted: Vec<String>,
+    /// Whether `accepted` says already that the clock could not be read.
+    clock_said: bool,
 }
 
 /// A task's kernels' bounds at one partition, and the weakest guarantee among them.
@@ -299,6 +308,13 @@ impl TaskBounds {
     }
 }
 
+/// One kernel's bounds at one size: isolated, contended, and `GetBound`'s.
+type Bounds = (
+    Option<KernelBound>,
+    Option<KernelBound>,
+    Option<KernelBound>,
+);
+
 impl<'a> Lookup<'a> {
     fn new(src: &'a dyn BoundSource, policy: Policy, co_running: bool) -> Result<Lookup<'a>> {
         policy.check()?;
@@ -309,11 +325,14 @@ impl<'a> Lookup<'a> {
             seen: HashMap::new(),
             refused: Vec::new(),
             accepted: Vec::new(),
+            clock_said: false,
         })
     }
 
-    /// Per-launch bounds of a task's kernels, in launch order, at `partition`: the safer of the
-    /// isolated and contended bounds that exist. Bounds the verdict may not rest on are noted in
+    /// Per-launch bounds of a task's kernels, in launch order, at `partition`: the safest of the
+    /// isolated and contended bounds that exist and `GetBound`'s (which launch times reported
+    /// under a tag with no calibration hold up: a contended time seen in production counts
+    /// before any contended calibration exists). Bounds the verdict may not rest on are noted in
     /// `refused` (or, where the policy accepts them, `accepted`).
     fn task(&mut self, task: &str, kernels: &[String], partition: u32) -> Result<TaskBounds> {
         let mut out = TaskBounds {
@@ -324,13 +343,17 @@ impl<'a> Lookup<'a> {
         };
         for (i, kernel) in kernels.iter().enumerate() {
             let at = |e| in_task(task, i, e);
-            let (isolated, contended) = self.bounds_of(kernel, partition).map_err(at)?;
-            let used: Vec<KernelBound> = isolated.into_iter().chain(contended).collect();
+            let (isolated, contended, served) = self.bounds_of(kernel, partition).map_err(at)?;
+            let used: Vec<KernelBound> = isolated
+                .into_iter()
+                .chain(contended)
+                .chain(served)
+                .collect();
             let Some(bound) = used.iter().map(|b| b.bound_ns).max() else {
                 // Neither exists: the lookup's own error says so and how to get one.
                 return Err(at(self
                     .src
-                    .bound(kernel, partition, Interference::Isolated)
+                    .bound(kernel, partition, Some(Interference::Isolated))
                     .err()
                     .unwrap_or_else(|| {
                         ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
@@ -374,7 +397,12 @@ impl<'a> Lookup<'a> {
                         "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
                     ),
                 };
-                if self.policy.accept_stale {
+                if used.iter().any(|b| b.stale && b.other_model) {
+                    self.refused.push(format!(
+                        "{what}: bound was measured on another GPU model and is no evidence about this one, so it is not admitted even with accept_stale; {}",
+                        how_to_calibrate(kernel, None, used.iter().all(|b| b.runnable))
+                    ));
+                } else if self.policy.accept_stale {
                     self.accepted
                         .push(format!("{note}; accepted by accept_stale"));
                 } else {
@@ -384,23 +412,25 @@ impl<'a> Lookup<'a> {
                 }
             }
             self.judge_exceedance(&what, exceedance);
+            if used.iter().any(|b| b.clock_unread) && !self.clock_said {
+                self.clock_said = true;
+                self.accepted.push("bounds are not scaled to the current SM clock, which could not be read (none read since the daemon started, while the GPU was idle, or no NVML): they hold at the clock they were calibrated at, and a lower clock would make them too low".to_string());
+            }
         }
         Ok(out)
     }
 
     /// `kernel`'s (isolated, contended) bounds at `partition`, those that exist.
-    fn bounds_of(
-        &mut self,
-        kernel: &str,
-        partition: u32,
-    ) -> Result<(Option<KernelBound>, Option<KernelBound>)> {
+    fn bounds_of(&mut self, kernel: &str, partition: u32) -> Result<Bounds> {
         let key = (kernel.to_string(), partition);
         if let Some(&found) = self.seen.get(&key) {
             return Ok(found);
         }
+        let tagged = |tag| optional(self.src.bound(kernel, partition, tag));
         let found = (
-            optional(self.src.bound(kernel, partition, Interference::Isolated))?,
-            optional(self.src.bound(kernel, partition, Interference::Contended))?,
+            tagged(Some(Interference::Isolated))?,
+            tagged(Some(Interference::Contended))?,
+            tagged(None)?,
         );
         self.seen.insert(key, found);
         Ok(found)
@@ -566,13 +596,30 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
         .collect();
     let level = Level::of(&jobs);
     let budget = Budget::new(WORK_BUDGET);
+    // Each response rests on every task's bounds, not only its own: those of higher priority
+    // preempt it, and the longest kernel of those below blocks it. So each task states the
+    // weakest guarantee of the set (a reviewer saw a 1e-9 task whose response held a blocking
+    // bound stated at 1e-4).
+    let weakest = bounds.iter().fold(
+        TaskBounds {
+            segments: Vec::new(),
+            exceedance: 0.0,
+            interference: Interference::Contended,
+            stale: false,
+        },
+        |all, b| TaskBounds {
+            segments: Vec::new(),
+            exceedance: all.exceedance.max(b.exceedance),
+            interference: all.interference.min(b.interference),
+            stale: all.stale || b.stale,
+        },
+    );
     let results: Vec<TaskResult> = tasks
         .iter()
-        .zip(&bounds)
         .enumerate()
-        .map(|(i, (t, b))| {
+        .map(|(i, t)| {
             let response = level.response_time(i, &budget);
-            result(&t.name, partition, response, t.deadline_ns, b)
+            result(&t.name, partition, response, t.deadline_ns, &weakest)
         })
         .collect();
     let mut missed = Vec::new();
@@ -823,6 +870,8 @@ mod tests {
         stale: bool,
         remedy: Remedy,
         exceedance: f64,
+        /// A kernel whose bounds are stated at 1e-4 whatever `exceedance` says.
+        heavy_tailed: Option<&'static str>,
     }
 
     impl BoundSource for Table {
@@ -835,7 +884,12 @@ mod tests {
         fn configured_exceedance(&self) -> f64 {
             1e-9
         }
-        fn bound(&self, kernel: &str, partition: u32, tag: Interference) -> Result<KernelBound> {
+        fn bound(
+            &self,
+            kernel: &str,
+            partition: u32,
+            tag: Option<Interference>,
+        ) -> Result<KernelBound> {
             let bound_ns = self
                 .bounds
                 .iter()
@@ -844,15 +898,21 @@ mod tests {
                 .ok_or_else(|| {
                     ServiceError::UnknownKernel(format!("no kernel named `{kernel}`"))
                 })?;
-            if self.isolated_only && tag == Interference::Contended {
+            if self.isolated_only && tag == Some(Interference::Contended) {
                 return Err(ServiceError::NotCalibrated(
                     "no contended calibration".into(),
                 ));
             }
             Ok(KernelBound {
                 bound_ns,
-                exceedance: self.exceedance,
+                exceedance: if self.heavy_tailed == Some(kernel) {
+                    1e-4
+                } else {
+                    self.exceedance
+                },
                 stale: self.stale,
+                other_model: false,
+                clock_unread: false,
                 remedy: self.remedy,
                 runnable: true,
             })
@@ -872,7 +932,30 @@ mod tests {
             stale: false,
             remedy: Remedy::Recalibrate,
             exceedance: 1e-9,
+            heavy_tailed: None,
         }
+    }
+
+    /// In one shared partition every task's response rests on every task's bounds (those above
+    /// preempt it, the longest kernel below blocks it): each states the set's weakest guarantee.
+    #[test]
+    fn a_shared_partition_states_the_weakest_guarantee_of_the_set_for_each_task() {
+        let t = Table {
+            heavy_tailed: Some("b"),
+            ..table()
+        };
+        let set = [
+            task("high", &["a"], 4, 10_000, 10_000),
+            task("low", &["b"], 4, 10_000, 10_000),
+        ];
+        let policy = Policy {
+            accept_exceedance: Some(1e-4),
+            ..Policy::default()
+        };
+        let v = super::check_shared(&t, &set, policy).unwrap();
+        assert!(v.admitted, "{v:?}");
+        assert_eq!(v.tasks[0].response_ns, 400 + 100, "blocked by b");
+        assert!(v.tasks.iter().all(|r| r.exceedance == 1e-4), "{v:?}");
     }
 
     fn check_distinct(src: &dyn BoundSource, tasks: &[Task]) -> Result<Verdict> {

@@ -32,13 +32,15 @@ impl BoundSource for Service {
         &self,
         kernel: &str,
         partition: u32,
-        interference: Interference,
+        interference: Option<Interference>,
     ) -> crate::service::Result<KernelBound> {
-        let info = self.bound_info(kernel, partition, Some(interference))?;
+        let info = self.bound_info(kernel, partition, interference)?;
         Ok(KernelBound {
             bound_ns: info.entry.bound_ns,
             exceedance: info.guarantee.exceedance,
             stale: info.stale,
+            other_model: info.measured_on_model.is_some(),
+            clock_unread: info.clock.current_mhz == 0,
             runnable: info.runnable,
             remedy: if info.files_changed {
                 Remedy::Reload
@@ -372,8 +374,13 @@ pub fn render(answer: &Detailed) -> String {
         let verdict = if t.slack_ns >= 0 { "meets" } else { "MISSES" };
         let stale = if t.stale { " (stale)" } else { "" };
         out += &format!(
-            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10.0e}  {:<12}  {verdict}{stale}\n",
-            t.name, t.partition_sms, t.deadline_ns, t.slack_ns, t.exceedance, t.interference
+            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10}  {:<12}  {verdict}{stale}\n",
+            t.name,
+            t.partition_sms,
+            t.deadline_ns,
+            t.slack_ns,
+            crate::model::exceedance_text(t.exceedance),
+            t.interference
         );
     }
     let layout = if answer.layout == "shared" {

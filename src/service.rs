@@ -177,6 +177,9 @@ pub enum Event {
 /// A bound with everything a caller may want to know about where it came from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BoundInfo {
+    /// The GPU model the calibration was measured on, where it is not this device's (a stale
+    /// calibration carried over from another model).
+    pub measured_on_model: Option<String>,
     pub kernel: String,
     pub entry: BoundEntry,
     pub requested_sms: u32,
@@ -843,6 +846,10 @@ impl Service {
             origin: cal.origin,
             source: cal.source.clone(),
             observed,
+            measured_on_model: {
+                let on = &cal.environment().fingerprint.device;
+                (*on != self.inner.device.fingerprint.device).then(|| on.clone())
+            },
         })
     }
 

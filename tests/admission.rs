@@ -245,6 +245,22 @@ async fn bounds_stretch_when_the_clock_drops_and_admission_follows() {
         v,
         (false, vec![("t".to_string(), 2 * base, 64, -(base as i64))])
     );
+    drop(slow);
+    // A clock that cannot be read scales nothing, and the verdict says so.
+    let unread = env
+        .daemon(&["--sim-clock-mhz", "0", "--exceedance", "1e-4"])
+        .await;
+    let set: Vec<Task> = vec![("t", vec!["needle"], 64, 1_000_000_000, 1_000_000_000)];
+    let answer = detailed(&unread, &set, &[]).await.unwrap();
+    assert!(answer.admitted, "{answer:?}");
+    assert_eq!(answer.tasks[0].response_ns, base);
+    assert!(
+        answer
+            .accepted
+            .iter()
+            .any(|a| a.contains("could not be read")),
+        "{answer:?}"
+    );
 }
 
 #[tokio::test]
@@ -333,6 +349,24 @@ async fn co_running_partitions_on_isolated_bounds_alone_are_not_admitted() {
     // One task alone has no co-runner: isolated bounds hold.
     let alone = detailed(&d, &set[..1], &[]).await.unwrap();
     assert!(alone.admitted, "{alone:?}");
+    // A launch time production saw under contention holds the bound up before any contended
+    // calibration exists, as GetBound serves it (admission once rested on the isolated bound
+    // alone, four times below it here).
+    let seen = (4 * alone.tasks[0].response_ns).to_string();
+    let (code, out, err) = admission_support::wcetctl(
+        env.address(),
+        &[
+            "report",
+            "--interference",
+            "contended",
+            "needle",
+            "64",
+            &seen,
+        ],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    let after = detailed(&d, &set[..1], &[]).await.unwrap();
+    assert_eq!(after.tasks[0].response_ns.to_string(), seen, "{after:?}");
     // Do as the answer says, with wcetctl.
     let (code, out, err) = admission_support::wcetctl(
         env.address(),
@@ -401,6 +435,34 @@ async fn a_stale_calibration_shows_in_health_and_in_admission() {
     assert!(
         accepted.accepted.iter().any(|a| a.contains("stale")),
         "{accepted:?}"
+    );
+    drop(d);
+    // Another GPU model's calibration, served stale, is no evidence about this one: refused
+    // even when stale bounds are accepted.
+    let other = std::fs::read_to_string(&profile).unwrap().replace(
+        "name = \"Simulated NVIDIA H200",
+        "name = \"Simulated other GPU",
+    );
+    let other = write(env.dir.path(), "other.toml", &other);
+    let d = env
+        .daemon(&[
+            "--sim-profile",
+            other.to_str().unwrap(),
+            "--no-initial-calibration",
+            "--exceedance",
+            "1e-4",
+        ])
+        .await;
+    let refused = detailed(&d, &set, &[("accept_stale", true.into())])
+        .await
+        .unwrap();
+    assert!(!refused.admitted, "{refused:?}");
+    assert!(
+        refused
+            .reasons
+            .iter()
+            .any(|r| r.contains("another GPU model") && r.contains("wcetctl recalibrate needle")),
+        "{refused:?}"
     );
 }
 

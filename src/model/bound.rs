@@ -66,6 +66,39 @@ pub fn weaker_than(exceedance: f64, than: f64) -> bool {
     exceedance > than * (1.0 + 1e-9)
 }
 
+/// An exceedance probability for a table column: one significant figure where that is exact
+/// (`1e-9`), else three rounded up, so that a column never shows a weaker promise as a stronger
+/// one (`1e-4` for 1.4e-4, as `{:.0e}` printed it).
+pub fn exceedance_text(exceedance: f64) -> String {
+    let short = format!("{exceedance:.0e}");
+    match short.parse::<f64>() {
+        Ok(shown) if !weaker_than(exceedance, shown) && !weaker_than(shown, exceedance) => short,
+        _ if exceedance > 0.0 && exceedance.is_finite() => {
+            let mut exponent = exceedance.log10().floor() as i32;
+            let mut hundredths = (exceedance / 10f64.powi(exponent) * 100.0 * (1.0 - 1e-12)).ceil();
+            if hundredths >= 1000.0 {
+                hundredths /= 10.0;
+                exponent += 1;
+            }
+            format!("{:.2}e{exponent}", hundredths / 100.0)
+        }
+        _ => short,
+    }
+}
+
+#[cfg(test)]
+mod exceedance_text_tests {
+    #[test]
+    fn a_column_never_shows_a_weaker_exceedance_as_a_stronger_one() {
+        let text = super::exceedance_text;
+        assert_eq!(text(1e-9), "1e-9");
+        assert_eq!(text(1e-4), "1e-4");
+        assert_eq!(text(1.4e-4), "1.40e-4");
+        assert_eq!(text(1.2345679e-2), "1.24e-2");
+        assert_eq!(text(9.999e-3), "1.00e-2");
+    }
+}
+
 /// What the exceedance a table's bounds are stated at rests on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExceedanceBasis {

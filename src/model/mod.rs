@@ -30,7 +30,9 @@ pub mod verify;
 
 use std::collections::BTreeMap;
 
-pub use bound::{weaker_than, BoundEntry, BoundTable, ExceedanceBasis, Provenance};
+pub use bound::{
+    exceedance_text, weaker_than, BoundEntry, BoundTable, ExceedanceBasis, Provenance,
+};
 pub use law::Point;
 pub use method::{Method, MethodConfig};
 

@@ -433,7 +433,7 @@ pub(crate) async fn print_curve(
             .collect();
         label = cells.pop().unwrap_or_default();
         if let Some(e) = v[1].as_f64() {
-            cells[1] = format!("{e:.0e}");
+            cells[1] = wcetd::model::exceedance_text(e);
         }
         line(&sms.to_string(), &bound.to_string(), cells);
     }
@@ -918,7 +918,7 @@ pub(crate) async fn status(
             .unwrap_or_default();
         let exceedance = v["exceedance"]
             .as_f64()
-            .map_or("-".to_string(), |e| format!("{e:.0e}"));
+            .map_or("-".to_string(), wcetd::model::exceedance_text);
         let tags = if tags.is_empty() {
             "-".into()
         } else {
