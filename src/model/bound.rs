@@ -66,13 +66,13 @@ pub fn weaker_than(exceedance: f64, than: f64) -> bool {
     exceedance > than * (1.0 + 1e-9)
 }
 
-/// An exceedance probability for a table column: one significant figure where that is exact
-/// (`1e-9`), else three rounded up, so that a column never shows a weaker promise as a stronger
-/// one (`1e-4` for 1.4e-4, as `{:.0e}` printed it).
+/// An exceedance probability for a table column: one significant figure where that does not
+/// round it down (`1e-9` for 1e-9 or 9.98e-10), else three rounded up, so that a column never
+/// shows a weaker promise as a stronger one (`1e-4` for 1.4e-4, as `{:.0e}` printed it).
 pub fn exceedance_text(exceedance: f64) -> String {
     let short = format!("{exceedance:.0e}");
     match short.parse::<f64>() {
-        Ok(shown) if !weaker_than(exceedance, shown) && !weaker_than(shown, exceedance) => short,
+        Ok(shown) if !weaker_than(exceedance, shown) => short,
         _ if exceedance > 0.0 && exceedance.is_finite() => {
             let mut exponent = exceedance.log10().floor() as i32;
             let mut hundredths = (exceedance / 10f64.powi(exponent) * 100.0 * (1.0 - 1e-12)).ceil();
@@ -92,10 +92,11 @@ mod exceedance_text_tests {
     fn a_column_never_shows_a_weaker_exceedance_as_a_stronger_one() {
         let text = super::exceedance_text;
         assert_eq!(text(1e-9), "1e-9");
+        assert_eq!(text(9.98e-10), "1e-9");
         assert_eq!(text(1e-4), "1e-4");
         assert_eq!(text(1.4e-4), "1.40e-4");
         assert_eq!(text(1.2345679e-2), "1.24e-2");
-        assert_eq!(text(9.999e-3), "1.00e-2");
+        assert_eq!(text(9.999e-3), "1e-2");
     }
 }
 
