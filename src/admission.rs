@@ -822,8 +822,17 @@ pub fn suggest(src: &dyn BoundSource, tasks: &[Unsized]) -> Result<Vec<(String, 
     for task in tasks {
         chosen.push((task.name.clone(), smallest_partition(&mut lookup, task)?));
     }
-    if let Some(first) = lookup.refused.first() {
-        return Err(ServiceError::NotCalibrated(first.clone()));
+    // The first refusal of each task (each size it was tried at refuses it again).
+    let mut refused: Vec<&String> = Vec::new();
+    for r in &lookup.refused {
+        let task = |r: &String| r.split(", kernel").next().map(str::to_string);
+        if !refused.iter().any(|said| task(said) == task(r)) {
+            refused.push(r);
+        }
+    }
+    if !refused.is_empty() {
+        let all: Vec<&str> = refused.iter().map(|r| r.as_str()).collect();
+        return Err(ServiceError::NotCalibrated(all.join("; ")));
     }
     let used: u64 = chosen.iter().map(|(_, p)| u64::from(*p)).sum();
     if used > u64::from(src.total_sms()) {
@@ -1111,7 +1120,12 @@ mod tests {
             .admitted
         );
         let e = suggest(&t, &[free("a", &["a"], 400), free("b", &["b"], 400)]).unwrap_err();
-        assert!(matches!(e, ServiceError::NotCalibrated(m) if m.contains("contended")));
+        // Every task refused is named, once (only the first was).
+        assert!(
+            matches!(&e, ServiceError::NotCalibrated(m) if m.contains("contended")
+                && m.matches("task `a`").count() == 1 && m.matches("task `b`").count() == 1),
+            "{e}"
+        );
     }
 
     #[test]

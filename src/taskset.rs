@@ -64,7 +64,15 @@ pub fn load(path: &Path) -> anyhow::Result<Vec<TaskSpec>> {
 
 /// Parse a task set, one task at a time so that an error names the task it is in.
 pub fn parse(text: &str) -> anyhow::Result<Vec<TaskSpec>> {
-    let doc: toml::Table = toml::from_str(text).context("not valid TOML")?;
+    let doc: toml::Table = toml::from_str(text).map_err(|e| {
+        // TOML's integers are signed 64-bit: a period the bus would take does not parse here.
+        let limit = if e.message().contains("too large") {
+            "; accepted: integers up to 9223372036854775807 (2^63 - 1, TOML's largest), so periods and deadlines below about 292 years"
+        } else {
+            ""
+        };
+        anyhow::anyhow!("not valid TOML: {}{limit}", e.to_string().trim_end())
+    })?;
     if let Some(key) = doc.keys().find(|k| *k != "task") {
         bail!("unknown top-level key `{key}`; accepted: [[task]] tables only");
     }
@@ -136,6 +144,18 @@ fn required<T: serde::de::DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A period too large for TOML's integers says what is accepted (it said only "u64 value
+    /// was too large").
+    #[test]
+    fn a_period_too_large_for_toml_says_the_limit() {
+        let text = "[[task]]\nname = \"a\"\nkernels = [\"k\"]\nsms = 8\nperiod_ns = 9223372036854775808\ndeadline_ns = 1\n";
+        let e = format!("{:#}", parse(text).unwrap_err());
+        assert!(
+            e.contains("line 5") && e.contains("accepted: integers up to 9223372036854775807"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn the_example_file_parses() {
