@@ -345,6 +345,13 @@ async fn a_kernel_that_keeps_losing_the_device_is_held_back_instead_of_restarted
         health.starts_with("degraded: ") && health.contains("kernel `app.assert` is held back"),
         "{health}"
     );
+    let (_, status, _) = wcetctl(d.bus.address(), &["status"]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.contains("app.assert") && l.contains("HELD BACK")),
+        "{status}"
+    );
     // Nothing is queued for it: the daemon stays up. Fixed code is calibrated at the reload.
     assert!(d.child.try_wait().unwrap().is_none(), "the daemon stays up");
     std::fs::write(

@@ -864,12 +864,18 @@ pub(crate) async fn status(
     // Per kernel: which bounds exist and what the safer of them guarantees (the same at every size).
     let mut kernels = BTreeMap::new();
     for k in bounds.list_kernels().await? {
-        let info = bounds.get_bound_info(&k, smallest).await.ok();
+        let looked = bounds.get_bound_info(&k, smallest).await;
+        // The daemon's NotCalibrated says so for a kernel held back for losing the device.
+        let held_back = looked
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("and is held back:"));
+        let info = looked.ok();
         let get = |key: &str| info.as_ref().and_then(|i| i.get(key)).map(variant_json);
         kernels.insert(
             k.clone(),
             serde_json::json!({
                 "calibrated": info.is_some(),
+                "held_back": held_back,
                 "stale": stale.contains(&k),
                 "overrun": overrun.contains(&k),
                 "interference_available": get("interference_available").unwrap_or_else(|| serde_json::json!([])),
@@ -909,6 +915,8 @@ pub(crate) async fn status(
             "calibrated, OVERRUN"
         } else if v["calibrated"] == true {
             "calibrated"
+        } else if v["held_back"] == true {
+            "HELD BACK (Health)"
         } else {
             "not calibrated"
         };
