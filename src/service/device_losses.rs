@@ -40,6 +40,17 @@ const KEPT_PER_KERNEL: usize = 8;
 
 const PREFIX: &str = "device-lost-";
 
+/// A device's file: its losses, and when it last ran through code that a device was lost
+/// with.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+struct Record {
+    losses: Vec<Loss>,
+    /// One per (kernel, code), the latest: another device's losses before it do not hold the
+    /// code back here (it ran through here since).
+    #[serde(default)]
+    ran_through: Vec<Loss>,
+}
+
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Loss {
     kernel: String,
@@ -61,9 +72,10 @@ pub(super) struct DeviceLosses {
     path: PathBuf,
     /// The device's index, for the advice (`wcetctl --gpu N`).
     gpu: u32,
-    losses: Mutex<Vec<Loss>>,
-    /// The other devices' records, read at start (a loss on any of them ends this process too,
-    /// so they cannot change while it runs).
+    record: Mutex<Record>,
+    /// The other devices' losses, read at start: a loss on any of them ends this process, so
+    /// none is added while it runs (one cleared there still counts here until a restart, or
+    /// until the code runs through here).
     others: Vec<Loss>,
     /// Why the record could not be read or written, for `Health`, until a write succeeds.
     problem: Mutex<Option<String>>,
@@ -75,22 +87,22 @@ impl DeviceLosses {
     pub(super) fn load(store: &Store, device: &DeviceInfo, gpu: u32) -> DeviceLosses {
         let uuid = crate::fnv::fnv1a_hex(device.fingerprint.uuid.as_bytes());
         let path = store.dir().join(format!("{PREFIX}{uuid}.json"));
-        let (losses, problem) = match read(&path) {
-            Ok(losses) => (losses, None),
+        let (record, problem) = match read(&path) {
+            Ok(record) => (record, None),
             Err(Unreadable::Corrupt(why)) => {
                 crate::store::quarantine(&path, "record of kernels that lost the device", &why);
                 (
-                    Vec::new(),
+                    Record::default(),
                     Some(format!("was corrupt ({why}) and was moved aside")),
                 )
             }
-            Err(Unreadable::Io(e)) => (Vec::new(), Some(format!("cannot be read ({e})"))),
+            Err(Unreadable::Io(e)) => (Record::default(), Some(format!("cannot be read ({e})"))),
         };
         DeviceLosses {
             others: others_in(store.dir(), &path),
             path,
             gpu,
-            losses: Mutex::new(losses),
+            record: Mutex::new(record),
             problem: Mutex::new(problem),
         }
     }
@@ -98,7 +110,8 @@ impl DeviceLosses {
     /// `kernel` was running when the device was lost (`why`): recorded durably now, before the
     /// daemon is told to exit.
     pub(super) fn lost_while_running(&self, kernel: &KernelSpec, why: &str) {
-        let mut losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let losses = &mut record.losses;
         losses.push(Loss {
             kernel: kernel.name.clone(),
             code: kernel.code_digest(),
@@ -112,7 +125,7 @@ impl DeviceLosses {
             excess -= usize::from(drop);
             !drop
         });
-        match self.save(&losses) {
+        match self.save(&record) {
             Ok(()) => {
                 tracing::error!(kernel = %kernel.name, "the device was lost while this kernel ran ({why}); recorded in {}", self.path.display())
             }
@@ -122,27 +135,46 @@ impl DeviceLosses {
         }
     }
 
-    /// A calibration ran these kernels through on this device: their losses here are
-    /// forgotten (of the code that ran; a record against other code of the same name stays).
-    pub(super) fn ran_through(&self, kernels: &[KernelSpec]) {
-        let mut losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = losses.len();
-        let ran: Vec<(&KernelSpec, String)> =
-            kernels.iter().map(|k| (k, k.code_digest())).collect();
-        losses.retain(|l| !ran.iter().any(|(k, code)| l.of(k, code)));
-        if losses.len() != before {
-            let _ = self.save(&losses);
+    /// `kernel` ran through every step of a calibration on this device: its losses here are
+    /// forgotten, and other devices' before now no longer count here (of the code that ran; a
+    /// record against other code of the same name stays). Written only where a loss of the
+    /// code is on record, so a calibration of sound kernels writes nothing.
+    pub(super) fn ran_through(&self, kernel: &KernelSpec) {
+        let code = kernel.code_digest();
+        let mut record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let own = record.losses.iter().any(|l| l.of(kernel, &code));
+        if !own && !self.others.iter().any(|l| l.of(kernel, &code)) {
+            return;
         }
+        record.losses.retain(|l| !l.of(kernel, &code));
+        record.ran_through.retain(|l| !l.of(kernel, &code));
+        record.ran_through.push(Loss {
+            kernel: kernel.name.clone(),
+            code,
+            why: "ran through a calibration".into(),
+            at: Utc::now(),
+        });
+        let _ = self.save(&record);
     }
 
     /// How often `kernel`'s current code was running when a device was lost since it last ran
     /// through, and the last reason.
     pub(super) fn of(&self, kernel: &KernelSpec) -> (usize, Option<String>) {
-        let losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
+        let record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
         let code = kernel.code_digest();
-        let mut mine: Vec<&Loss> = losses
+        let since = record
+            .ran_through
             .iter()
-            .chain(&self.others)
+            .find(|r| r.of(kernel, &code))
+            .map(|r| r.at);
+        let elsewhere = self
+            .others
+            .iter()
+            .filter(|l| since.is_none_or(|ran| l.at > ran));
+        let mut mine: Vec<&Loss> = record
+            .losses
+            .iter()
+            .chain(elsewhere)
             .filter(|l| l.of(kernel, &code))
             .collect();
         mine.sort_by_key(|l| l.at);
@@ -175,8 +207,8 @@ impl DeviceLosses {
     /// suspect as they are; and a record that could not be read or written.
     pub(super) fn warnings(&self) -> Vec<String> {
         let mut said = Vec::new();
-        let losses = self.losses.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut kernels: Vec<&str> = losses.iter().map(|l| l.kernel.as_str()).collect();
+        let record = self.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut kernels: Vec<&str> = record.losses.iter().map(|l| l.kernel.as_str()).collect();
         kernels.sort_unstable();
         kernels.dedup();
         if kernels.len() > 1 {
@@ -195,15 +227,15 @@ impl DeviceLosses {
         said
     }
 
-    fn save(&self, losses: &[Loss]) -> Result<(), ()> {
-        let written = if losses.is_empty() {
+    fn save(&self, record: &Record) -> Result<(), ()> {
+        let written = if record.losses.is_empty() && record.ran_through.is_empty() {
             match std::fs::remove_file(&self.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
                 _ => crate::store::sync_directory_of(&self.path),
             }
         } else {
             crate::store::write_atomically(&self.path, |out| {
-                serde_json::to_writer_pretty(out, losses).map_err(std::io::Error::other)
+                serde_json::to_writer_pretty(out, record).map_err(std::io::Error::other)
             })
         };
         let mut problem = self.problem.lock().unwrap_or_else(PoisonError::into_inner);
@@ -226,10 +258,10 @@ enum Unreadable {
     Io(std::io::Error),
 }
 
-fn read(path: &Path) -> Result<Vec<Loss>, Unreadable> {
+fn read(path: &Path) -> Result<Record, Unreadable> {
     match std::fs::read(path) {
         Ok(text) => serde_json::from_slice(&text).map_err(|e| Unreadable::Corrupt(e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Record::default()),
         Err(e) => Err(Unreadable::Io(e)),
     }
 }
@@ -249,7 +281,7 @@ fn others_in(dir: &Path, own: &Path) -> Vec<Loss> {
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with(PREFIX) && n.ends_with(".json"))
         })
-        .flat_map(|p| read(&p).unwrap_or_default())
+        .flat_map(|p| read(&p).map(|r| r.losses).unwrap_or_default())
         .collect()
 }
 
@@ -267,7 +299,7 @@ mod tests {
     fn at(dir: &Path, file: &str) -> DeviceLosses {
         let path = dir.join(file);
         DeviceLosses {
-            losses: Mutex::new(read(&path).unwrap_or_default()),
+            record: Mutex::new(read(&path).unwrap_or_default()),
             others: others_in(dir, &path),
             path,
             gpu: 0,
@@ -307,25 +339,36 @@ mod tests {
             None,
             "new code starts afresh"
         );
-        restarted.ran_through(std::slice::from_ref(&changed));
+        restarted.ran_through(&changed);
         assert!(
             restarted.held_back(&lud).is_some(),
             "other code ran through"
         );
-        restarted.ran_through(std::slice::from_ref(&lud));
+        restarted.ran_through(&lud);
         assert_eq!(at(dir.path(), OURS).held_back(&lud), None);
-        assert!(!dir.path().join(OURS).exists());
     }
 
     /// Losses on another GPU of the same state directory count: any GPU's loss restarts the
-    /// daemon, and the code is as buggy on each.
+    /// daemon, and the code is as buggy on each. Until the code runs through here: those
+    /// before then no longer count here (a reviewer found a hold nothing here could clear).
     #[test]
-    fn losses_on_another_device_count_too() {
+    fn losses_on_another_device_count_until_the_code_runs_through_here() {
         let dir = tempfile::tempdir().unwrap();
         let lud = spec("lud");
-        at(dir.path(), "device-lost-other.json").lost_while_running(&lud, "on GPU 1");
+        let other = "device-lost-other.json";
+        at(dir.path(), other).lost_while_running(&lud, "on GPU 1");
         at(dir.path(), OURS).lost_while_running(&lud, "on GPU 0");
         assert!(at(dir.path(), OURS).held_back(&lud).is_some());
+        at(dir.path(), OURS).ran_through(&lud);
+        assert_eq!(at(dir.path(), OURS).held_back(&lud), None);
+        assert_eq!(
+            at(dir.path(), other).of(&lud).0,
+            1,
+            "its own loss stays there"
+        );
+        // A later loss elsewhere counts here again, the earlier one not.
+        at(dir.path(), other).lost_while_running(&lud, "again");
+        assert_eq!(at(dir.path(), OURS).of(&lud), (1, Some("again".into())));
     }
 
     /// Losses with several kernels running point at the device; a corrupt record is moved

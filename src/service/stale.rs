@@ -29,6 +29,11 @@ impl Service {
         let pending = self.pending_jobs();
         let (waiting, runnable): (Vec<String>, Vec<String>) =
             runnable.into_iter().partition(|k| pending.contains_key(k));
+        // One held back for losing the device has its own line (`held_back`): a command that
+        // runs it here would restart the daemon.
+        let (held, runnable): (Vec<String>, Vec<String>) = runnable
+            .into_iter()
+            .partition(|k| self.held_back(k).is_some());
         let mut advice = Vec::new();
         // Health is read by people and grows with a fleet's catalogue: at most twenty names per
         // line (`StaleKernels` and `wcetctl status` list every one).
@@ -55,6 +60,12 @@ impl Service {
             advice.push(format!(
                 "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `{command}`",
                 names(&runnable)
+            ));
+        }
+        if !held.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (held back for losing the device: see its own line before recalibrating it)",
+                names(&held)
             ));
         }
         if !edited.is_empty() {

@@ -1253,7 +1253,7 @@ fn a_held_back_kernel_is_run_only_when_named() {
     let uuid = crate::fnv::fnv1a_hex(device.fingerprint.uuid.as_bytes());
     std::fs::write(
         dir.path().join(format!("device-lost-{uuid}.json")),
-        serde_json::to_string(&[&loss, &loss]).unwrap(),
+        serde_json::json!({ "losses": [&loss, &loss] }).to_string(),
     )
     .unwrap();
 
@@ -1320,4 +1320,38 @@ fn only_the_kernel_running_at_the_first_loss_is_charged() {
         record.contains("\"lud\"") && !record.contains("\"bfs\""),
         "{record}"
     );
+}
+
+/// A kernel that ran every step of a calibration through has its losses forgotten even when
+/// the job fails for another kernel (they were forgotten only when the whole job succeeded, so
+/// one kernel failing alone kept every suspect one hiccup from being held back).
+#[test]
+fn a_kernel_that_ran_through_is_cleared_though_another_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut profile = DeviceProfile::h200();
+    profile.kernels.remove("bfs");
+    let gpu = SimGpu::new(profile, SimOptions::default());
+    let uuid = crate::fnv::fnv1a_hex(crate::gpu::Gpu::info(&gpu).fingerprint.uuid.as_bytes());
+    let record = dir.path().join(format!("device-lost-{uuid}.json"));
+    let lud = crate::kernels::builtin_suite()
+        .into_iter()
+        .find(|k| k.name == "lud")
+        .unwrap();
+    let loss = serde_json::json!({"kernel": "lud", "code": lud.code_digest(), "why": "Xid 79", "at": Utc::now()});
+    std::fs::write(&record, serde_json::json!({ "losses": [loss] }).to_string()).unwrap();
+    let service = Service::start(
+        Box::new(gpu),
+        Store::open(dir.path()).unwrap(),
+        short_campaigns(),
+    )
+    .0;
+    let mut events = service.subscribe();
+    let job = service.recalibrate(&["bfs".into(), "lud".into()]).unwrap();
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    let status = service.job(job).unwrap();
+    assert_eq!(status.state, JobState::Failed, "{}", status.message);
+    let left: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    assert_eq!(left["losses"], serde_json::json!([]), "{left}");
 }

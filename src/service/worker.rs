@@ -73,10 +73,6 @@ pub(super) fn worker_loop(
             )
         });
         inner.job_record.ended(job.id, state == JobState::Done);
-        // A calibration that succeeded ran each of its kernels through on this device.
-        if let (JobState::Done, Work::Calibrate { kernels, .. }) = (state, &job.work) {
-            inner.losses.ran_through(kernels);
-        }
         monitor::recalibration_ended(&inner, &kernels);
         inner.pending.fetch_sub(1, Ordering::SeqCst);
         set_job(&inner, job.id, |s| {
@@ -242,13 +238,18 @@ fn calibrate_job(
     let mut results = Vec::new();
     let mut report = JobReport::default();
     // Sustained slowdowns are the device's: every kernel's bound allows for what the probe and
-    // every kernel of the job showed, so kernels are fitted when their tag is done.
+    // every kernel of the job measured before its publication showed, so kernels are fitted
+    // when their tag (or group) is done.
     let mut evidence = recipe.slowdowns;
     for (i, &(tag, kernel)) in steps.iter().enumerate() {
         match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
             Ok(m) => {
                 m.add_to(&mut evidence);
                 measured.push((tag, m));
+                // Its last step: it ran through on this device, whatever else fails.
+                if !steps[i + 1..].iter().any(|&(_, k)| k.name == kernel.name) {
+                    inner.losses.ran_through(kernel);
+                }
             }
             Err(e) if is_cancelled(&e) => {
                 return (
