@@ -177,10 +177,24 @@ pub(crate) fn fit(
     sizes.dedup();
     let set = read_samples(samples_path)?;
     let config = MethodConfig::default();
-    let fits = offline::fit(&set, &read_geometry(geometry)?, &sizes, method, &config)
+    let geometry = read_geometry(geometry)?;
+    let fits = offline::fit(&set, &geometry, &sizes, method, &config)
         .with_context(|| format!("fitting {}", samples_path.display()))?;
-    // What each kernel's samples support goes to standard error, so the CSV stays clean.
-    for f in &fits {
+    say_what_fits_rest_on(&fits, &geometry);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&offline::fit_json(&fits))?
+        );
+    } else {
+        print!("{}", offline::bounds_csv(&fits));
+    }
+    Ok(())
+}
+
+/// What each kernel's samples support, on standard error so the CSV stays clean.
+fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String, Geometry>) {
+    for f in fits {
         eprintln!(
             "wcetctl: {}: bounds stated at exceedance {:.1e} per launch ({}, {} samples)",
             f.kernel,
@@ -208,16 +222,28 @@ pub(crate) fn fit(
         for w in &f.warnings {
             eprintln!("wcetctl: warning: {}: {w}", f.kernel);
         }
+        let largest = f.samples.keys().max().copied().unwrap_or(0);
+        let above: Vec<String> = f
+            .table
+            .entries
+            .iter()
+            .filter(|e| e.sms > largest)
+            .map(|e| e.sms.to_string())
+            .collect();
+        if !above.is_empty() {
+            eprintln!(
+                "wcetctl: warning: {}: at {} SMs, above the largest size measured ({largest}), nothing measured bounds the time (contention can start past it); measure the largest size it will run at",
+                f.kernel,
+                above.join(", ")
+            );
+        }
+        if !geometry.contains_key(&f.kernel) {
+            eprintln!(
+                "wcetctl: warning: {}: no launch geometry (--geometry, `kernel,blocks,blocks_per_sm`): no law sees wave steps between measured sizes, so one is trusted there only when four sizes or more validate it",
+                f.kernel
+            );
+        }
     }
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&offline::fit_json(&fits))?
-        );
-    } else {
-        print!("{}", offline::bounds_csv(&fits));
-    }
-    Ok(())
 }
 
 pub(crate) fn simulate(
