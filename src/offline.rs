@@ -129,13 +129,20 @@ fn thin_sample_warnings(
 
 /// The bounds CSV of the design notes: `kernel,sms,bound_ns`.
 pub fn bounds_csv(fits: &[KernelFit]) -> String {
-    let mut out = String::from("kernel,sms,bound_ns\n");
-    for f in fits {
-        for e in &f.table.entries {
-            out.push_str(&format!("{},{},{}\n", f.kernel, e.sms, e.bound_ns));
-        }
+    // Written by the csv crate, so a name with a comma, a quote or a line break is quoted (as a
+    // reader of the file expects) instead of splitting its row.
+    let mut out = csv::Writer::from_writer(Vec::new());
+    let rows = fits.iter().flat_map(|f| {
+        f.table
+            .entries
+            .iter()
+            .map(move |e| [f.kernel.clone(), e.sms.to_string(), e.bound_ns.to_string()])
+    });
+    let header = ["kernel", "sms", "bound_ns"].map(String::from);
+    for row in std::iter::once(header).chain(rows) {
+        out.write_record(&row).expect("writing to memory");
     }
-    out
+    String::from_utf8(out.into_inner().expect("writing to memory")).expect("UTF-8 fields")
 }
 
 /// `fit --json`: per kernel, every bound with its provenance, the exceedance the samples support,
@@ -446,4 +453,36 @@ pub fn plot(
     ))?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel name with a comma or a quote is quoted in the bounds CSV, so a reader gets the
+    /// name back and three fields per row (it split the row before).
+    #[test]
+    fn the_bounds_csv_quotes_names_that_need_it() {
+        let mut samples = SampleSet::new();
+        for name in ["a,b", "say \"hi\""] {
+            let times: Vec<u64> = (0..40).map(|i| 1_000 + i).collect();
+            samples
+                .entry(name.to_string())
+                .or_default()
+                .insert(8, times);
+        }
+        let config = MethodConfig::default();
+        let fits = fit(&samples, &BTreeMap::new(), &[8], Method::Wcetd, &config).unwrap();
+        let text = bounds_csv(&fits);
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let names: Vec<String> = reader
+            .records()
+            .map(|r| {
+                let r = r.unwrap();
+                assert_eq!(r.len(), 3, "{text}");
+                r[0].to_string()
+            })
+            .collect();
+        assert_eq!(names, ["a,b", "say \"hi\""], "{text}");
+    }
 }

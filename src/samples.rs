@@ -171,6 +171,7 @@ pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, Csv
         expected,
     )?;
     let mut out = BTreeMap::new();
+    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
     for record in reader.records() {
         let record = record.map_err(|e| malformed(GEOMETRY, &e))?;
         let line = record.position().map_or(0, |p| p.line());
@@ -179,8 +180,21 @@ pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, Csv
         let blocks: u32 = number(&record, cols[1], GEOMETRY, line, "blocks", positive)?;
         let blocks_per_sm: u32 =
             number(&record, cols[2], GEOMETRY, line, "blocks_per_sm", positive)?;
-        if blocks == 0 || blocks_per_sm == 0 {
+        if blocks == 0 {
             return Err(bad(GEOMETRY, line, "blocks", "0", positive));
+        }
+        if blocks_per_sm == 0 {
+            return Err(bad(GEOMETRY, line, "blocks_per_sm", "0", positive));
+        }
+        // A second row for a kernel would silently replace the first: which is meant?
+        if let Some(first) = lines.insert(kernel.clone(), line) {
+            return Err(CsvError::Malformed {
+                what: GEOMETRY,
+                line,
+                detail: format!(
+                    "kernel `{kernel}` again (first on line {first}); accepted: one row per kernel"
+                ),
+            });
         }
         out.insert(
             kernel,
@@ -273,16 +287,41 @@ fn bad(
 
 fn malformed(what: &'static str, e: &csv::Error) -> CsvError {
     let line = e.position().map_or(0, |p| p.line());
-    CsvError::Malformed {
-        what,
-        line,
-        detail: e.to_string(),
-    }
+    let detail = match e.kind() {
+        // The csv crate's own words repeat the line and say "record" for a row.
+        csv::ErrorKind::UnequalLengths {
+            expected_len, len, ..
+        } => format!(
+            "{len} fields where the header has {expected_len}; accepted: every row with as many fields as the header (a field with a comma is quoted)"
+        ),
+        _ => e.to_string(),
+    };
+    CsvError::Malformed { what, line, detail }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A geometry error names the field that is wrong, and a kernel listed twice is refused
+    /// (a zero per SM was named `blocks`, and a second row silently replaced the first).
+    #[test]
+    fn geometry_errors_name_the_field_and_a_kernel_listed_twice() {
+        let cases = [
+            (
+                "kernel,blocks,blocks_per_sm\nneedle,256,0\n",
+                "line 2: `blocks_per_sm` is `0`",
+            ),
+            (
+                "kernel,blocks,blocks_per_sm\nneedle,256,16\nbfs,8,1\nneedle,512,8\n",
+                "line 4: kernel `needle` again (first on line 2)",
+            ),
+        ];
+        for (input, expected) in cases {
+            let err = read_geometry(input.as_bytes()).unwrap_err().to_string();
+            assert!(err.contains(expected), "{input:?}: {err}");
+        }
+    }
 
     #[test]
     fn reads_rows_in_order_and_ignores_extra_columns() {
@@ -325,7 +364,10 @@ mod tests {
                 "kernel,sms,time_ns\nbfs,8,5\nbfs,8,6\nbfs,8,7\nbfs,8,x\n",
                 "line 5: `time_ns` is `x`",
             ),
-            ("kernel,sms,time_ns\nbfs,8,5\nbfs,8\n", "line: 3"),
+            (
+                "kernel,sms,time_ns\nbfs,8,5\nbfs,8\n",
+                "line 3: 2 fields where the header has 3",
+            ),
         ];
         for (lf, expected) in cases {
             let crlf = lf.replace('\n', "\r\n");

@@ -43,12 +43,20 @@ pub fn project(
 
 /// `project`'s output, as the design notes fix it: `kernel,N,rows,cols,predicted_ms`.
 pub fn projection_csv(rows: &[(Config, f64, Basis)]) -> String {
-    let mut out = String::from("kernel,N,rows,cols,predicted_ms\n");
-    for (c, ms, _) in rows {
-        out.push_str(&format!(
-            "{},{},{},{},{ms:.6}\n",
-            c.kernel, c.n, c.rows, c.cols
-        ));
+    // Quoted where a field needs it (a kernel name with a comma), as the csv crate writes.
+    let mut out = csv::Writer::from_writer(Vec::new());
+    let header = ["kernel", "N", "rows", "cols", "predicted_ms"].map(String::from);
+    let body = rows.iter().map(|(c, ms, _)| {
+        [
+            c.kernel.clone(),
+            c.n.to_string(),
+            c.rows.to_string(),
+            c.cols.to_string(),
+            format!("{ms:.6}"),
+        ]
+    });
+    for row in std::iter::once(header).chain(body) {
+        out.write_record(&row).expect("writing to memory");
     }
-    out
+    String::from_utf8(out.into_inner().expect("writing to memory")).expect("UTF-8 fields")
 }
