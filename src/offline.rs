@@ -181,8 +181,8 @@ pub fn fit_json(fits: &[KernelFit]) -> serde_json::Value {
 /// partition size: `launches` samples each.
 pub fn simulate(
     profile: &DeviceProfile,
-    seed: u64,
-    launches: u32,
+    manifests: &[crate::manifest::Manifest],
+    (seed, launches): (u64, u32),
     interference: Interference,
 ) -> anyhow::Result<(SampleSet, BTreeMap<String, Geometry>)> {
     let mut gpu = SimGpu::new(
@@ -194,7 +194,16 @@ pub fn simulate(
     );
     let mut set = SampleSet::new();
     let mut geometry = BTreeMap::new();
-    for kernel in profile.kernels.keys().map(|name| kernels::simulated(name)) {
+    let own = manifests
+        .iter()
+        .cloned()
+        .map(kernels::KernelSpec::from_manifest);
+    for kernel in profile
+        .kernels
+        .keys()
+        .map(|name| kernels::simulated(name))
+        .chain(own)
+    {
         for &sms in &gpu.info().partition_sizes.clone() {
             let mut times = Vec::with_capacity(launches as usize);
             while times.len() < launches as usize {
@@ -205,7 +214,9 @@ pub fn simulate(
                     launches: left.min(50),
                     interference,
                 };
-                let batch = gpu.run(&kernel, &request)?;
+                let batch = gpu
+                    .run(&kernel, &request)
+                    .with_context(|| format!("simulating {}", kernel.name))?;
                 if let Some(g) = batch.geometry {
                     geometry.insert(kernel.name.to_string(), g);
                 }

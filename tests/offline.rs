@@ -278,3 +278,51 @@ fn evaluate_refuses_sizes_a_kernel_does_not_have() {
     let (ok, _, err) = wcetctl(&["evaluate", "--samples", path, "--calibrate-at", "8,32"]);
     assert!(ok, "{err}");
 }
+
+/// `--kernel-dir`, as the design notes promise for `simulate`, `fit` and `kernels check`: a
+/// manifest's kernel is simulated from its `[sim]` table, its grid and occupancy hint are its
+/// geometry in `fit`, and `kernels check` checks the directory as the daemon loads it.
+#[test]
+fn simulate_fit_and_kernels_check_take_kernel_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let kdir = dir.path().join("kernels.d");
+    std::fs::create_dir(&kdir).unwrap();
+    std::fs::write(
+        kdir.join("scale.ptx"),
+        ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry scale(\n\t.param .u64 scale_param_0,\n\t.param .u32 scale_param_1\n)\n{\n\tret;\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        kdir.join("app.scale.toml"),
+        "name = \"app.scale\"\nmodule = \"scale.ptx\"\nentry = \"scale\"\ngrid = [4096, 1, 1]\nblock = [256, 1, 1]\nblocks_per_sm = 8\nargs = [{ buffer = 4194304, fill = \"random-f32\" }, { u32 = 1048576 }]\n",
+    )
+    .unwrap();
+    let kdir_arg = kdir.to_str().unwrap();
+    let (ok, out, err) = wcetctl(&["kernels", "check", "--kernel-dir", kdir_arg]);
+    assert!(ok && out.contains("ok: app.scale"), "{out}{err}");
+
+    let (ok, samples, err) = wcetctl(&[
+        "simulate",
+        "--profile",
+        "embedded",
+        "--launches",
+        "40",
+        "--kernel-dir",
+        kdir_arg,
+    ]);
+    assert!(ok, "{err}");
+    assert!(samples.lines().any(|l| l.starts_with("app.scale,")));
+    let path = dir.path().join("s.csv");
+    std::fs::write(&path, samples).unwrap();
+    let fit = |extra: &[&str]| {
+        let mut args = vec!["fit", "--samples", path.to_str().unwrap(), "--sizes", "4,8"];
+        args.extend_from_slice(extra);
+        wcetctl(&args)
+    };
+    let no_geometry = "app.scale: no launch geometry";
+    let (ok, _, err) = fit(&[]);
+    assert!(ok && err.contains(no_geometry), "{err}");
+    let (ok, out, err) = fit(&["--kernel-dir", kdir_arg]);
+    assert!(ok && !err.contains(no_geometry), "{err}");
+    assert!(out.lines().any(|l| l.starts_with("app.scale,4,")), "{out}");
+}

@@ -189,6 +189,10 @@ pub(crate) enum Command {
         /// minimal-offset, fewest-points, envelope).
         #[arg(long, default_value = "wcetd")]
         method: Method,
+        /// Kernel manifest directories (repeatable): a manifest's grid and `blocks_per_sm` hint
+        /// are the geometry of its kernel where the geometry CSV has no row for it.
+        #[arg(long = "kernel-dir", value_name = "DIR")]
+        kernel_dirs: Vec<PathBuf>,
     },
     /// Write a simulated samples CSV: every built-in kernel at every partition size.
     Simulate {
@@ -207,6 +211,10 @@ pub(crate) enum Command {
         /// Also write the geometry CSV here.
         #[arg(long)]
         geometry_out: Option<PathBuf>,
+        /// Kernel manifest directories (repeatable): their kernels are simulated too, from their
+        /// `[sim]` tables (docs/kernels.md).
+        #[arg(long = "kernel-dir", value_name = "DIR")]
+        kernel_dirs: Vec<PathBuf>,
     },
     /// Calibrate on some sizes of a samples file and score every method on held-out samples.
     Evaluate {
@@ -353,6 +361,9 @@ pub(crate) enum KernelsAction {
     Check {
         /// Manifest files (.toml) to check.
         files: Vec<PathBuf>,
+        /// Also every `*.toml` in these directories (repeatable), as the daemon loads them.
+        #[arg(long = "kernel-dir", value_name = "DIR")]
+        kernel_dirs: Vec<PathBuf>,
     },
     /// Ask the daemon to reread its kernel directories (Calibration1.ReloadKernels); new kernels
     /// are queued for calibration.

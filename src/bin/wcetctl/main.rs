@@ -149,20 +149,27 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref geometry,
             ref sizes,
             method,
-        } => fit(cli.json, samples, geometry.as_deref(), sizes, method),
+            ref kernel_dirs,
+        } => fit(
+            cli.json,
+            samples,
+            (geometry.as_deref(), kernel_dirs),
+            sizes,
+            method,
+        ),
         Command::Simulate {
             ref profile,
             seed,
             launches,
             contended,
             ref geometry_out,
+            ref kernel_dirs,
         } => simulate(
             cli.json,
             profile,
-            seed,
-            launches,
-            contended,
+            (seed, launches, contended),
             geometry_out.as_deref(),
+            kernel_dirs,
         ),
         Command::Evaluate {
             ref data,
@@ -212,8 +219,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Probe { ref device } => probe(cli.json, device),
         Command::Kernels {
-            action: KernelsAction::Check { ref files },
-        } => check_manifests(cli.json, files),
+            action:
+                KernelsAction::Check {
+                    ref files,
+                    ref kernel_dirs,
+                },
+        } => check_manifests(cli.json, files, kernel_dirs),
         Command::Project {
             ref source,
             ref target,

@@ -76,16 +76,31 @@ pub(crate) fn sizes_every_kernel_has(
 }
 
 /// `kernels check`: each file loaded as the daemon would load it.
-pub(crate) fn check_manifests(json: bool, files: &[PathBuf]) -> anyhow::Result<()> {
+pub(crate) fn check_manifests(
+    json: bool,
+    files: &[PathBuf],
+    kernel_dirs: &[PathBuf],
+) -> anyhow::Result<()> {
+    let mut files = files.to_vec();
+    for dir in kernel_dirs {
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+        let mut in_dir: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        in_dir.sort();
+        files.extend(in_dir);
+    }
     if files.is_empty() {
-        bail!("no files given; accepted: one or more kernel manifest (.toml) paths");
+        bail!("no files given; accepted: one or more kernel manifest (.toml) paths, or --kernel-dir DIR");
     }
     // Each file alone, then the names together as the daemon takes them: a built-in's name, or
     // one an earlier file has, is refused.
-    // A file named twice is one manifest, not two that take each other's name.
-    let mut files = files.to_vec();
+    // A file named twice (`a.toml` and `./a.toml` too) is one manifest, not two that take each
+    // other's name.
     let mut seen = std::collections::HashSet::new();
-    files.retain(|f| seen.insert(f.clone()));
+    files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
     let loaded: Vec<Result<wcetd::manifest::Manifest, String>> = files
         .iter()
         .map(|f| {
@@ -155,6 +170,16 @@ pub(crate) fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
     samples::read_samples(open_input(path)?).with_context(|| format!("reading {}", path.display()))
 }
 
+/// The manifests of `dirs`, as the daemon loads them; any file rejected is an error here (an
+/// offline run that silently left a kernel out would mislead).
+fn manifests_in(dirs: &[PathBuf]) -> anyhow::Result<Vec<wcetd::manifest::Manifest>> {
+    let (loaded, rejected) = wcetd::manifest::load_dirs(dirs);
+    if let Some((file, why)) = rejected.first() {
+        bail!("kernel manifest {file} rejected: {why}; check them with `wcetctl kernels check --kernel-dir DIR`");
+    }
+    Ok(loaded)
+}
+
 pub(crate) fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<String, Geometry>> {
     let Some(path) = path else {
         return Ok(BTreeMap::new());
@@ -165,7 +190,7 @@ pub(crate) fn read_geometry(path: Option<&Path>) -> anyhow::Result<BTreeMap<Stri
 pub(crate) fn fit(
     json: bool,
     samples_path: &Path,
-    geometry: Option<&Path>,
+    (geometry, kernel_dirs): (Option<&Path>, &[PathBuf]),
     sizes: &[u32],
     method: Method,
 ) -> anyhow::Result<()> {
@@ -177,7 +202,19 @@ pub(crate) fn fit(
     sizes.dedup();
     let set = read_samples(samples_path)?;
     let config = MethodConfig::default();
-    let geometry = read_geometry(geometry)?;
+    let mut geometry = read_geometry(geometry)?;
+    for m in manifests_in(kernel_dirs)? {
+        if let (false, Some(blocks_per_sm)) = (geometry.contains_key(&m.name), m.blocks_per_sm) {
+            let blocks = m.blocks();
+            geometry.insert(
+                m.name.clone(),
+                Geometry {
+                    blocks,
+                    blocks_per_sm,
+                },
+            );
+        }
+    }
     let fits = offline::fit(&set, &geometry, &sizes, method, &config)
         .with_context(|| format!("fitting {}", samples_path.display()))?;
     say_what_fits_rest_on(&fits, &geometry);
@@ -249,17 +286,18 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
 pub(crate) fn simulate(
     json: bool,
     profile: &str,
-    seed: u64,
-    launches: u32,
-    contended: bool,
+    (seed, launches, contended): (u64, u32, bool),
     geometry_out: Option<&Path>,
+    kernel_dirs: &[PathBuf],
 ) -> anyhow::Result<()> {
     let tag = if contended {
         Interference::Contended
     } else {
         Interference::Isolated
     };
-    let (set, geometry) = offline::simulate(&DeviceProfile::load(profile)?, seed, launches, tag)?;
+    let manifests = manifests_in(kernel_dirs)?;
+    let profile = DeviceProfile::load(profile)?;
+    let (set, geometry) = offline::simulate(&profile, &manifests, (seed, launches), tag)?;
     // The geometry first: a path that cannot be written fails before any sample is printed.
     if let Some(path) = geometry_out {
         let mut text = String::from("kernel,blocks,blocks_per_sm\n");
