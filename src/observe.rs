@@ -30,7 +30,7 @@ use crate::gpu::{Fingerprint, Interference, PartitionSize};
 pub const SIGNIFICANT_DIGITS: u8 = 3;
 /// The longest launch time accepted: one hour. Longer is a unit mistake, not a GPU kernel, and
 /// would make every bound of the kernel useless once it became a floor.
-pub const MAX_TIME_NS: u64 = 3_600_000_000_000;
+pub const MAX_TIME_NS: u64 = crate::samples::MAX_TIME_NS;
 /// Most times one report may carry.
 pub const MAX_TIMES_PER_REPORT: usize = 65_536;
 /// Epochs kept per series, the current one included; older histograms are dropped, their maxima

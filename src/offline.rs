@@ -38,44 +38,67 @@ pub struct KernelFit {
     pub warnings: Vec<String>,
 }
 
-/// Bounds at `sizes` for every kernel in `samples`; refuses (naming the kernel, the size and the
-/// minimum) a kernel with a size measured fewer than [`MIN_SAMPLES_PER_SIZE`] times.
+/// Bounds at `sizes` for every kernel in `samples` that supports them, and why each other one
+/// was refused: a size measured fewer than [`MIN_SAMPLES_PER_SIZE`] times (naming the kernel,
+/// the size and the minimum), or a size the method will not bound. One kernel refused does not
+/// cost the others their bounds.
 pub fn fit(
     samples: &SampleSet,
     geometry: &BTreeMap<String, Geometry>,
     sizes: &[u32],
     method: Method,
     config: &MethodConfig,
-) -> anyhow::Result<Vec<KernelFit>> {
+) -> (Vec<KernelFit>, Vec<String>) {
     let config = &with_device_slowdown(samples, usize::MAX, config);
     let mut out = Vec::new();
+    let mut refused = Vec::new();
     for (kernel, by_size) in samples {
-        if let Some((m, s)) = by_size.iter().find(|(_, s)| s.len() < MIN_SAMPLES_PER_SIZE) {
-            anyhow::bail!(
-                "kernel {kernel}: {} samples at {m} SMs cannot support a bound; accepted: at least {MIN_SAMPLES_PER_SIZE} per measured size (every launch timed, none dropped)",
-                s.len()
-            );
+        match fit_kernel(
+            kernel,
+            by_size,
+            geometry.get(kernel).copied(),
+            sizes,
+            (method, config),
+        ) {
+            Ok(fit) => out.push(fit),
+            Err(why) => refused.push(format!("{why:#}")),
         }
-        let obs = Observations {
-            geometry: geometry.get(kernel).copied(),
-            by_size: by_size.clone(),
-            ..Observations::default()
-        };
-        let table = method::bound_table(&obs, sizes, method, config)
-            .with_context(|| format!("kernel {kernel}"))?;
-        let (exceedance, basis) = table.stated_exceedance();
-        let counts: BTreeMap<u32, usize> = by_size.iter().map(|(&m, s)| (m, s.len())).collect();
-        let warnings = thin_sample_warnings(&counts, basis, exceedance, config.exceedance);
-        out.push(KernelFit {
-            kernel: kernel.clone(),
-            table,
-            samples: counts,
-            exceedance,
-            basis,
-            warnings,
-        });
     }
-    Ok(out)
+    (out, refused)
+}
+
+fn fit_kernel(
+    kernel: &str,
+    by_size: &BTreeMap<u32, Vec<u64>>,
+    geometry: Option<Geometry>,
+    sizes: &[u32],
+    (method, config): (Method, &MethodConfig),
+) -> anyhow::Result<KernelFit> {
+    if let Some((m, s)) = by_size.iter().find(|(_, s)| s.len() < MIN_SAMPLES_PER_SIZE) {
+        anyhow::bail!(
+            "kernel {kernel}: {} sample{} at {m} SMs cannot support a bound; accepted: at least {MIN_SAMPLES_PER_SIZE} per measured size (every launch timed, none dropped)",
+            s.len(),
+            if s.len() == 1 { "" } else { "s" }
+        );
+    }
+    let obs = Observations {
+        geometry,
+        by_size: by_size.clone(),
+        ..Observations::default()
+    };
+    let table = method::bound_table(&obs, sizes, method, config)
+        .with_context(|| format!("kernel {kernel}"))?;
+    let (exceedance, basis) = table.stated_exceedance();
+    let counts: BTreeMap<u32, usize> = by_size.iter().map(|(&m, s)| (m, s.len())).collect();
+    let warnings = thin_sample_warnings(&counts, basis, exceedance, config.exceedance);
+    Ok(KernelFit {
+        kernel: kernel.to_string(),
+        table,
+        samples: counts,
+        exceedance,
+        basis,
+        warnings,
+    })
 }
 
 /// `config` with the sustained slowdowns (throttling) found in the first `launches` samples of
@@ -483,7 +506,8 @@ mod tests {
                 .insert(8, times);
         }
         let config = MethodConfig::default();
-        let fits = fit(&samples, &BTreeMap::new(), &[8], Method::Wcetd, &config).unwrap();
+        let (fits, refused) = fit(&samples, &BTreeMap::new(), &[8], Method::Wcetd, &config);
+        assert!(refused.is_empty(), "{refused:?}");
         let text = bounds_csv(&fits);
         let mut reader = csv::Reader::from_reader(text.as_bytes());
         let names: Vec<String> = reader

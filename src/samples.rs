@@ -40,6 +40,10 @@ pub enum CsvError {
 }
 
 const SAMPLES: &str = "samples CSV";
+
+/// The longest launch time a samples file may hold: one hour, as reports and imports keep.
+/// Longer is a unit mistake, not a GPU kernel, and near `u64::MAX` a bound would saturate.
+pub const MAX_TIME_NS: u64 = 3_600_000_000_000;
 const GEOMETRY: &str = "geometry CSV";
 
 /// A CSV reader as every offline input is read: fields trimmed, and every line ending (CRLF, or a
@@ -141,12 +145,13 @@ pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
                 "a whole number of SMs, at least 1",
             ));
         }
-        let accepted = "a whole number of nanoseconds, at least 1";
+        let accepted = "a whole number of nanoseconds, from 1 to 3600000000000 (one hour)";
         let time_ns: u64 = number(&record, cols[2], SAMPLES, line, "time_ns", accepted)?;
-        if time_ns == 0 {
-            // No launch takes no time: a unit or rounding mistake upstream, refused here rather
-            // than by the daemon after the file was read.
-            return Err(bad(SAMPLES, line, "time_ns", "0", accepted));
+        if time_ns == 0 || time_ns > MAX_TIME_NS {
+            // No launch takes no time, nor an hour: a unit or rounding mistake upstream,
+            // refused here rather than by the daemon after the file was read.
+            let value = time_ns.to_string();
+            return Err(bad(SAMPLES, line, "time_ns", &value, accepted));
         }
         set.entry(kernel)
             .or_default()
@@ -341,9 +346,14 @@ mod tests {
             ),
             (
                 "kernel,sms,time_ns\nbfs,8,fast\n",
-                "accepted: a whole number of nanoseconds, at least 1",
+                "accepted: a whole number of nanoseconds, from 1 to 3600000000000 (one hour)",
             ),
             ("kernel,sms,time_ns\nbfs,8,0\n", "`time_ns` is `0`"),
+            // Saturated every bound at u64::MAX, with no note.
+            (
+                "kernel,sms,time_ns\nbfs,8,18446744073709551615\n",
+                "`time_ns` is `18446744073709551615`; accepted: a whole number of nanoseconds, from 1",
+            ),
             ("kernel,sms,time_ns\nbfs,0,5\n", "`sms` is `0`"),
             ("kernel,sms,time_ns\n,8,5\n", "`kernel` is ``"),
             ("kernel,sms,time_ns\nbfs,8\n", "line 2"),

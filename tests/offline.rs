@@ -326,3 +326,31 @@ fn simulate_fit_and_kernels_check_take_kernel_directories() {
     assert!(ok && !err.contains(no_geometry), "{err}");
     assert!(out.lines().any(|l| l.starts_with("app.scale,4,")), "{out}");
 }
+
+/// One kernel refused does not cost the others their bounds: they are printed, the refused one
+/// is named on standard error, and the exit status says not every kernel was bounded (the whole
+/// fit stopped at the first refusal).
+#[test]
+fn fit_prints_the_kernels_it_can_bound_and_names_those_it_refuses() {
+    let dir = tempfile::tempdir().unwrap();
+    let samples = dir.path().join("s.csv");
+    let mut text = String::from("kernel,sms,time_ns\n");
+    for (m, base) in [(8u32, 8000u64), (16, 4200), (32, 2300), (64, 1400)] {
+        for i in 0..40 {
+            text.push_str(&format!("k,{m},{}\n", base + (i * 7) % 50));
+        }
+    }
+    for i in 0..10 {
+        text.push_str(&format!("solo,16,{}\n", 5000 + i));
+    }
+    std::fs::write(&samples, text).unwrap();
+    let path = samples.to_str().unwrap();
+    let (ok, out, err) = wcetctl(&["fit", "--samples", path, "--sizes", "8,16"]);
+    assert!(!ok, "{out}{err}");
+    assert!(out.lines().any(|l| l.starts_with("k,8,")), "{out}");
+    assert!(
+        err.contains("refused: kernel solo: 10 samples at 16 SMs")
+            && err.contains("1 of 2 kernels refused"),
+        "{err}"
+    );
+}

@@ -124,7 +124,9 @@ impl Observations {
 pub enum ModelError {
     #[error("no samples: at least one measured size with at least one sample is needed")]
     NoSamples,
-    #[error("refusing to extrapolate to {sms} SMs: measured sizes span {lo}..={hi} and {why}")]
+    #[error(
+        "refusing to extrapolate to {sms} SMs: measured sizes run from {lo} to {hi} SMs, and {why}"
+    )]
     WontExtrapolate {
         sms: u32,
         lo: u32,

@@ -202,8 +202,8 @@ pub(crate) enum Command {
         /// Simulator seed (runs are reproducible from it).
         #[arg(long, default_value_t = 1)]
         seed: u64,
-        /// Timed launches per kernel and size.
-        #[arg(long, default_value_t = 200)]
+        /// Timed launches per kernel and size (at least 1).
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
         launches: u32,
         /// Measure with a memory-bandwidth stressor on the other SMs.
         #[arg(long)]

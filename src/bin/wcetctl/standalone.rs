@@ -215,16 +215,28 @@ pub(crate) fn fit(
             );
         }
     }
-    let fits = offline::fit(&set, &geometry, &sizes, method, &config)
-        .with_context(|| format!("fitting {}", samples_path.display()))?;
+    let (fits, refused) = offline::fit(&set, &geometry, &sizes, method, &config);
     say_what_fits_rest_on(&fits, &geometry);
-    if json {
+    if fits.is_empty() && !refused.is_empty() {
+        // Nothing to print: no CSV header alone, which a reader would take for no kernels.
+    } else if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&offline::fit_json(&fits))?
         );
     } else {
         print!("{}", offline::bounds_csv(&fits));
+    }
+    for why in &refused {
+        eprintln!("wcetctl: refused: {why}");
+    }
+    if !refused.is_empty() {
+        bail!(
+            "fitting {}: {} of {} kernels refused (above); the others' bounds are printed",
+            samples_path.display(),
+            refused.len(),
+            refused.len() + fits.len()
+        );
     }
     Ok(())
 }
