@@ -325,6 +325,15 @@ fn simulate_fit_and_kernels_check_take_kernel_directories() {
     let (ok, out, err) = fit(&["--kernel-dir", kdir_arg]);
     assert!(ok && !err.contains(no_geometry), "{err}");
     assert!(out.lines().any(|l| l.starts_with("app.scale,4,")), "{out}");
+    // A second manifest under a built-in's name is refused, as the daemon refuses it (it
+    // replaced the built-in's samples).
+    let text = std::fs::read_to_string(kdir.join("app.scale.toml")).unwrap();
+    std::fs::write(kdir.join("z.toml"), text.replace("app.scale", "lud")).unwrap();
+    let (ok, _, err) = wcetctl(&["simulate", "--launches", "40", "--kernel-dir", kdir_arg]);
+    assert!(
+        !ok && err.contains("z.toml") && err.contains("lud"),
+        "{err}"
+    );
 }
 
 /// One kernel refused does not cost the others their bounds: they are printed, the refused one

@@ -83,19 +83,6 @@ pub fn select_consistent(
         .map(|(_, v)| v)
 }
 
-/// The fewest measured sizes a law may be validated on: three (one left out), or four (two)
-/// without the launch geometry. Without it no law sees wave steps, and one left-out size can
-/// land where a smooth law passes a staircase by chance: a reviewer's lud from 8, 32 and 132 SMs
-/// was predicted within 0.6% at 32 by Amdahl's law, which then ran 33% under the staircase at
-/// 112 SMs. With two left out, such a law has to pass two staircase points.
-pub fn fewest_points(geometry: Option<Geometry>) -> usize {
-    if geometry.is_some() {
-        3
-    } else {
-        4
-    }
-}
-
 /// The law's curve never rises by more than [`CURVE_MONOTONE_TOLERANCE`] from one size to the next.
 pub fn curve_is_monotone(law: &FittedLaw, sizes: &[u32]) -> bool {
     sizes
@@ -106,7 +93,7 @@ pub fn curve_is_monotone(law: &FittedLaw, sizes: &[u32]) -> bool {
 /// Validate one law; `None` when there are not enough points to leave one out.
 pub fn validate(law: Law, points: &[Point], geometry: Option<Geometry>) -> Option<Validated> {
     let params = law.parameters(geometry)?;
-    if points.len() < fewest_points(geometry) || points.len() - 1 < params {
+    if points.len() < 3 || points.len() - 1 < params {
         return None;
     }
     let mut error: f64 = 0.0;

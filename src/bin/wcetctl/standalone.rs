@@ -173,7 +173,10 @@ pub(crate) fn read_samples(path: &Path) -> anyhow::Result<samples::SampleSet> {
 /// The manifests of `dirs`, as the daemon loads them; any file rejected is an error here (an
 /// offline run that silently left a kernel out would mislead).
 fn manifests_in(dirs: &[PathBuf]) -> anyhow::Result<Vec<wcetd::manifest::Manifest>> {
-    let (loaded, rejected) = wcetd::manifest::load_dirs(dirs);
+    let (loaded, mut rejected) = wcetd::manifest::load_dirs(dirs);
+    // As the daemon takes them: a built-in's name, or one an earlier file has, is refused.
+    let (_, taken) = wcetd::kernels::Catalogue::with_manifests(loaded.clone());
+    rejected.extend(taken);
     if let Some((file, why)) = rejected.first() {
         bail!("kernel manifest {file} rejected: {why}; check them with `wcetctl kernels check --kernel-dir DIR`");
     }
@@ -230,13 +233,17 @@ pub(crate) fn fit(
     for why in &refused {
         eprintln!("wcetctl: refused: {why}");
     }
-    if !refused.is_empty() {
-        bail!(
-            "fitting {}: {} of {} kernels refused (above); the others' bounds are printed",
+    match (refused.len(), fits.len()) {
+        (0, _) => {}
+        (n, 0) => bail!(
+            "fitting {}: no kernel could be bounded ({n} refused, above)",
+            samples_path.display()
+        ),
+        (n, k) => bail!(
+            "fitting {}: {n} of {} kernels refused (above); the bounds of the other {k} are printed",
             samples_path.display(),
-            refused.len(),
-            refused.len() + fits.len()
-        );
+            n + k
+        ),
     }
     Ok(())
 }
@@ -288,7 +295,7 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
         }
         if !geometry.contains_key(&f.kernel) {
             eprintln!(
-                "wcetctl: warning: {}: no launch geometry (--geometry, `kernel,blocks,blocks_per_sm`): no law sees wave steps between measured sizes, so one is trusted there only when four sizes or more validate it",
+                "wcetctl: warning: {}: no launch geometry (--geometry, `kernel,blocks,blocks_per_sm`, or --kernel-dir): no law sees wave steps between measured sizes, so none is used there and the bound between two sizes rests on the measured neighbours (looser)",
                 f.kernel
             );
         }
