@@ -28,7 +28,12 @@ fn short_campaigns() -> ServiceConfig {
 
 /// A service with [`short_campaigns`] on the simulated H200.
 fn short_campaign_service(state: &std::path::Path) -> Service {
-    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+    short_campaign_service_on(DeviceProfile::h200(), state)
+}
+
+/// A service with [`short_campaigns`] on a simulated device of `profile`.
+fn short_campaign_service_on(profile: DeviceProfile, state: &std::path::Path) -> Service {
+    let gpu = SimGpu::new(profile, SimOptions::default());
     Service::start(
         Box::new(gpu),
         Store::open(state).unwrap(),
@@ -891,13 +896,7 @@ fn a_stale_calibration_keeps_the_floors_reported_under_it() {
     let mut reclocked = DeviceProfile::h200();
     reclocked.sm_clock_mhz -= 100;
     drop(after);
-    let gpu = SimGpu::new(reclocked, SimOptions::default());
-    let after = Service::start(
-        Box::new(gpu),
-        Store::open(dir.path()).unwrap(),
-        short_campaigns(),
-    )
-    .0;
+    let after = short_campaign_service_on(reclocked, dir.path());
     let again = after.bound_info("srad", 32, None).unwrap();
     assert!(again.stale);
     assert_eq!(again.observed.map(|f| f.floor_ns), Some(seen));
@@ -1295,13 +1294,7 @@ fn only_the_kernel_running_at_the_first_loss_is_charged() {
     let mut profile = DeviceProfile::h200();
     profile.kernels.get_mut("lud").unwrap().effects.device_fault =
         Some("CUDA_ERROR_ASSERT (710)".into());
-    let gpu = SimGpu::new(profile, SimOptions::default());
-    let service = Service::start(
-        Box::new(gpu),
-        Store::open(dir.path()).unwrap(),
-        short_campaigns(),
-    )
-    .0;
+    let service = short_campaign_service_on(profile, dir.path());
     let mut events = service.subscribe();
     let jobs = [
         service.recalibrate(&["lud".to_string()]).unwrap(),
