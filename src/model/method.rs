@@ -406,6 +406,8 @@ impl Shape<'_> {
         let unseen = self
             .verified
             .is_some_and(|v| v.get(&m).is_none_or(|s| s.is_empty()));
+        // The law set aside may still raise the bound (below, step 4), never lower it.
+        let set_aside = law.filter(|_| unseen && self.geometry.is_none());
         let law = law.filter(|_| !unseen || self.geometry.is_some());
         let (estimate, floor) = if self.monotone {
             // 3. A kernel whose medians never rise: C(r) <= C(m) <= C(l) whatever the law says, so
@@ -436,9 +438,12 @@ impl Shape<'_> {
             //    (exact for wave steps on a linear rise, so a law that misses a step is held up).
             let floor = lo.max(self.wave_interpolation(m, l, r).unwrap_or(0.0));
             let step = hi * (1.0 + self.config.extrapolation_margin);
-            let estimate = law.map_or(step, |v| {
-                (v * (1.0 + self.config.non_monotone_margin)).max(floor)
-            });
+            let margined = |v: f64| v * (1.0 + self.config.non_monotone_margin);
+            let estimate = match (law, set_aside) {
+                (Some(v), _) => margined(v).max(floor),
+                (None, Some(v)) => step.max(margined(v)),
+                (None, None) => step,
+            };
             // 5. ...and never above the decomposition cap: whatever the split of the time into
             //    a part that never rises with m and one that never falls, T(m) is at most a
             //    measured neighbour plus the change of the matching part, so a law whose margin
@@ -560,10 +565,6 @@ impl Shape<'_> {
         Some(from_left.min(from_right))
     }
 
-    /// Step 4's floor: on a kernel measured to get slower with more SMs, the time between two
-    /// measured sizes interpolated linearly in the number of thread-block waves. Only the part
-    /// that falls with m is interpolated; the law's rising part (contention), when it has one, is
-    /// added back at m itself, so contention growing inside the gap is not averaged away.
     /// The line through the neighbours against the wave count at m: a wave staircase exactly.
     fn wave_line(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
         let g = self.geometry?;
@@ -574,6 +575,10 @@ impl Shape<'_> {
         })
     }
 
+    /// Step 4's floor: on a kernel measured to get slower with more SMs, the time between two
+    /// measured sizes interpolated linearly in the number of thread-block waves. Only the part
+    /// that falls with m is interpolated; the law's rising part (contention), when it has one, is
+    /// added back at m itself, so contention growing inside the gap is not averaged away.
     fn wave_interpolation(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
         let g = self.geometry.filter(|_| self.measured_non_monotone)?;
         let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));

@@ -58,6 +58,7 @@ pub(super) fn worker_loop(
             let mut witnessed = Witnessed {
                 gpu: gpu.as_mut(),
                 inner: &inner,
+                lost: false,
             };
             run_job(&mut witnessed, &store, &inner, &job)
         }));
@@ -485,6 +486,9 @@ impl Gpu for Narrated<'_> {
 struct Witnessed<'a> {
     gpu: &'a mut dyn Gpu,
     inner: &'a Inner,
+    /// A loss was seen in this job (a kernel's, or the delay probe's): a step that goes on after
+    /// one (a sweep that fails one kernel alone) must not charge the next kernel too.
+    lost: bool,
 }
 
 impl Gpu for Witnessed<'_> {
@@ -497,9 +501,10 @@ impl Gpu for Witnessed<'_> {
         kernel: &KernelSpec,
         request: &RunRequest,
     ) -> std::result::Result<Batch, GpuError> {
-        let lost_before = self.inner.lost.borrow().is_some();
+        let lost_before = self.lost || self.inner.lost.borrow().is_some();
         let ran = self.gpu.run(kernel, request);
         if let Err(GpuError::Lost(why)) = &ran {
+            self.lost = true;
             if !lost_before {
                 self.inner.losses.lost_while_running(kernel, why);
             }
@@ -512,7 +517,10 @@ impl Gpu for Witnessed<'_> {
     }
 
     fn delay_probe(&mut self, sms: u32, launches: u32) -> std::result::Result<Vec<u64>, GpuError> {
-        self.gpu.delay_probe(sms, launches)
+        let probed = self.gpu.delay_probe(sms, launches);
+        // The device's own loss, no kernel's: nothing is charged, now or after.
+        self.lost |= matches!(probed, Err(GpuError::Lost(_)));
+        probed
     }
 
     fn placement(&self) -> &[PlacementReport] {
