@@ -99,15 +99,9 @@ impl Manifest {
     /// made after such a change would time other code under this manifest's digest: a caller
     /// refuses to time it (or to keep it at a reload) until the manifest is loaded again.
     pub fn changed_on_disk(&self) -> Option<String> {
-        let module = match std::fs::read(&self.module) {
+        let module = match read_module(&self.module) {
             Ok(bytes) => bytes,
-            Err(e) => {
-                return Some(format!(
-                    "the module {} of `{}` cannot be read: {e}",
-                    self.module.display(),
-                    self.name
-                ))
-            }
+            Err(e) => return Some(format!("the {e} (of `{}`)", self.name)),
         };
         let inputs = match code_digests("", &module, &self.args) {
             Ok((_, inputs)) => inputs,
@@ -181,8 +175,7 @@ impl Manifest {
                     .take(n)
                     .collect(),
                 Fill::File(path) => {
-                    let mut data = std::fs::read(path)
-                        .map_err(|e| format!("fill file {} cannot be read: {e}", path.display()))?;
+                    let mut data = read_fill(path, *bytes)?;
                     data.resize(n, 0);
                     data
                 }
@@ -200,7 +193,8 @@ impl Manifest {
                 Arg::Buffer { bytes, .. } => *bytes,
                 _ => 0,
             })
-            .sum()
+            // Saturating: two buffers of 2^63 bytes wrapped to 0 and passed the memory check.
+            .fold(0u64, u64::saturating_add)
     }
 }
 
@@ -264,14 +258,10 @@ const ACCEPTED_SCALARS: &str = "one of buffer (with fill), i32, u32, i64, u64, f
 
 /// Read and check the manifest at `path`.
 pub fn load(path: &Path) -> Result<Manifest, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read it: {e}"))?;
     // Read no further than the limit: a manifest is a few lines, and a huge file (a 20 MB
     // summary was accepted) would sit in memory and in every `ListKernels` answer.
-    let mut bytes = Vec::new();
-    file.take(MAX_MANIFEST_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot read it: {e}"))?;
+    let bytes =
+        read_regular(path, MAX_MANIFEST_BYTES + 1).map_err(|e| format!("cannot read it: {e}"))?;
     // The size first: the limit can cut a character in two.
     if bytes.len() as u64 > MAX_MANIFEST_BYTES {
         return Err(format!(
@@ -286,6 +276,58 @@ pub fn load(path: &Path) -> Result<Manifest, String> {
 
 /// Largest manifest file read.
 const MAX_MANIFEST_BYTES: u64 = 64 * 1024;
+
+/// Largest module read (PTX, cubin or fatbin): the largest fatbins of whole libraries are a few
+/// hundred MiB.
+const MAX_MODULE_BYTES: u64 = 1 << 30;
+
+/// Read at most `limit` bytes of a regular file: a manifest, or a file it names. A FIFO named as
+/// a fill file blocked the daemon in `open` (every bus call waited, and cancelling the job that
+/// read it did nothing); a device (`/dev/zero`) reports no length to check and was read until
+/// memory ran out. Opened without blocking, then refused unless it is a regular file.
+pub(crate) fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is not a regular file (a FIFO, a device or a directory); accepted: a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// A module's bytes, refused above [`MAX_MODULE_BYTES`].
+pub(crate) fn read_module(path: &Path) -> Result<Vec<u8>, String> {
+    let bytes = read_regular(path, MAX_MODULE_BYTES + 1)
+        .map_err(|e| format!("module {} cannot be read: {e}", path.display()))?;
+    if bytes.len() as u64 > MAX_MODULE_BYTES {
+        return Err(format!(
+            "module {} is larger than {MAX_MODULE_BYTES} bytes; accepted: a module of at most 1 GiB",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}
+
+/// A fill file's bytes, refused when longer than its buffer (it may have grown since loading).
+fn read_fill(path: &Path, buffer: u64) -> Result<Vec<u8>, String> {
+    let bytes = read_regular(path, buffer.saturating_add(1))
+        .map_err(|e| format!("fill file {} cannot be read: {e}", path.display()))?;
+    if bytes.len() as u64 > buffer {
+        return Err(format!(
+            "fill file {} has more bytes than its buffer's {buffer}",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}
 
 /// Check a manifest's text; `path` locates the module and fill files.
 pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
@@ -306,8 +348,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         .collect::<Result<Vec<_>, _>>()?;
     let module = dir.join(&raw.module);
     let module_kind = module_kind(&module)?;
-    let bytes = std::fs::read(&module)
-        .map_err(|e| format!("module {} cannot be read: {e}", module.display()))?;
+    let bytes = read_module(&module)?;
     check_entry(module_kind, &bytes, &raw.entry, &module)?;
     if module_kind == ModuleKind::Ptx {
         check_ptx_params(&String::from_utf8_lossy(&bytes), &raw.entry, &args)?;
@@ -362,12 +403,10 @@ fn code_digests(text: &str, module: &[u8], args: &[Arg]) -> Result<(String, Stri
     for a in args {
         if let Arg::Buffer {
             fill: Fill::File(path),
-            ..
+            bytes,
         } = a
         {
-            let bytes = std::fs::read(path)
-                .map_err(|e| format!("fill file {} cannot be read: {e}", path.display()))?;
-            part(&bytes, true);
+            part(&read_fill(path, *bytes)?, true);
         }
     }
     Ok((hex(&code.finalize()), hex(&inputs.finalize())))
@@ -377,7 +416,10 @@ fn code_digests(text: &str, module: &[u8], args: &[Arg]) -> Result<(String, Stri
 /// toml gives a span. Shared with the other TOML files read (device descriptions), so every
 /// one names its lines alike.
 pub(crate) fn describe_toml(e: &toml::de::Error, text: &str) -> String {
-    let at = e.span().map(|span| {
+    // A missing key is reported with a span over the whole table (from offset 0 at the top
+    // level), which names a line that has nothing to do with it: no line then.
+    let whole_table = e.message().starts_with("missing field");
+    let at = e.span().filter(|_| !whole_table).map(|span| {
         // Newlines before the error, plus one: `lines()` dropped the line of a key that starts
         // one (the prefix then ends in a newline), naming the line before it.
         let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
@@ -422,8 +464,20 @@ fn check_geometry(raw: &Raw) -> Result<(), String> {
             "blocks_per_sm is 0; accepted: at least 1, or leave it out to measure it".into(),
         );
     }
+    // No GPU gives a block this much (Hopper and Blackwell: 227 KiB); the simulator would time
+    // a kernel that can never launch.
+    if raw.shared_bytes > MAX_SHARED_BYTES {
+        return Err(format!(
+            "shared_bytes is {}; accepted: at most {MAX_SHARED_BYTES} bytes (1 MiB) of dynamic shared memory per block",
+            raw.shared_bytes
+        ));
+    }
     Ok(())
 }
+
+/// Most dynamic shared memory per block a manifest may ask for: above every GPU's limit, which
+/// the device checks at launch.
+const MAX_SHARED_BYTES: u32 = 1 << 20;
 
 fn arg(i: usize, a: &RawArg, dir: &Path) -> Result<Arg, String> {
     let scalars = [
@@ -591,6 +645,9 @@ fn output_check(c: &RawCheck, args: &[Arg], dir: &Path) -> Result<OutputCheck, S
         }
     };
     match (&c.sha256, &c.reference) {
+        (Some(_), None) if c.tolerance.is_some() => Err(
+            "check.tolerance goes with check.reference, not check.sha256 (a checksum is exact); accepted: sha256 alone, or reference with an optional tolerance".into(),
+        ),
         (Some(sha), None) => {
             let sha = sha.to_ascii_lowercase();
             if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
@@ -745,6 +802,66 @@ mod tests {
         let e = toml::from_str::<OnlyName>(text).unwrap_err();
         let said = describe_toml(&e, text);
         assert!(said.starts_with("line 6: "), "{said}");
+        // A key that is missing is on no line: "line 1" sent readers to the wrong place.
+        let e = toml::from_str::<OnlyName>("\n\n").unwrap_err();
+        let said = describe_toml(&e, "\n\n");
+        assert_eq!(said, "missing field `name`", "{said}");
+    }
+
+    /// A fill file, a module or a manifest that is a FIFO or a device is refused at once: a FIFO
+    /// blocked the daemon in `open`, and `/dev/zero` was read until memory ran out. A FIFO put in
+    /// place of a fill file after loading is refused too, not waited on.
+    #[test]
+    fn files_that_are_not_regular_are_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let fifo = dir.path().join("fifo.bin");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for fill in ["file:fifo.bin", "file:/dev/zero"] {
+            let text = manifest("").replace("fill = \"random-f32\"", &format!("fill = \"{fill}\""));
+            let e = load(&write(dir.path(), "saxpy.toml", &text)).unwrap_err();
+            assert!(
+                e.contains("not a regular file") && e.contains("accepted"),
+                "{e}"
+            );
+        }
+        let e = load(&fifo).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
+        let fill = write(dir.path(), "x.bin", "0123");
+        let text = manifest("").replace("fill = \"random-f32\"", "fill = \"file:x.bin\"");
+        let m = load(&write(dir.path(), "saxpy.toml", &text)).unwrap();
+        std::fs::remove_file(&fill).unwrap();
+        std::fs::rename(&fifo, &fill).unwrap();
+        let why = m.changed_on_disk().unwrap();
+        assert!(why.contains("not a regular file"), "{why}");
+        assert!(m.host_buffers().unwrap_err().contains("not a regular file"));
+    }
+
+    /// Fields no launch can have are refused, saying what is accepted: a tolerance on an exact
+    /// checksum (silently ignored before), more shared memory than any GPU gives a block.
+    #[test]
+    fn a_check_or_shared_memory_no_launch_can_have_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let sha = "0".repeat(64);
+        for (extra, why) in [
+            (
+                format!("check = {{ buffer = 1, sha256 = \"{sha}\", tolerance = 1e-5 }}\n"),
+                "check.tolerance goes with check.reference",
+            ),
+            (
+                "shared_bytes = 99999999\n".to_string(),
+                "shared_bytes is 99999999",
+            ),
+        ] {
+            let text = manifest("").replacen("args = [", &format!("{extra}args = ["), 1);
+            let e = load(&write(dir.path(), "saxpy.toml", &text)).unwrap_err();
+            assert!(e.contains(why) && e.contains("accepted"), "{e}");
+        }
     }
 
     /// A file changed on disk since loading is named: the module, or the fill file.

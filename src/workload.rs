@@ -187,8 +187,7 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
             ),
         });
     }
-    let bytes = std::fs::read(&m.module)
-        .with_context(|| format!("module {} cannot be read", m.module.display()))?;
+    let bytes = crate::manifest::read_module(&m.module).map_err(|e| anyhow::anyhow!(e))?;
     use sha2::Digest;
     let digest: String = sha2::Sha256::digest(&bytes)
         .iter()

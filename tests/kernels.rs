@@ -717,6 +717,16 @@ fn kernels_check_exits_with_what_it_found() {
             "curve_ns = [[8, 52000.0], [8, 900000.0]]",
             "8 SMs more than once",
         ),
+        (
+            "app.zero",
+            "curve_ns = [[0, 52000.0], [8, 50000.0]]",
+            "gives 0 SMs",
+        ),
+        (
+            "app.negative",
+            "blocks = 10\nblocks_per_sm = 1\nlaunch_ns = -5.0",
+            "launch_ns is -5",
+        ),
     ] {
         let file = write_manifest(dir.path(), name);
         let text = std::fs::read_to_string(&file).unwrap() + "[sim]\n" + table + "\n";

@@ -229,7 +229,6 @@ impl KernelPhysics {
         })
     }
 
-    /// Noise-free time of one launch on `sms` SMs, with the neighbours' memory slowdown factor.
     /// Check the fields a profile or a manifest's `[sim]` table gave for kernel `name`.
     pub fn check(&self, name: &str, sizes: &[PartitionSize]) -> anyhow::Result<()> {
         match &self.curve_ns {
@@ -277,6 +276,18 @@ impl KernelPhysics {
                     self.blocks > 0 && self.blocks_per_sm > 0,
                     "kernel {name}: blocks and blocks_per_sm must be positive (or give curve_ns)"
                 );
+                // A negative time or size made flat bounds of 160 ns, calibrated without a word.
+                for (field, v) in [
+                    ("launch_ns", self.launch_ns),
+                    ("wave_ns", self.wave_ns),
+                    ("bytes", self.bytes),
+                    ("contention_ns_per_sm", self.contention_ns_per_sm),
+                ] {
+                    anyhow::ensure!(
+                        v.is_finite() && v >= 0.0,
+                        "kernel {name}: {field} is {v}; accepted: a number of 0 or more"
+                    );
+                }
                 anyhow::ensure!(
                     self.sm_bytes_per_ns > 0.0 && self.roof_bytes_per_ns > 0.0,
                     "kernel {name}: bandwidths must be positive"
@@ -296,6 +307,11 @@ impl KernelPhysics {
                     .as_ref()
                     .is_none_or(|h| h.width_sms > 0.0),
             "kernel {name}: effects need actual_blocks_per_sm, sms_per_gpc and width_sms above 0"
+        );
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&self.memory_fraction),
+            "kernel {name}: memory_fraction is {}; accepted: a share from 0 to 1",
+            self.memory_fraction
         );
         let j = &self.jitter;
         anyhow::ensure!(
@@ -319,7 +335,14 @@ impl KernelPhysics {
         };
         sizes.sort_unstable();
         sizes.dedup();
-        physics.check(&m.name, &sizes)
+        // No device has a partition of 0 SMs; the daemon would refuse it as unrealisable.
+        anyhow::ensure!(
+            sizes.first() != Some(&0),
+            "kernel {}: curve_ns gives 0 SMs; accepted: [sms, ns] pairs with sms of 1 or more (the device's realisable sizes)",
+            m.name
+        );
+        // As the daemon takes it: `blocks` and `blocks_per_sm` default to the manifest's launch.
+        Self::of_manifest(m, &sizes).map(|_| ())
     }
 
     /// How the simulator runs a manifest's kernel: its `[sim]` table (a tabulated `curve_ns`, or
@@ -361,6 +384,7 @@ impl KernelPhysics {
         Ok(physics)
     }
 
+    /// Noise-free time of one launch on `sms` SMs, with the neighbours' memory slowdown factor.
     pub fn ideal_ns(&self, sms: u32, memory_slowdown: f64) -> f64 {
         let base = match &self.curve_ns {
             Some(curve) => {

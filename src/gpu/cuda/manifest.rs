@@ -97,9 +97,9 @@ pub(super) fn prepare(
 
 fn image(m: &Manifest, target: nvrtc::Target) -> Result<Image, GpuError> {
     let read = || {
-        std::fs::read(&m.module).map_err(|e| GpuError::Driver {
+        crate::manifest::read_module(&m.module).map_err(|detail| GpuError::Driver {
             call: "module",
-            detail: format!("{} cannot be read: {e}", m.module.display()),
+            detail,
         })
     };
     Ok(match m.module_kind {
@@ -199,7 +199,8 @@ fn check_output(
         OutputCheck::Reference {
             file, tolerance, ..
         } => {
-            let want = std::fs::read(file)
+            // At most the output's length and one byte: a longer reference is refused below.
+            let want = crate::manifest::read_regular(file, got.len() as u64 + 1)
                 .map_err(|e| wrong(format!("reference {} cannot be read: {e}", file.display())))?;
             if want.len() != got.len() {
                 return Err(wrong(format!(
