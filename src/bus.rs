@@ -23,15 +23,20 @@ pub fn device_path(index: u32) -> String {
 /// answer in its place) and without queueing behind another owner.
 pub async fn own_name(conn: &zbus::Connection) -> anyhow::Result<()> {
     use zbus::fdo::{RequestNameFlags, RequestNameReply};
+    let taken = |how: &str| {
+        anyhow::anyhow!(
+            "{BUS_NAME} is owned by another connection ({how}): is another wcetd running on this bus? accepted: one wcetd per bus (give this one --bus-address, or stop the other)"
+        )
+    };
+    // zbus answers a taken name with `NameTaken` itself (DO_NOT_QUEUE's `Exists` reply).
     match conn
         .request_name_with_flags(BUS_NAME, RequestNameFlags::DO_NOT_QUEUE)
         .await
-        .with_context(|| format!("owning {BUS_NAME}"))?
     {
-        RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner => Ok(()),
-        other => bail!(
-            "{BUS_NAME} is owned by another connection ({other:?}): is another wcetd running on this bus? accepted: one wcetd per bus (give this one --bus-address, or stop the other)"
-        ),
+        Ok(RequestNameReply::PrimaryOwner | RequestNameReply::AlreadyOwner) => Ok(()),
+        Ok(other) => Err(taken(&format!("{other:?}"))),
+        Err(zbus::Error::NameTaken) => Err(taken("the name is taken")),
+        Err(e) => Err(e).with_context(|| format!("owning {BUS_NAME}")),
     }
 }
 

@@ -357,18 +357,43 @@ pub struct Service {
     worker: mpsc::Sender<Option<Job>>,
 }
 
+/// The GPU worker of a loaded [`Service`], not yet running: jobs queue until it starts.
+pub struct GpuWorker {
+    run: Box<dyn FnOnce() + Send>,
+}
+
+impl GpuWorker {
+    /// Start the thread that runs the service's jobs on its GPU, one at a time.
+    pub fn start(self) {
+        std::thread::Builder::new()
+            .name("wcetd-gpu".into())
+            .spawn(self.run)
+            .expect("spawning the GPU worker thread");
+    }
+}
+
 impl Service {
-    /// Load what the store has for `gpu`, start the GPU worker, and queue a calibration of every
-    /// built-in kernel that has no bounds for this device yet (its job number is returned).
-    pub fn start(
+    /// [`Service::load`], [`Service::calibrate_missing`] (its job number is returned), and the
+    /// GPU worker started.
+    pub fn start(gpu: Box<dyn Gpu>, store: Store, config: ServiceConfig) -> (Service, Option<u64>) {
+        let (service, worker) = Service::load(gpu, store, config);
+        let first = service.calibrate_missing();
+        worker.start();
+        (service, first)
+    }
+
+    /// Load what the store has for `gpu`; nothing runs on it until [`GpuWorker::start`]. The
+    /// daemon starts it only once it owns its bus name, so that a second instance refused the
+    /// name never runs a kernel on a GPU another is measuring, while its first job is already
+    /// queued (and numbered) when a client sees the name.
+    pub fn load(
         mut gpu: Box<dyn Gpu>,
         store: Store,
         config: ServiceConfig,
-    ) -> (Service, Option<u64>) {
+    ) -> (Service, GpuWorker) {
         let span = tracing::info_span!("gpu", n = config.gpu);
         let _in_span = span.enter();
         let device = gpu.info().clone();
-        let calibrate_missing = config.initial_calibration;
         // An idle reading is no launch's clock (as `read_clock` in worker.rs skips it): none
         // until a busy one.
         let now = gpu.telemetry();
@@ -433,24 +458,30 @@ impl Service {
         });
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
-        let worker_inner = Arc::clone(&inner);
-        let worker_span = span.clone();
-        std::thread::Builder::new()
-            .name("wcetd-gpu".into())
-            .spawn(move || worker_span.in_scope(|| worker_loop(gpu, store, worker_inner, rx)))
-            .expect("spawning the GPU worker thread");
-        let service = Service { inner, worker: tx };
-        let catalogue = service.catalogue();
-        let (missing, _) = service.automatic(
-            catalogue
-                .iter()
-                .filter(|k| service.needs_calibration(&k.name)),
-        );
+        let worker = GpuWorker {
+            run: Box::new({
+                let inner = Arc::clone(&inner);
+                let span = span.clone();
+                move || span.in_scope(|| worker_loop(gpu, store, inner, rx))
+            }),
+        };
+        (Service { inner, worker: tx }, worker)
+    }
+
+    /// Queue a calibration of every kernel that has no bounds for this device yet (unless the
+    /// configuration says not to, or it is held back): the job's number, if one was queued.
+    pub fn calibrate_missing(&self) -> Option<u64> {
+        let _in_span = self.in_span();
+        if !self.inner.config.initial_calibration {
+            return None;
+        }
+        let catalogue = self.catalogue();
+        let (missing, _) =
+            self.automatic(catalogue.iter().filter(|k| self.needs_calibration(&k.name)));
         let missing: Vec<String> = missing.into_iter().map(|k| k.name).collect();
-        let first = (calibrate_missing && !missing.is_empty())
-            .then(|| service.recalibrate(&missing).ok())
-            .flatten();
-        (service, first)
+        (!missing.is_empty())
+            .then(|| self.recalibrate(&missing).ok())
+            .flatten()
     }
 
     /// This device's `gpu{n=N}` span, entered unless it already is (a call from within another

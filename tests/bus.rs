@@ -79,6 +79,33 @@ async fn no_served_bound_is_below_a_recorded_sample() {
     assert!(checked >= 2 * 8 * 3, "only {checked} measured sizes");
 }
 
+/// Where a size was not measured `observed_max_ns` is 0, as the design fixes it, and the
+/// verification sweep's launches have keys of their own (their maximum was given as
+/// `observed_max_ns` beside `samples` 0, with no stated source).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweeps_launches_are_reported_apart_from_measured_ones() {
+    let d = Daemon::start(&["--calibration-budget", "0", "--interference", "isolated"]).await;
+    assert_eq!(d.recalibrate(&["hotspot"]).await.0, "done");
+    let bounds = d.bounds().await;
+    let mut verified = 0;
+    for &sms in &bounds.partition_sizes().await.unwrap() {
+        let info = bounds.get_bound_info("hotspot", sms).await.unwrap();
+        let n = |key: &str| u64::try_from(&info[key]).unwrap();
+        if n("samples") == 0 {
+            assert_eq!(n("observed_max_ns"), 0, "{sms}: {info:?}");
+        }
+        if <&str>::try_from(&info["basis"]).unwrap() == "verified" {
+            assert!(
+                n("verified_samples") > 0 && n("verified_max_ns") > 0,
+                "{info:?}"
+            );
+            assert!(n("bound_ns") >= n("verified_max_ns"), "{info:?}");
+            verified += 1;
+        }
+    }
+    assert!(verified > 0, "no size of hotspot was verified");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_the_design_error_names_and_say_what_is_accepted() {
     let d = Daemon::start(&[]).await;
@@ -217,6 +244,42 @@ async fn a_cancelled_job_keeps_the_old_bounds() {
     );
     let bad_kernel = cal.recalibrate(&["nope"]).await.unwrap_err();
     assert_eq!(error_name(&bad_kernel), "org.wcetd.Error.UnknownKernel");
+}
+
+/// A second daemon on a bus whose name is taken is refused with advice, and runs nothing
+/// before: it queued its initial calibration, and ran the delay probe on the GPU, before it
+/// learnt the name was taken (and left a job record that the next start called interrupted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_daemon_on_the_bus_is_refused_before_it_runs_anything() {
+    let d = Daemon::start(&[]).await;
+    let other = d.dir.path().join("other-state");
+    let out = std::process::Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_wcetd")])
+        .args(["--backend", "sim", "--bus-address", d.bus.address()])
+        .arg("--state-dir")
+        .arg(&other)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("is another wcetd running on this bus?"),
+        "{err}"
+    );
+    // No job ran (none published, none recorded as interrupted for the next start to report).
+    assert!(
+        !err.contains("published") && !err.contains("state=done"),
+        "{err}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&other)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|f| f.starts_with("job-") || f.starts_with("calibration-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The first daemon still serves.
+    assert_eq!(d.wait_job(1).await.0, "done");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

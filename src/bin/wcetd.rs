@@ -14,7 +14,7 @@ use wcetd::gpu::{self, BackendChoice, GpuError, Interference};
 use wcetd::measure::CampaignSettings;
 use wcetd::model::{Method, MethodConfig};
 use wcetd::observe::ObservationFile;
-use wcetd::service::{MonitorConfig, Service, ServiceConfig};
+use wcetd::service::{GpuWorker, MonitorConfig, Service, ServiceConfig};
 use wcetd::{access::OperatorPolicy, config, dbus, store};
 use wcetd::{access::ReporterPolicy, metrics, monitor_bus};
 
@@ -287,11 +287,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .unwrap_or_else(store::default_state_dir);
     // Held until the process ends: a second daemon on this directory is refused at once.
     let _state_lock = store::DirectoryLock::take(&state_dir)?;
-    let (services, default, first_jobs) = start_services(&args, &state_dir)?;
+    let (services, workers, default) = start_services(&args, &state_dir)?;
     let (conn, private) = connect(&args, &state_dir).await?;
     serve(&args, &conn, &services, default).await?;
     let name_lost = bus::name_lost(&conn).await?;
-    bus::own_name(&conn).await?;
+    // Queued before the name is owned, so that a client that sees the name finds job 1; run
+    // only after: a daemon that finds the name taken must not have run a kernel (a stray second
+    // instance measured the GPU while the real one was calibrating), nor leave a job record.
+    let first_jobs: Vec<(u32, Option<u64>)> = services
+        .iter()
+        .map(|(n, service)| (*n, service.calibrate_missing()))
+        .collect();
+    if let Err(e) = bus::own_name(&conn).await {
+        for ((_, service), (_, job)) in services.iter().zip(&first_jobs) {
+            if let Some(job) = job {
+                let _ = service.cancel_job(*job);
+            }
+        }
+        return Err(e);
+    }
+    workers.into_iter().for_each(GpuWorker::start);
     announce(
         &services,
         default,
@@ -302,7 +317,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
     );
     let lost_why = tokio::select! {
         biased;
-        () = shutdown.wait() => None,
+        signal = shutdown.wait() => {
+            tracing::info!("{signal} received");
+            if signal == "SIGHUP" {
+                // Many tools send it to mean "reload"; here it stops the daemon, as documented.
+                tracing::warn!("SIGHUP stops wcetd (it has no reload signal): `wcetctl kernels reload` rereads the kernel directories; a changed configuration needs a restart");
+            }
+            None
+        }
         why = any_device_lost(&services) => why.map(|w| format!("device lost ({w})")),
         why = name_lost => {
             // A lost name that comes with a shutdown signal is that shutdown: a service manager
@@ -310,7 +332,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             // and the bus may be seen gone before the signal is. Exiting with failure then would
             // look like a crash. (A device lost is never excused this way.)
             match tokio::time::timeout(SIGNAL_WITH_LOSS, shutdown.wait()).await {
-                Ok(()) => {
+                Ok(_) => {
                     tracing::warn!("{why}, with a shutdown signal: a clean stop");
                     None
                 }
@@ -421,11 +443,12 @@ fn probability(s: &str) -> Result<f64, String> {
 }
 
 /// The services by device index, the default device, and each device's first job.
-type Started = (Vec<(u32, Service)>, u32, Vec<(u32, Option<u64>)>);
+/// Each device's service by number, their GPU workers (not started), the default device.
+type Loaded = (Vec<(u32, Service)>, Vec<GpuWorker>, u32);
 
-/// Open the chosen devices and start a service for each, with its own store handle, worker and
-/// queue; each queues its initial calibration unless told not to.
-fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Started> {
+/// Open the chosen devices and load a service for each, with its own store handle, worker and
+/// queue; the workers are returned to be started once the bus name is owned.
+fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Loaded> {
     let profile = DeviceProfile::load(&args.sim_profile)?;
     let sim = SimOptions {
         seed: args.seed,
@@ -459,7 +482,7 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<St
         })?;
     }
     let mut services = Vec::new();
-    let mut first_jobs = Vec::new();
+    let mut workers = Vec::new();
     for (n, gpu) in gpus {
         // Each device its own store handle (its own file, by fingerprint), worker and queue.
         let store = store::Store::open(state_dir)?;
@@ -470,11 +493,11 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<St
             gpu: n,
             ..service_config(args)
         };
-        let (service, first_job) = Service::start(gpu, store, config);
-        first_jobs.push((n, first_job));
+        let (service, worker) = Service::load(gpu, store, config);
         services.push((n, service));
+        workers.push(worker);
     }
-    Ok((services, default, first_jobs))
+    Ok((services, workers, default))
 }
 
 /// Put every device's objects on the bus, forward their signals, and start the metrics file.
@@ -681,12 +704,12 @@ impl ShutdownSignals {
         })
     }
 
-    /// Until one of them arrives (or has arrived since `install`).
-    async fn wait(&mut self) {
+    /// Until one of them arrives (or has arrived since `install`): its name.
+    async fn wait(&mut self) -> &'static str {
         tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.interrupt.recv() => {}
-            _ = self.hangup.recv() => {}
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.interrupt.recv() => "SIGINT",
+            _ = self.hangup.recv() => "SIGHUP",
         }
     }
 }

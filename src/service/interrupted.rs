@@ -144,6 +144,9 @@ fn write(path: &Path, records: &[Record]) {
     }
 }
 
+/// Interrupted jobs of each kind (started, queued) that `Health` describes one by one.
+const SHOWN: usize = 3;
+
 /// At start: what earlier runs left unfinished, for `Health`. The records stay until a job
 /// succeeds.
 pub(super) fn read(path: &Path) -> Option<String> {
@@ -167,11 +170,19 @@ pub(super) fn read(path: &Path) -> Option<String> {
             r.started_at.to_rfc3339()
         )
     };
+    // The latest few, with a count of the others: ten crashes in a row made a Health of 1.5 KB
+    // of near-identical entries.
     let list = |queued: bool| -> Vec<String> {
-        all.iter()
-            .filter(|r| r.queued == queued)
-            .map(describe)
-            .collect()
+        let these: Vec<&Record> = all.iter().filter(|r| r.queued == queued).collect();
+        let earlier = these.len().saturating_sub(SHOWN);
+        let shown = these[earlier..].iter().map(|r| describe(r));
+        let count = (earlier > 0).then(|| {
+            format!(
+                "{earlier} earlier job{}",
+                if earlier == 1 { "" } else { "s" }
+            )
+        });
+        count.into_iter().chain(shown).collect()
     };
     let (running, waiting) = (list(false), list(true));
     let mut kernels: Vec<&str> = all
@@ -254,5 +265,32 @@ mod tests {
         records.ended(2, false);
         assert_eq!(read(records.path()), None);
         assert!(!records.path().exists());
+    }
+
+    /// Ten runs killed during a job: the latest three are described, the others counted, and
+    /// every kernel is still in the advice.
+    #[test]
+    fn many_interrupted_runs_are_counted_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("job-running-x.json");
+        let all: Vec<Record> = (0..10)
+            .map(|i| Record {
+                pid: 100 + i,
+                run: format!("run {i}"),
+                job: 1,
+                what: "calibrating".into(),
+                kernels: vec![format!("k{i}")],
+                started_at: Utc::now(),
+                queued: false,
+            })
+            .collect();
+        write(&path, &all);
+        let said = read(&path).unwrap();
+        assert!(
+            said.contains("during 7 earlier jobs and job 1 (calibrating k7"),
+            "{said}"
+        );
+        assert_eq!(said.matches("job 1 (").count(), 3, "{said}");
+        assert!(said.contains("`wcetctl recalibrate k0 k1 k2"), "{said}");
     }
 }

@@ -84,7 +84,8 @@ impl Service {
     }
 
     /// Kernels that a queued or running calibration job measures, each with the job's number
-    /// (the earliest, where several do).
+    /// (the latest, where several do: an earlier one may be timing code a reload has since
+    /// replaced, and publish stale; the latest is the one that makes the bounds current).
     pub(super) fn pending_jobs(&self) -> HashMap<String, u64> {
         let jobs = self
             .inner
@@ -92,7 +93,7 @@ impl Service {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let mut pending = HashMap::new();
-        for (&id, (status, _)) in jobs.iter().rev() {
+        for (&id, (status, _)) in jobs.iter() {
             if !status.state.finished() {
                 for k in &status.kernels {
                     pending.insert(k.clone(), id);
