@@ -48,7 +48,7 @@ pub fn fit(
     sizes: &[u32],
     method: Method,
     config: &MethodConfig,
-) -> (Vec<KernelFit>, Vec<String>) {
+) -> (Vec<KernelFit>, Vec<Refused>) {
     let config = &with_device_slowdown(samples, usize::MAX, config);
     let mut out = Vec::new();
     let mut refused = Vec::new();
@@ -61,10 +61,20 @@ pub fn fit(
             (method, config),
         ) {
             Ok(fit) => out.push(fit),
-            Err(why) => refused.push(format!("{why:#}")),
+            Err(why) => refused.push(Refused {
+                kernel: kernel.clone(),
+                why: format!("{why:#}"),
+            }),
         }
     }
     (out, refused)
+}
+
+/// A kernel `fit` could not bound, and why (which names the kernel).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Refused {
+    pub kernel: String,
+    pub why: String,
 }
 
 fn fit_kernel(
@@ -138,9 +148,21 @@ fn thin_sample_warnings(
         ));
     }
     if basis == ExceedanceBasis::ObservedMaximum {
+        // With enough samples, what was missing is exceedances: too few distinct slow ones
+        // above every threshold (equal or quantised times).
+        let why = if total < crate::model::tail::MIN_SAMPLES {
+            format!(
+                "it needs {} samples pooled over sizes",
+                crate::model::tail::MIN_SAMPLES
+            )
+        } else {
+            format!(
+                "too few samples above every candidate threshold, at least {}: equal or quantised times",
+                crate::model::tail::MIN_EXCEEDANCES
+            )
+        };
         warnings.push(format!(
-            "no tail model (it needs {} samples pooled over sizes): the bound is a stated margin over the largest sample and supports an exceedance of only {exceedance:.1e} per launch",
-            crate::model::tail::MIN_SAMPLES
+            "no tail model ({why}): the bound is a stated margin over the largest sample and supports an exceedance of only {exceedance:.1e} per launch"
         ));
     } else if crate::model::weaker_than(exceedance, configured) {
         warnings.push(format!(
@@ -170,7 +192,9 @@ pub fn bounds_csv(fits: &[KernelFit]) -> String {
 
 /// `fit --json`: per kernel, every bound with its provenance, the exceedance the samples support,
 /// the notes of the method and the warnings.
-pub fn fit_json(fits: &[KernelFit]) -> serde_json::Value {
+/// `fit`'s result as JSON: the kernels it bounded, and those it refused with why (a script
+/// reading only the bounds would take a refused kernel for one the file did not have).
+pub fn fit_json(fits: &[KernelFit], refused: &[Refused]) -> serde_json::Value {
     let kernels: Vec<serde_json::Value> = fits
         .iter()
         .map(|f| {
@@ -197,7 +221,7 @@ pub fn fit_json(fits: &[KernelFit]) -> serde_json::Value {
             })
         })
         .collect();
-    serde_json::json!({"kernels": kernels})
+    serde_json::json!({"kernels": kernels, "refused": refused})
 }
 
 /// Every kernel of a simulated device's profile (the built-in suite, or foreign shapes) at every

@@ -362,4 +362,17 @@ fn fit_prints_the_kernels_it_can_bound_and_names_those_it_refuses() {
             && err.contains("1 of 2 kernels refused"),
         "{err}"
     );
+    // The JSON names the refused kernel too, not only standard error.
+    let (ok, out, err) = wcetctl(&["--json", "fit", "--samples", path, "--sizes", "8,16"]);
+    assert!(!ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["kernels"][0]["kernel"], "k", "{out}");
+    assert_eq!(v["refused"][0]["kernel"], "solo", "{out}");
+    assert!(
+        v["refused"][0]["why"]
+            .as_str()
+            .unwrap()
+            .contains("10 samples at 16 SMs"),
+        "{out}"
+    );
 }

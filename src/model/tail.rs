@@ -170,7 +170,8 @@ impl std::fmt::Display for TailKind {
 
 /// Fewest samples a tail model is fitted to; below, a stated margin over the largest.
 pub const MIN_SAMPLES: usize = 100;
-const MIN_EXCEEDANCES: usize = 10;
+/// Fewest samples above a threshold that a tail model is fitted to.
+pub const MIN_EXCEEDANCES: usize = 10;
 /// Exceedances closer than this many launches belong to one cluster.
 const DECLUSTER_RUN: usize = 10;
 /// A largest excess this many times the body's 95th-percentile excess marks a heavy tail. (4

@@ -9,6 +9,30 @@ pub(crate) async fn admit(
     shared: bool,
     accept: Accept,
 ) -> anyhow::Result<()> {
+    said_in_json(json, admit_file(json, conn, file, shared, accept).await)
+}
+
+/// With `--json`, an error that stops a check before any verdict (a malformed file, an unknown
+/// kernel, no daemon) is a JSON document too, `{"admitted": false, "error": ...}`: a script
+/// that reads standard output read nothing before. The exit status stays 2.
+fn said_in_json(json: bool, result: anyhow::Result<()>) -> anyhow::Result<()> {
+    match result {
+        Err(e) if json && !e.is::<NotAdmitted>() => {
+            let v = serde_json::json!({"admitted": false, "error": format!("{e:#}")});
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Err(e)
+        }
+        other => other,
+    }
+}
+
+async fn admit_file(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    shared: bool,
+    accept: Accept,
+) -> anyhow::Result<()> {
     let tasks = taskset::load(file)?
         .iter()
         .map(taskset::TaskSpec::to_task)
@@ -62,6 +86,15 @@ pub(crate) fn print_verdict(
 }
 
 pub(crate) async fn suggest(
+    json: bool,
+    conn: &zbus::Connection,
+    file: &Path,
+    accept: Accept,
+) -> anyhow::Result<()> {
+    said_in_json(json, suggest_sizes(json, conn, file, accept).await)
+}
+
+async fn suggest_sizes(
     json: bool,
     conn: &zbus::Connection,
     file: &Path,

@@ -220,18 +220,17 @@ pub(crate) fn fit(
     }
     let (fits, refused) = offline::fit(&set, &geometry, &sizes, method, &config);
     say_what_fits_rest_on(&fits, &geometry);
-    if fits.is_empty() && !refused.is_empty() {
-        // Nothing to print: no CSV header alone, which a reader would take for no kernels.
-    } else if json {
+    if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&offline::fit_json(&fits))?
+            serde_json::to_string_pretty(&offline::fit_json(&fits, &refused))?
         );
-    } else {
+    } else if !fits.is_empty() || refused.is_empty() {
+        // With nothing bounded, no CSV header alone, which a reader would take for no kernels.
         print!("{}", offline::bounds_csv(&fits));
     }
-    for why in &refused {
-        eprintln!("wcetctl: refused: {why}");
+    for r in &refused {
+        eprintln!("wcetctl: refused: {}", r.why);
     }
     match (refused.len(), fits.len()) {
         (0, _) => {}
@@ -277,6 +276,21 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
         }
         for w in &f.warnings {
             eprintln!("wcetctl: warning: {}: {w}", f.kernel);
+        }
+        let smallest = f.samples.keys().min().copied().unwrap_or(0);
+        let below: Vec<String> = f
+            .table
+            .entries
+            .iter()
+            .filter(|e| e.sms < smallest)
+            .map(|e| e.sms.to_string())
+            .collect();
+        if !below.is_empty() {
+            eprintln!(
+                "wcetctl: warning: {}: at {} SMs, below the smallest size measured ({smallest}), the bound assumes each SM does the same work per unit as there (no cache or occupancy change on fewer SMs); measure the smallest size it will run at",
+                f.kernel,
+                below.join(", ")
+            );
         }
         let largest = f.samples.keys().max().copied().unwrap_or(0);
         let above: Vec<String> = f

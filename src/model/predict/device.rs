@@ -136,7 +136,7 @@ impl DeviceDescription {
 
     /// Refuse what no GPU has. A value far outside these (generous) ranges is a typo or a unit
     /// mistake, and made predictions of nonsense: 1e-300 GB/s saturated every time at u64::MAX.
-    fn check(&self, origin: &str) -> Result<(), DeviceError> {
+    pub(crate) fn check(&self, origin: &str) -> Result<(), DeviceError> {
         let bad = |field, value: String, accepted| DeviceError::Invalid {
             path: origin.to_string(),
             field,

@@ -4,7 +4,7 @@
 
 use std::io::Read;
 
-use super::device::DeviceDescription;
+use super::device::{DeviceDescription, DeviceError};
 
 /// One kernel configuration: what a prediction may read.
 #[derive(Debug, Clone, PartialEq)]
@@ -182,14 +182,35 @@ impl Rec<'_> {
             block: self.count("block", false)?,
             grid_blocks: self.count("grid_blocks", false)?,
             iters: self.count("iters", true)?,
-            flops: self.number("FLOPs", false)?,
-            bytes: self.number("BYTES", false)?,
-            working_set: self.number("working_set_bytes", false)?,
+            flops: self.at_most("FLOPs", MAX_WORK, "0 to 1e18 FLOPs per launch")?,
+            bytes: self.at_most("BYTES", MAX_WORK, "0 to 1e18 bytes per launch")?,
+            working_set: self.at_most("working_set_bytes", MAX_WORK, "0 to 1e18 bytes")?,
         })
     }
 
+    /// A required count of work no launch comes near: above it is a typo or a unit mistake, and
+    /// 1e300 FLOPs made a prediction of infinity.
+    fn at_most(
+        &self,
+        column: &'static str,
+        max: f64,
+        accepted: &'static str,
+    ) -> Result<f64, RunsError> {
+        let v = self.number(column, false)?;
+        if v > max {
+            return Err(RunsError::BadValue {
+                what: self.what.to_string(),
+                line: self.line,
+                column,
+                value: format!("{v:e}"),
+                accepted,
+            });
+        }
+        Ok(v)
+    }
+
     fn device(&self) -> Result<DeviceDescription, RunsError> {
-        Ok(DeviceDescription {
+        let d = DeviceDescription {
             name: self.text("gpu_device_name")?,
             sms: self.count("gpu_sms", false)?,
             cc: self.count("gpu_cc_major", false)?,
@@ -204,7 +225,51 @@ impl Rec<'_> {
             l2_bandwidth_gbps: None,
             sm_bandwidth_gbps: None,
             launch_overhead_us: None,
-        })
+        };
+        // The ranges a device description is held to (`wcetctl predict --device`), named by
+        // this file's columns.
+        d.check(self.what).map_err(|e| match e {
+            DeviceError::Invalid {
+                field,
+                value,
+                accepted,
+                ..
+            } => RunsError::BadValue {
+                what: self.what.to_string(),
+                line: self.line,
+                column: device_column(field),
+                value,
+                accepted,
+            },
+            other => RunsError::Malformed {
+                what: self.what.to_string(),
+                line: self.line,
+                detail: other.to_string(),
+                required: self.required,
+            },
+        })?;
+        Ok(d)
+    }
+}
+
+/// The most FLOPs or bytes one launch is taken to have: a petaFLOP/s GPU would need 1000 s.
+const MAX_WORK: f64 = 1e18;
+
+/// The column of this file that holds a device description's field.
+fn device_column(field: &'static str) -> &'static str {
+    match field {
+        "name" => "gpu_device_name",
+        "sms" => "gpu_sms",
+        "cc" => "gpu_cc_major",
+        "max_threads_per_sm" => "gpu_max_threads_per_sm",
+        "max_blocks_per_sm" => "gpu_max_blocks_per_sm",
+        "regs_per_sm" => "gpu_regs_per_sm",
+        "shared_mem_per_sm" => "gpu_shared_mem_per_sm",
+        "l2_bytes" => "gpu_l2_bytes",
+        "warp_size" => "gpu_warp_size",
+        "mem_bandwidth_gbps" => "calibrated_mem_bandwidth_gbps",
+        "compute_gflops" => "calibrated_compute_gflops",
+        other => other,
     }
 }
 
@@ -327,6 +392,23 @@ mod tests {
             e.contains("line 2") && e.contains("`grid_blocks`") && e.contains("accepted"),
             "{e}"
         );
+        // Counts no launch or GPU has are refused as `wcetctl predict --device` refuses them
+        // (they were read, and 1e300 FLOPs predicted infinity).
+        for (from, to, column) in [
+            (",2048,12288,", ",1e300,12288,", "`FLOPs` is `1e300`"),
+            (",89,46,", ",89,0,", "`gpu_sms` is `0`"),
+            (",446.98,", ",1e-300,", "`calibrated_mem_bandwidth_gbps`"),
+        ] {
+            let bad = ROW.replace(from, to);
+            assert_ne!(bad, ROW);
+            let e = read_runs(format!("{HEADER}\n{bad}\n").as_bytes(), "r.csv")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("line 2") && e.contains(column) && e.contains("accepted"),
+                "{e}"
+            );
+        }
         let e = read_runs("kernel,N\nk,1\n".as_bytes(), "r.csv")
             .unwrap_err()
             .to_string();
