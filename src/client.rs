@@ -90,7 +90,7 @@ pub fn object_path(gpu: Option<u32>) -> String {
 /// its daemon (ids start again at 1), so waiting on would be waiting forever.
 pub fn daemon_left(job: u64) -> String {
     format!(
-        "the daemon left the bus while job {job} ran (it stopped or crashed): the job is lost and its kernels keep the bounds they had; once the daemon is back, `wcetctl status` says what it serves (its Health names the interrupted job), and the job can be asked for again"
+        "the daemon left the bus while job {job} ran (it stopped or crashed): the job is lost, and its kernels keep the bounds they had then (what it published before that, from a finished interference, stays); once the daemon is back, `wcetctl status` says what it serves (its Health names the interrupted job), and the job can be asked for again"
     )
 }
 

@@ -239,8 +239,38 @@ pub async fn watch(
     let tty = std::io::stdout().is_terminal() && !json;
     let mut shown = 0u64;
     loop {
-        let rows = snapshot(conn, path).await?;
-        let overrun = monitor.overrun_kernels().await.map_err(explain)?;
+        let answered = match snapshot(conn, path).await {
+            Ok(rows) => monitor
+                .overrun_kernels()
+                .await
+                .map_err(explain)
+                .map(|overrun| (rows, overrun)),
+            Err(e) => Err(e),
+        };
+        let (rows, overrun) = match answered {
+            Ok(both) => both,
+            // A daemon restarting (systemd takes a second or two) is waited for, as top waits:
+            // the view ended with a raw D-Bus error.
+            Err(e) if daemon_gone(&e) => {
+                let mut out = std::io::stdout().lock();
+                let now = chrono::Utc::now();
+                if json {
+                    let v =
+                        serde_json::json!({"time": now.to_rfc3339(), "error": format!("{e:#}")});
+                    writeln!(out, "{v}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{}: no wcetd on the bus (restarting?); waiting for it",
+                        now.format("%Y-%m-%d %H:%M:%S UTC")
+                    )?;
+                }
+                out.flush()?;
+                tokio::time::sleep(interval).await;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let mut out = std::io::stdout().lock();
         if json {
             let v = serde_json::json!({"time": chrono::Utc::now().to_rfc3339(), "overrun_kernels": overrun, "observed": rows});
@@ -276,6 +306,18 @@ pub async fn watch(
         }
         tokio::time::sleep(interval).await;
     }
+}
+
+/// Whether `e` says nobody owns the daemon's name (it stopped, or is restarting).
+fn daemon_gone(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    [
+        "ServiceUnknown",
+        "NameHasNoOwner",
+        "was not provided by any .service files",
+    ]
+    .iter()
+    .any(|s| text.contains(s))
 }
 
 #[cfg(test)]

@@ -863,11 +863,16 @@ impl ObservationFile {
     }
 
     /// Raise `obs`'s floors to those journalled (set aside, then current); how many lines were
-    /// read. A line that does not parse is skipped with a log line: a crash during an append
-    /// leaves at most the last one torn, and that report was not answered.
-    fn replay_journal(&self, obs: &mut ReportedTimes) -> usize {
+    /// read, and what was damaged. A crash during an append leaves a line torn (a record cut
+    /// short: it ends before the JSON does, and the next append ends it with a newline), and that
+    /// report was not answered: skipped with a log line. Any other line that does not parse (or
+    /// holds no time from 1 ns to 1 h) held a floor a reporter was told is on disk, which the
+    /// next save would delete with the journal: the journal is copied aside and the damage is
+    /// returned, for `Health` (a copy is made only of this daemon's own journal, `own`).
+    fn replay_journal(&self, obs: &mut ReportedTimes, own: bool) -> (usize, Option<String>) {
         let (current, aside) = self.journal_paths();
         let mut read = 0;
+        let mut damage = Vec::new();
         for path in [aside, current] {
             let text = match std::fs::read(&path) {
                 Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
@@ -877,21 +882,32 @@ impl ObservationFile {
                     continue;
                 }
             };
-            let mut skipped = 0;
+            let (mut torn, mut damaged) = (0, 0);
             for line in text.lines().filter(|l| !l.trim().is_empty()) {
                 match serde_json::from_str::<JournalledFloor>(line) {
                     Ok(f) if (1..=MAX_TIME_NS).contains(&f.floor_ns) => {
                         obs.raise_floor(&f);
                         read += 1;
                     }
-                    _ => skipped += 1,
+                    Err(e) if e.is_eof() => torn += 1,
+                    _ => damaged += 1,
                 }
             }
-            if skipped > 0 {
-                tracing::warn!(path = %path.display(), skipped, "floor journal lines that do not parse (or hold no time from 1 ns to 1 h) are skipped");
+            if torn > 0 {
+                tracing::warn!(path = %path.display(), torn, "floor journal lines cut short (a crash during an append: that report was not answered) are skipped");
+            }
+            if damaged > 0 {
+                let why = format!(
+                    "{} has {damaged} damaged lines, whose floors are lost; the others are kept",
+                    path.display()
+                );
+                if own {
+                    crate::store::quarantine_copy(&path, "floor journal", &why);
+                }
+                damage.push(why);
             }
         }
-        read
+        (read, (!damage.is_empty()).then(|| damage.join("; ")))
     }
 
     /// Write every series atomically (temporary file, fsync, rename, directory fsync), streamed
@@ -950,14 +966,18 @@ impl ObservationFile {
     /// nothing: the next start recovers the same floors from it again.
     pub fn load(&self) -> (ReportedTimes, Loaded) {
         let (mut obs, loaded) = self.load_file();
-        let journalled = self.replay_journal(&mut obs);
+        let (journalled, damage) = self.replay_journal(&mut obs, true);
         if journalled > 0 {
             tracing::info!(floors = journalled, path = %self.journal_paths().0.display(),
                 "floors journalled since the last save are raised over the file's");
         }
-        match loaded {
-            Loaded::Fresh if journalled > 0 => (obs, Loaded::Clean),
-            loaded => (obs, loaded),
+        match (loaded, damage) {
+            (Loaded::Quarantined(why), Some(damage)) => {
+                (obs, Loaded::Quarantined(format!("{why}; {damage}")))
+            }
+            (_, Some(damage)) => (obs, Loaded::Quarantined(damage)),
+            (Loaded::Fresh, None) if journalled > 0 => (obs, Loaded::Clean),
+            (loaded, None) => (obs, loaded),
         }
     }
 
@@ -991,7 +1011,8 @@ impl ObservationFile {
             Ok(None) => (ReportedTimes::default(), None),
             Err(why) => (ReportedTimes::default(), Some(why)),
         };
-        self.replay_journal(&mut obs);
+        // Another fingerprint's journal: read, never copied aside (not this daemon's to keep).
+        let _ = self.replay_journal(&mut obs, false);
         (obs, problems)
     }
 
@@ -1456,6 +1477,9 @@ mod tests {
             [Some(500), None, Some(700)]
         );
 
+        // A torn line is no damage: nothing is copied aside and the load is clean.
+        assert_eq!(file.load().1, Loaded::Clean);
+
         file.save(&std::sync::Mutex::new(obs), "SIM-0").unwrap();
         assert!(!journal.exists() && !aside.exists());
         let (obs, how) = file.load();
@@ -1470,6 +1494,44 @@ mod tests {
             Some(900),
             "the highest holds"
         );
+    }
+
+    /// A damaged line that is not an append cut short held a floor a reporter was told is on
+    /// disk: the journal is copied aside (the next save deletes it) and the load says so, for
+    /// `Health` (it was dropped with a log line only). The other lines' floors are kept.
+    #[test]
+    fn a_damaged_journal_line_is_kept_aside_and_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let floor = |floor_ns| JournalledFloor {
+            kernel: "a".into(),
+            sms: 8,
+            interference: Interference::Isolated,
+            floor_ns,
+            at: Utc::now(),
+        };
+        file.journal(&[floor(500), floor(600), floor(700)]).unwrap();
+        let journal = file.journal_paths().0;
+        let text = std::fs::read_to_string(&journal).unwrap();
+        std::fs::write(&journal, text.replacen("600", "6x0", 1)).unwrap();
+        let (obs, how) = file.load();
+        assert!(
+            matches!(&how, Loaded::Quarantined(why) if why.contains("1 damaged lines")),
+            "{how:?}"
+        );
+        let kept = obs.kernel("a").unwrap()[&(8, Interference::Isolated)].floor_ns;
+        assert_eq!(kept, 700);
+        let copies = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains(".corrupt-")
+            })
+            .count();
+        assert_eq!(copies, 1);
     }
 
     #[test]

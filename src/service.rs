@@ -427,6 +427,8 @@ impl Service {
             .map(|(path, why)| format!("{} ({why})", path.display()))
             .collect();
         let job_record = interrupted::JobRecords::of(&store, &device);
+        // With what earlier starts set aside since the last successful job.
+        let moved_aside = job_record.set_aside(&moved_aside);
         let losses = device_losses::DeviceLosses::load(&store, &device, config.gpu);
         let interrupted = interrupted::read(job_record.path());
         if let Some(why) = &interrupted {

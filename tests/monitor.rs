@@ -693,3 +693,47 @@ async fn a_corrupt_observations_file_is_moved_aside_and_the_daemon_serves_on() {
     .await
     .expect("test ran past its time limit");
 }
+
+/// `wcetctl watch` waits for a daemon that restarts, as top would, instead of ending with a raw
+/// D-Bus error; the snapshots go on when it is back. `--count 0` is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_waits_for_a_daemon_that_restarts() {
+    use std::io::BufRead;
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let flags = ["--no-initial-calibration"];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        let mut watch = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .args(["--bus-address", fx.address()])
+            .args(["--json", "watch", "--interval", "0.05"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+        let mut next = || -> serde_json::Value {
+            serde_json::from_str(&lines.next().expect("a line").unwrap()).unwrap()
+        };
+        assert!(next().get("observed").is_some(), "a snapshot first");
+        d.stop();
+        // Snapshots until the daemon is gone, then a line that says so.
+        while next().get("error").is_none() {}
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        // Waiting lines until the daemon is back, then snapshots again.
+        while next().get("observed").is_none() {}
+        assert!(watch.try_wait().unwrap().is_none(), "watch still runs");
+        watch.kill().unwrap();
+        watch.wait().unwrap();
+        let zero = std::process::Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .args(["--bus-address", fx.address(), "watch", "--count", "0"])
+            .output()
+            .unwrap();
+        assert_eq!(zero.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&zero.stderr).contains("--count 0; accepted"));
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}

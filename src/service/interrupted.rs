@@ -47,18 +47,45 @@ fn run_id() -> &'static str {
 /// ending) all change it, and two at once would lose one's edit or share the temporary file.
 pub(super) struct JobRecords {
     path: PathBuf,
+    /// `set-aside-<fingerprint digest>.json`: the damaged files set aside at starts since the
+    /// last successful job, so that `Health` names them until then across restarts (a restart
+    /// before a job, a crash loop or `--no-initial-calibration`, made it `ok` at once).
+    set_aside: PathBuf,
     lock: std::sync::Mutex<()>,
 }
 
 impl JobRecords {
     /// Where the running and interrupted jobs of `device` are recorded.
     pub(super) fn of(store: &Store, device: &DeviceInfo) -> JobRecords {
+        let digest = device.fingerprint.digest();
         JobRecords {
-            path: store
-                .dir()
-                .join(format!("job-running-{}.json", device.fingerprint.digest())),
+            path: store.dir().join(format!("job-running-{digest}.json")),
+            set_aside: store.dir().join(format!("set-aside-{digest}.json")),
             lock: std::sync::Mutex::new(()),
         }
+    }
+
+    /// At start: `now`, the damaged files this start set aside, with those earlier starts set
+    /// aside since the last successful job (oldest first), recorded for the next start.
+    pub(super) fn set_aside(&self, now: &[String]) -> Vec<String> {
+        let mut all: Vec<String> = std::fs::read(&self.set_aside)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        for notice in now {
+            if !all.contains(notice) {
+                all.push(notice.clone());
+            }
+        }
+        if !now.is_empty() {
+            let written = crate::store::write_atomically(&self.set_aside, |out| {
+                serde_json::to_writer(out, &all).map_err(std::io::Error::other)
+            });
+            if let Err(e) = written {
+                tracing::warn!(path = %self.set_aside.display(), error = %e, "cannot record the files set aside; the next start may not name them");
+            }
+        }
+        all
     }
 
     pub(super) fn path(&self) -> &Path {
@@ -98,6 +125,9 @@ impl JobRecords {
         self.edit(|all| {
             all.retain(|r| !r.of_this_run(job) && (!succeeded || (r.run == run_id() && r.queued)))
         });
+        if succeeded && std::fs::remove_file(&self.set_aside).is_ok() {
+            let _ = crate::store::sync_directory_of(&self.set_aside);
+        }
     }
 }
 
@@ -220,9 +250,34 @@ mod tests {
 
     fn at(path: PathBuf) -> JobRecords {
         JobRecords {
+            set_aside: path.with_file_name("set-aside-x.json"),
             path,
             lock: std::sync::Mutex::new(()),
         }
+    }
+
+    /// Files set aside at one start are named at the next starts too, until a job succeeds.
+    #[test]
+    fn files_set_aside_are_remembered_until_a_job_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = at(dir.path().join("job-running-x.json"));
+        assert!(records.set_aside(&[]).is_empty());
+        assert_eq!(records.set_aside(&["a (bad)".into()]), ["a (bad)"]);
+        assert_eq!(
+            records.set_aside(&[]),
+            ["a (bad)"],
+            "a restart before any job"
+        );
+        assert_eq!(
+            records.set_aside(&["b".into(), "a (bad)".into()]),
+            ["a (bad)", "b"]
+        );
+        records.queued(1, "calibrating", &["lud".into()]);
+        records.ended(1, false);
+        assert_eq!(records.set_aside(&[]), ["a (bad)", "b"], "a failed job");
+        records.queued(2, "calibrating", &["lud".into()]);
+        records.ended(2, true);
+        assert!(records.set_aside(&[]).is_empty());
     }
 
     /// Queued, started, ended: what the next start reads at each point, and what a success

@@ -57,7 +57,7 @@ pub(crate) enum Command {
         deadline_ns: u64,
     },
     /// Recalibrate KERNELs (all when none) and wait, with a progress bar. Ctrl-C cancels the job
-    /// (its old bounds stay) and exits with status 130; a second Ctrl-C exits at once.
+    /// (what it has not yet published stays as it was) and exits with status 130; a second Ctrl-C exits at once.
     Recalibrate {
         /// Kernels to recalibrate [default: every kernel, but those held back for losing the device].
         kernels: Vec<String>,
@@ -70,7 +70,7 @@ pub(crate) enum Command {
     },
     /// Calibration jobs of the running daemon: state, progress and what each is doing.
     Jobs,
-    /// Cancel a queued or running calibration job; its kernels keep their old bounds.
+    /// Cancel a queued or running calibration job; what it has not yet published stays as it was (`wcetctl jobs` says what it published before).
     Cancel {
         /// Job number (see `wcetctl jobs`).
         job: u64,

@@ -112,7 +112,7 @@ pub(crate) async fn cancel(json: bool, conn: &zbus::Connection, job: u64) -> any
     if json {
         println!("{}", serde_json::json!({"job": job, "cancel": "requested"}));
     } else {
-        println!("job {job}: cancellation requested; its kernels keep their old bounds");
+        println!("job {job}: cancellation requested; what it has not yet published stays as it was (`wcetctl jobs` says what it published before)");
     }
     Ok(())
 }
@@ -185,6 +185,9 @@ pub(crate) async fn watch(
 ) -> anyhow::Result<()> {
     if !(interval.is_finite() && interval > 0.0) {
         bail!("--interval {interval}; accepted: seconds above 0");
+    }
+    if count == Some(0) {
+        bail!("--count 0; accepted: 1 or more snapshots (or no --count: until interrupted)");
     }
     let every = std::time::Duration::from_secs_f64(interval);
     wcetd::monitor_view::watch(conn, object(), every, count, json).await
@@ -547,7 +550,7 @@ pub(crate) async fn recalibrate(
                     return Err(Interrupted.into());
                 }
                 cancelling = true;
-                say(&format!("Ctrl-C: cancelling job {job} (its kernels keep their old bounds); Ctrl-C again to exit without waiting"));
+                say(&format!("Ctrl-C: cancelling job {job} (what it has not yet published stays as it was); Ctrl-C again to exit without waiting"));
                 // Refused only when the job has just finished: its JobFinished says how.
                 let _ = calibration.cancel_job(job).await;
             }
