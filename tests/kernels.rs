@@ -893,3 +893,39 @@ async fn a_module_replaced_during_its_campaign_publishes_nothing() {
         .unwrap_err();
     assert_eq!(error_name(&none), "org.wcetd.Error.NotCalibrated");
 }
+
+/// A manifest removed (and reloaded) while a job that names its kernel waits or runs: the job
+/// measures and publishes it no more, says so, and does not fail for it (it was timed, stored
+/// and announced in `BoundsChanged` while `GetBound` said the kernel does not exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_removed_while_its_job_waits_is_not_calibrated_nor_announced() {
+    let (kdir, d) = paced_daemon_with_manifest().await;
+    let cal = d.calibration().await;
+    let bounds = d.bounds().await;
+    // Holds the queue while the manifest goes.
+    let long = cal.recalibrate(&["needle"]).await.unwrap();
+    let job = cal.recalibrate(&["app.scale"]).await.unwrap();
+    let mut changed = bounds.receive_bounds_changed().await.unwrap();
+    std::fs::remove_file(kdir.path().join("app.scale.toml")).unwrap();
+    let (_, removed, _) = cal.reload_kernels().await.unwrap();
+    assert_eq!(removed, ["app.scale"]);
+    cal.cancel_job(long).await.unwrap();
+    let (state, message) = d.wait_job(job).await;
+    assert_eq!(state, "done", "{message}");
+    assert!(
+        message.contains("removed by a kernel reload while the job ran: app.scale"),
+        "{message}"
+    );
+    // Every BoundsChanged since just before the reload: only the reload's names the removed
+    // kernel (its bounds went), none from the job.
+    let mut naming = 0;
+    while let Ok(Some(signal)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), changed.next()).await
+    {
+        let kernels = signal.args().unwrap().kernels.clone();
+        naming += usize::from(kernels.contains(&"app.scale".to_string()));
+    }
+    assert_eq!(naming, 1, "the reload's BoundsChanged, and no other");
+    let gone = bounds.get_bound("app.scale", 64).await.unwrap_err();
+    assert_eq!(error_name(&gone), "org.wcetd.Error.UnknownKernel");
+}

@@ -176,6 +176,8 @@ struct JobReport {
     published: Vec<String>,
     /// Kernels that failed alone, each with its tag and error.
     failures: Vec<String>,
+    /// Kernels a reload removed while the job ran: not measured from then on, nor published.
+    skipped: Vec<String>,
 }
 
 impl JobReport {
@@ -187,7 +189,26 @@ impl JobReport {
         }
     }
 
-    fn finish(self, inner: &Inner) -> JobEnd {
+    /// Leave out of `results` (and measure no more) kernels a reload removed while the job ran:
+    /// a removed manifest's kernel was still timed, stored and announced in `BoundsChanged`,
+    /// while `GetBound` answered that it does not exist.
+    fn drop_removed(&mut self, inner: &Inner, results: &mut Vec<TaggedCalibration>) {
+        results.retain(|(_, name, _)| {
+            let served = still_served(inner, name);
+            if !served && !self.skipped.contains(name) {
+                self.skipped.push(name.clone());
+            }
+            served
+        });
+    }
+
+    fn finish(mut self, inner: &Inner) -> JobEnd {
+        if !self.skipped.is_empty() {
+            self.published.push(format!(
+                "not calibrated, removed by a kernel reload while the job ran: {}",
+                self.skipped.join(", ")
+            ));
+        }
         let published = self.published.join("; ");
         match (self.published.is_empty(), self.failures.is_empty()) {
             (_, true) => (JobState::Done, published),
@@ -243,8 +264,17 @@ fn calibrate_job(
     // when their tag (or group) is done.
     let mut evidence = recipe.slowdowns;
     for (i, &(tag, kernel)) in steps.iter().enumerate() {
-        match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
-            Ok(m) => {
+        let step = if still_served(inner, &kernel.name) {
+            Some(calibrate_step(gpu, inner, job, &recipe, &steps, i))
+        } else {
+            if !report.skipped.contains(&kernel.name) {
+                report.skipped.push(kernel.name.clone());
+            }
+            None
+        };
+        match step {
+            None => {}
+            Some(Ok(m)) => {
                 m.add_to(&mut evidence);
                 measured.push((tag, m));
                 // Its last step: it ran through on this device, whatever else fails.
@@ -252,13 +282,13 @@ fn calibrate_job(
                     inner.losses.ran_through(kernel);
                 }
             }
-            Err(e) if is_cancelled(&e) => {
+            Some(Err(e)) if is_cancelled(&e) => {
                 return (
                     JobState::Cancelled,
                     format!("cancelled; {}", report.unchanged()),
                 );
             }
-            Err(e) if is_lost(&e) => {
+            Some(Err(e)) if is_lost(&e) => {
                 let failed = fail(
                     inner,
                     format!(
@@ -270,7 +300,7 @@ fn calibrate_job(
                 note_lost(inner, &e);
                 return failed;
             }
-            Err(e) => report
+            Some(Err(e)) => report
                 .failures
                 .push(format!("{} ({tag}): {e}", kernel.name)),
         }
@@ -289,6 +319,7 @@ fn calibrate_job(
             ..recipe
         };
         results = fit_all(std::mem::take(&mut measured), gpu, &fitted, &mut report);
+        report.drop_removed(inner, &mut results);
         if i + 1 < steps.len() && !results.is_empty() {
             let (state, done) = commit(store, inner, std::mem::take(&mut results), "calibrated");
             if state != JobState::Done {
@@ -298,7 +329,9 @@ fn calibrate_job(
             report.published.push(done);
         }
     }
-    if !results.is_empty() || report.published.is_empty() && report.failures.is_empty() {
+    let nothing_else =
+        report.published.is_empty() && report.failures.is_empty() && report.skipped.is_empty();
+    if !results.is_empty() || nothing_else {
         let (state, done) = commit(store, inner, results, "calibrated");
         if state != JobState::Done {
             return (state, done);
@@ -306,6 +339,16 @@ fn calibrate_job(
         report.published.push(done);
     }
     report.finish(inner)
+}
+
+/// Whether `kernel` is still in the catalogue (a reload may have removed its manifest).
+fn still_served(inner: &Inner, kernel: &str) -> bool {
+    inner
+        .catalogue
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(kernel)
+        .is_some()
 }
 
 /// Fit every measured campaign with `recipe` (its slowdowns the job's); a fit that fails is the
