@@ -133,11 +133,53 @@ pub fn loose_sizes(
     .collect())
 }
 
+/// A verified size where the bound rests on a launch of the sweep alone: one of its few dozen
+/// launches is above the bound the method makes there (rule 1 then holds it up to that launch).
+/// At the exceedance a bound states, that says the size's launches are not distributed as the
+/// measured sizes' (a slow mode there: a review's partitions that split a GPC ran 15-50% slow on
+/// 1-5% of launches, 9-30% over bounds the sweep had seen such a launch under), and only a full
+/// measurement bounds them; its launches then enter the tail model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outlier {
+    pub sms: u32,
+}
+
+impl Outlier {
+    /// Why the size is measured in full, for the calibration's notes.
+    pub fn note(&self) -> String {
+        format!(
+            "{} SMs measured in full: a launch of the verification sweep there was at or above the bound the tail model gave it",
+            self.sms
+        )
+    }
+}
+
+/// Verified sizes of `obs` (not measured in full) whose bound is their slowest sweep launch
+/// (rule 1), not the model's: [`Outlier`].
+pub fn outliers(
+    obs: &Observations,
+    sizes: &[u32],
+    config: &MethodConfig,
+) -> Result<Vec<Outlier>, ModelError> {
+    let table = method::bound_table(obs, sizes, method::Method::Wcetd, config)?;
+    let mut found: Vec<Outlier> = table
+        .entries
+        .iter()
+        .filter(|e| e.verified_samples > 0 && !obs.by_size.contains_key(&e.sms))
+        .filter(|e| e.observed_max_ns >= e.bound_ns)
+        .map(|e| Outlier { sms: e.sms })
+        .collect();
+    found.sort_by_key(|o| o.sms);
+    Ok(found)
+}
+
 /// What the sweep does next, given how many sizes it has measured to tighten so far.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NextSize {
     /// The curve is below a verified median: measured whatever it costs (safety).
     Disagrees(Disagreement),
+    /// A launch of the sweep is at the bound's height: measured whatever it costs (safety).
+    Outlier(Outlier),
     /// The curve is loose at a verified size, and the cap on tightening is not reached.
     Loose(Loose),
 }
@@ -146,6 +188,7 @@ impl NextSize {
     pub fn sms(&self) -> u32 {
         match self {
             NextSize::Disagrees(d) => d.sms,
+            NextSize::Outlier(o) => o.sms,
             NextSize::Loose(l) => l.sms,
         }
     }
@@ -153,6 +196,7 @@ impl NextSize {
     pub fn note(&self) -> String {
         match self {
             NextSize::Disagrees(d) => d.note(),
+            NextSize::Outlier(o) => o.note(),
             NextSize::Loose(l) => l.note(),
         }
     }
@@ -169,6 +213,9 @@ pub fn next_size(
 ) -> Result<Option<NextSize>, ModelError> {
     if let Some(worst) = disagreements(obs, sizes, config)?.into_iter().next() {
         return Ok(Some(NextSize::Disagrees(worst)));
+    }
+    if let Some(first) = outliers(obs, sizes, config)?.into_iter().next() {
+        return Ok(Some(NextSize::Outlier(first)));
     }
     if tightened >= max_tightenings {
         return Ok(None);
@@ -217,6 +264,40 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].sms, 96);
         assert!(found[0].note().contains("96 SMs measured in full"));
+    }
+
+    /// One slow launch of a few dozen at a verified size, above the bound the measured sizes'
+    /// tail makes there: that size is measured in full (its bound rested on that launch alone,
+    /// and the slow mode it shows was 9-30% over the bound on held-out launches).
+    #[test]
+    fn a_sweep_launch_at_the_bound_sends_its_size_to_a_full_measurement() {
+        let flat = |m: u32| 1_000_000 / u64::from(m);
+        let samples = |t: u64, n: u64| (0..n).map(|i| t + i % 7).collect::<Vec<u64>>();
+        let sizes: Vec<u32> = (1..=16).map(|i| i * 8).collect();
+        let config = MethodConfig::default();
+        let mut obs = Observations::default();
+        for m in [8, 16, 32, 64, 128] {
+            obs.by_size.insert(m, samples(flat(m), 200));
+        }
+        for m in [24, 96] {
+            obs.verified.insert(m, samples(flat(m), 32));
+        }
+        assert_eq!(outliers(&obs, &sizes, &config).unwrap(), vec![]);
+        assert_eq!(next_size(&obs, &sizes, &config, 0, 0).unwrap(), None);
+        let mut slow = samples(flat(24), 32);
+        slow[5] = flat(24) * 13 / 10;
+        obs.verified.insert(24, slow);
+        assert_eq!(
+            outliers(&obs, &sizes, &config).unwrap(),
+            vec![Outlier { sms: 24 }]
+        );
+        let next = next_size(&obs, &sizes, &config, 0, 0).unwrap().unwrap();
+        assert_eq!(next.sms(), 24);
+        assert!(
+            next.note().contains("24 SMs measured in full: a launch"),
+            "{}",
+            next.note()
+        );
     }
 
     #[test]
