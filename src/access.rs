@@ -77,8 +77,8 @@ pub struct ReporterPolicy {
     pub operators: OperatorPolicy,
     pub group: String,
     pub gid: Option<u32>,
-    /// Sender unique name -> allowed.
-    decided: Mutex<HashMap<String, bool>>,
+    /// Sender unique name -> (allowed, its UID).
+    decided: Mutex<HashMap<String, (bool, u32)>>,
 }
 
 /// Senders remembered before the cache is cleared (a daemon sees few distinct reporters).
@@ -126,8 +126,9 @@ impl ReporterPolicy {
                 .get(s)
                 .copied()
         });
-        let allowed = match remembered {
-            Some(allowed) => allowed,
+        // With the UID it was decided for, which the refusal names (it named the connection).
+        let (allowed, uid) = match remembered {
+            Some(decision) => decision,
             None => {
                 let (uid, groups) = caller(conn, header, method).await.map_err(|e| match e {
                     Caller::Unknown(who) => denied(who),
@@ -142,18 +143,15 @@ impl ReporterPolicy {
                     if decided.len() >= DECISIONS_KEPT {
                         decided.clear();
                     }
-                    decided.insert(s, allowed);
+                    decided.insert(s, (allowed, uid));
                 }
-                allowed
+                (allowed, uid)
             }
         };
         if allowed {
             Ok(())
         } else {
-            Err(denied(format!(
-                "{} (refused when it first called)",
-                header.sender().map_or("a caller".into(), |s| s.to_string())
-            )))
+            Err(denied(format!("UID {uid}")))
         }
     }
 }

@@ -677,8 +677,16 @@ impl Service {
                 .send(Event::BoundsChanged { kernels: touched });
         }
         let catalogue = self.catalogue();
+        // Only those without current bounds: a manifest put back with the code it had when it
+        // was calibrated is served as it was (it was recalibrated, spending the GPU and
+        // replacing its calibration, although the design calibrates only changed code).
         let queued: Vec<String> = self
-            .automatic(added.iter().filter_map(|name| catalogue.get(name)))
+            .automatic(
+                added
+                    .iter()
+                    .filter_map(|name| catalogue.get(name))
+                    .filter(|k| self.needs_calibration(&k.name)),
+            )
             .0
             .into_iter()
             .map(|k| k.name)
@@ -754,22 +762,26 @@ impl Service {
         };
         let interference = found.map(|(_, i)| i);
         interference.map(|i| (Arc::clone(&snap), i)).ok_or_else(|| {
-            let running = self
-                .job_for(kernel)
-                .map(|j| format!(" (job {j} is calibrating it)"))
-                .unwrap_or_default();
+            let job = self.job_for(kernel);
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
             let catalogue = self.catalogue();
             let spec = catalogue.get(kernel);
             if let Some(held) = spec.and_then(|k| self.inner.losses.held_back(k)) {
                 return ServiceError::NotCalibrated(format!(
-                    "kernel `{kernel}` has no {which}calibration yet{running} and is held back: {held}"
+                    "kernel `{kernel}` has no {which}calibration yet and is held back: {held}"
                 ));
             }
-            ServiceError::NotCalibrated(format!(
-                "kernel `{kernel}` has no {which}calibration yet{running}; {}",
-                how_to_calibrate(kernel, tag, spec.is_some())
-            ))
+            // A job that names it may be a calibration or an import: it is named, not described,
+            // and no other job is advised while it is queued or runs.
+            ServiceError::NotCalibrated(match job {
+                Some(j) => format!(
+                    "kernel `{kernel}` has no {which}calibration yet; job {j} (queued or running) names it: wait for its JobFinished (`wcetctl jobs` says what it does)"
+                ),
+                None => format!(
+                    "kernel `{kernel}` has no {which}calibration yet; {}",
+                    how_to_calibrate(kernel, tag, spec.is_some())
+                ),
+            })
         })
     }
 

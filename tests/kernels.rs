@@ -929,3 +929,31 @@ async fn a_kernel_removed_while_its_job_waits_is_not_calibrated_nor_announced() 
     let gone = bounds.get_bound("app.scale", 64).await.unwrap_err();
     assert_eq!(error_name(&gone), "org.wcetd.Error.UnknownKernel");
 }
+
+/// A manifest taken away and put back with the code it was calibrated with is served as it was
+/// at once: a reload calibrates only new or changed code (it queued a full recalibration).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manifest_put_back_unchanged_is_not_recalibrated() {
+    let (kdir, path, d) = daemon_with_manifest().await;
+    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
+    let bounds = d.bounds().await;
+    let cal = d.calibration().await;
+    let id = |info: HashMap<String, OwnedValue>| info_str(&info, "calibration");
+    let before = id(bounds.get_bound_info("app.scale", 64).await.unwrap());
+    let away = kdir.path().join("away");
+    std::fs::rename(&path, &away).unwrap();
+    let (_, removed, _) = cal.reload_kernels().await.unwrap();
+    assert_eq!(removed, ["app.scale"]);
+    std::fs::rename(&away, &path).unwrap();
+    let jobs_before = cal.list_jobs().await.unwrap().len();
+    let (added, _, _) = cal.reload_kernels().await.unwrap();
+    assert_eq!(added, ["app.scale"]);
+    assert_eq!(
+        cal.list_jobs().await.unwrap().len(),
+        jobs_before,
+        "no job queued"
+    );
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    assert!(!bool::try_from(&info["stale"]).unwrap());
+    assert_eq!(id(info), before);
+}

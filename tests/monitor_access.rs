@@ -141,7 +141,8 @@ async fn only_root_the_daemon_user_and_the_groups_may_report() {
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(
                 stderr.contains("org.freedesktop.DBus.Error.AccessDenied")
-                    && stderr.contains("can raise bounds"),
+                    && stderr.contains("can raise bounds")
+                    && stderr.contains("UID 65534 is none of them"),
                 "dbus-send said: {stderr}"
             );
         }

@@ -1348,3 +1348,26 @@ fn a_kernel_that_ran_through_is_cleared_though_another_fails() {
     let left: serde_json::Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
     assert_eq!(left["losses"], serde_json::json!([]), "{left}");
 }
+
+/// A kernel that a queued job names is said to wait for that job, whatever kind it is, with no
+/// other advice (during an import it advised `wcetctl recalibrate`, as for a calibration).
+#[test]
+fn a_kernel_a_job_names_points_at_that_job_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServiceConfig {
+        initial_calibration: false,
+        ..ServiceConfig::default()
+    };
+    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+    // The worker is never started: the job stays queued.
+    let (service, _worker) = Service::load(Box::new(gpu), Store::open(dir.path()).unwrap(), config);
+    let job = service.recalibrate(&["srad".to_string()]).unwrap();
+    let Err(ServiceError::NotCalibrated(why)) = service.bound("srad", 64, None) else {
+        panic!("srad has no bounds yet");
+    };
+    assert!(
+        why.contains(&format!("job {job} (queued or running) names it"))
+            && !why.contains("get it with"),
+        "{why}"
+    );
+}
