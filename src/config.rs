@@ -50,15 +50,29 @@ pub fn merge(
                     accepted_keys(cmd).join(", ")
                 )
             })?;
+        let tokens = flag_tokens(arg, key, value)
+            .map_err(|e| anyhow!("configuration {}: key `{key}`: {e}", file.display()))?;
         // Flags win: a key whose flag is given, or that conflicts with one given (`contended` in
-        // the file and `--interference` on the command line), is left out.
+        // the file and `--interference` on the command line), is left out, but checked all the
+        // same: a file that is wrong must not wait for the day its flag is dropped (under the
+        // unit's `--system`, `system = "yes"` was never read).
         if given.iter().any(|g| g == key || conflicting(cmd, arg, g)) {
+            let alone = args.iter().take(1).cloned().chain(tokens);
+            if let Err(e) = cmd.clone().try_get_matches_from(alone) {
+                let first = e.to_string();
+                let first = first
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("error: ");
+                bail!(
+                    "configuration {}: key `{key}` (overridden on the command line): {first}",
+                    file.display()
+                );
+            }
             continue;
         }
-        merged.extend(
-            flag_tokens(arg, key, value)
-                .map_err(|e| anyhow!("configuration {}: key `{key}`: {e}", file.display()))?,
-        );
+        merged.extend(tokens);
     }
     merged.extend(args.iter().skip(1).cloned());
     Ok(merged)
@@ -219,5 +233,24 @@ mod tests {
         let e = format!("{:#}", parse("launches = -1\n", &[]).unwrap_err());
         assert!(e.contains("'-1'") && e.contains("--launches"), "{e}");
         assert!(locate(Some(Path::new("/nonexistent/wcetd.toml"))).is_err());
+        // A key its flag overrides is checked all the same (it was never read, so never
+        // refused, until the day the flag went).
+        let e = parse("session = \"yes\"\n", &["--session"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`session`") && e.contains("true or false"),
+            "{e}"
+        );
+        let e = format!(
+            "{:#}",
+            parse("launches = \"many\"\n", &["--launches=7"]).unwrap_err()
+        );
+        assert!(
+            e.contains("`launches` (overridden on the command line)") && e.contains("'many'"),
+            "{e}"
+        );
+        let e = format!("{:#}", parse("system = 3\n", &["--session"]).unwrap_err());
+        assert!(e.contains("`system`"), "{e}");
     }
 }

@@ -114,7 +114,7 @@ impl Service {
         for name in names {
             self.known(name)?;
             let spec = catalogue.get(name).ok_or_else(|| {
-                ServiceError::UnknownKernel(format!(
+                ServiceError::InvalidArgs(format!(
                     "kernel `{name}` was calibrated elsewhere (imported) and has nothing to run here; accepted for recalibration: {}",
                     names_in_a_message(&catalogue.names())
                 ))

@@ -680,6 +680,12 @@ fn health_advises_recalibration_only_for_kernels_it_can_run() {
         health.contains("stale bounds for lab.k (samples or a calibration imported"),
         "{health}"
     );
+    // Asked for by name, it is refused as an argument (it is known: not `UnknownKernel`).
+    let refused = after.recalibrate(&["lab.k".to_string()]);
+    assert!(
+        matches!(&refused, Err(ServiceError::InvalidArgs(why)) if why.contains("nothing to run here")),
+        "{refused:?}"
+    );
     // Imported samples read no clock: the stale import is scaled from the clock its
     // fingerprint names, as a measured calibration is.
     let info = after.bound_info("lab.k", 64, None).unwrap();
