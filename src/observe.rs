@@ -1496,6 +1496,20 @@ mod tests {
         );
     }
 
+    /// Files set aside in `dir` (`.corrupt-<time>`).
+    fn corrupt_copies(dir: &Path) -> usize {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .contains(".corrupt-")
+            })
+            .count()
+    }
+
     /// A damaged line that is not an append cut short held a floor a reporter was told is on
     /// disk: the journal is copied aside (the next save deletes it) and the load says so, for
     /// `Health` (it was dropped with a log line only). The other lines' floors are kept.
@@ -1521,17 +1535,7 @@ mod tests {
         );
         let kept = obs.kernel("a").unwrap()[&(8, Interference::Isolated)].floor_ns;
         assert_eq!(kept, 700);
-        let copies = std::fs::read_dir(dir.path())
-            .unwrap()
-            .filter(|e| {
-                e.as_ref()
-                    .unwrap()
-                    .file_name()
-                    .to_string_lossy()
-                    .contains(".corrupt-")
-            })
-            .count();
-        assert_eq!(copies, 1);
+        assert_eq!(corrupt_copies(dir.path()), 1);
     }
 
     #[test]
@@ -1632,18 +1636,7 @@ mod tests {
         file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
             .unwrap();
         let text = std::fs::read_to_string(file.path()).unwrap();
-        let aside = || {
-            std::fs::read_dir(dir.path())
-                .unwrap()
-                .filter(|e| {
-                    e.as_ref()
-                        .unwrap()
-                        .file_name()
-                        .to_string_lossy()
-                        .contains(".corrupt-")
-                })
-                .count()
-        };
+        let aside = || corrupt_copies(dir.path());
         // A histogram that is not one: the floor and totals survive, the file is moved aside.
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         let bad = text.replace(

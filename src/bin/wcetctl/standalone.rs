@@ -247,6 +247,19 @@ pub(crate) fn fit(
     Ok(())
 }
 
+/// The sizes of `f`'s bounds whose entry satisfies `pick`, as text.
+fn sizes_where(
+    f: &offline::KernelFit,
+    pick: impl Fn(&wcetd::model::BoundEntry) -> bool,
+) -> Vec<String> {
+    f.table
+        .entries
+        .iter()
+        .filter(|e| pick(e))
+        .map(|e| e.sms.to_string())
+        .collect()
+}
+
 /// What each kernel's samples support, on standard error so the CSV stays clean.
 fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String, Geometry>) {
     for f in fits {
@@ -259,13 +272,7 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
         );
         // Rule 2: every bound says where it came from; the CSV has no column for it.
         for provenance in ["fitted", "extrapolated"] {
-            let at: Vec<String> = f
-                .table
-                .entries
-                .iter()
-                .filter(|e| e.provenance.to_string() == provenance)
-                .map(|e| e.sms.to_string())
-                .collect();
+            let at = sizes_where(f, |e| e.provenance.to_string() == provenance);
             if !at.is_empty() {
                 eprintln!(
                     "wcetctl: {}: {provenance} (not measured) at {} SMs",
@@ -278,13 +285,7 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
             eprintln!("wcetctl: warning: {}: {w}", f.kernel);
         }
         let smallest = f.samples.keys().min().copied().unwrap_or(0);
-        let below: Vec<String> = f
-            .table
-            .entries
-            .iter()
-            .filter(|e| e.sms < smallest)
-            .map(|e| e.sms.to_string())
-            .collect();
+        let below = sizes_where(f, |e| e.sms < smallest);
         if !below.is_empty() {
             eprintln!(
                 "wcetctl: warning: {}: at {} SMs, below the smallest size measured ({smallest}), the bound assumes each SM does the same work per unit as there (no cache or occupancy change on fewer SMs); measure the smallest size it will run at",
@@ -293,13 +294,7 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
             );
         }
         let largest = f.samples.keys().max().copied().unwrap_or(0);
-        let above: Vec<String> = f
-            .table
-            .entries
-            .iter()
-            .filter(|e| e.sms > largest)
-            .map(|e| e.sms.to_string())
-            .collect();
+        let above = sizes_where(f, |e| e.sms > largest);
         if !above.is_empty() {
             eprintln!(
                 "wcetctl: warning: {}: at {} SMs, above the largest size measured ({largest}), nothing measured bounds the time (contention can start past it); measure the largest size it will run at",
