@@ -273,12 +273,12 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("samples", b.entry.samples.into());
     // As the design fixes it, 0 where not measured; the sweep's launches under keys of their own
     // (a maximum beside `samples` 0 had no stated source).
-    let (measured_max, verified_max) = if b.entry.samples > 0 {
-        (b.entry.observed_max_ns, 0)
-    } else if b.entry.verified_samples > 0 {
+    // (Where neither ran, a launch a bundle's arrival check timed here holds the bound up: it
+    // stays `observed_max_ns`, the slowest launch this card timed at that size.)
+    let (measured_max, verified_max) = if b.entry.verified_samples > 0 && b.entry.samples == 0 {
         (0, b.entry.observed_max_ns)
     } else {
-        (0, 0)
+        (b.entry.observed_max_ns, 0)
     };
     put("observed_max_ns", measured_max.into());
     put("verified_samples", b.entry.verified_samples.into());

@@ -284,19 +284,27 @@ const MAX_MODULE_BYTES: u64 = 1 << 30;
 /// Read at most `limit` bytes of a regular file: a manifest, or a file it names. A FIFO named as
 /// a fill file blocked the daemon in `open` (every bus call waited, and cancelling the job that
 /// read it did nothing); a device (`/dev/zero`) reports no length to check and was read until
-/// memory ran out. Opened without blocking, then refused unless it is a regular file.
+/// memory ran out. Refused unless it is a regular file before it is opened (opening a device can
+/// act: `/dev/watchdog` arms a watchdog), then opened without blocking and checked again (it
+/// may have been replaced in between).
 pub(crate) fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = || {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "it is not a regular file (a FIFO, a device or a directory); accepted: a regular file",
+        )
+    };
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(not_regular());
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)
         .open(path)?;
     if !file.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "it is not a regular file (a FIFO, a device or a directory); accepted: a regular file",
-        ));
+        return Err(not_regular());
     }
     let mut bytes = Vec::new();
     file.take(limit).read_to_end(&mut bytes)?;

@@ -266,6 +266,11 @@ pub async fn watch(
                     )?;
                 }
                 out.flush()?;
+                // Counted, so that `--count N` ends even if the daemon never comes back.
+                shown += 1;
+                if count.is_some_and(|c| shown >= c) {
+                    return Err(e.context("the daemon left the bus and did not come back"));
+                }
                 tokio::time::sleep(interval).await;
                 continue;
             }

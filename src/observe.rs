@@ -889,7 +889,9 @@ impl ObservationFile {
                         obs.raise_floor(&f);
                         read += 1;
                     }
-                    Err(e) if e.is_eof() => torn += 1,
+                    // Or zeros where the file system had allocated the append's block but not
+                    // written it when the power went (delayed allocation).
+                    Err(e) if e.is_eof() || line.contains('\0') => torn += 1,
                     _ => damaged += 1,
                 }
             }

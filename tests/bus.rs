@@ -251,7 +251,25 @@ async fn a_cancelled_job_keeps_the_old_bounds() {
 /// learnt the name was taken (and left a job record that the next start called interrupted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_daemon_on_the_bus_is_refused_before_it_runs_anything() {
+    use futures_util::StreamExt;
     let d = Daemon::start(&[]).await;
+    // Every JobFinished on the bus, whoever sends it (as a client matching on path and
+    // interface alone sees them).
+    let rule = zbus::MatchRule::builder()
+        .msg_type(zbus::message::Type::Signal)
+        .interface("org.wcetd.Calibration1")
+        .member("JobFinished")
+        .build()
+        .unwrap();
+    let mut finished = zbus::MessageStream::for_match_rule(rule, &d.conn, None)
+        .await
+        .unwrap();
+    let dbus = zbus::fdo::DBusProxy::new(&d.conn).await.unwrap();
+    let owner = dbus
+        .get_name_owner(wcetd::bus::BUS_NAME.try_into().unwrap())
+        .await
+        .unwrap()
+        .to_string();
     let other = d.dir.path().join("other-state");
     let out = std::process::Command::new("timeout")
         .args(["60", env!("CARGO_BIN_EXE_wcetd")])
@@ -280,6 +298,18 @@ async fn a_second_daemon_on_the_bus_is_refused_before_it_runs_anything() {
     assert!(left.is_empty(), "{left:?}");
     // The first daemon still serves.
     assert_eq!(d.wait_job(1).await.0, "done");
+    // Its job 1 finished, and no other daemon said a job 1 was cancelled.
+    let mut senders = Vec::new();
+    while let Ok(Some(m)) =
+        tokio::time::timeout(std::time::Duration::from_millis(200), finished.next()).await
+    {
+        let m = m.unwrap();
+        senders.push(m.header().sender().unwrap().to_string());
+    }
+    assert!(
+        !senders.is_empty() && senders.iter().all(|s| *s == owner),
+        "{senders:?} vs {owner}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

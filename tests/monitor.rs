@@ -711,9 +711,16 @@ async fn watch_waits_for_a_daemon_that_restarts() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
-        let mut next = || -> serde_json::Value {
-            serde_json::from_str(&lines.next().expect("a line").unwrap()).unwrap()
+        // Read on a thread of its own: a blocking read here could not be cut short by the
+        // test's time limit.
+        let lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || lines.map_while(Result::ok).try_for_each(|l| tx.send(l)));
+        let next = || -> serde_json::Value {
+            let line = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a line from watch");
+            serde_json::from_str(&line).unwrap()
         };
         assert!(next().get("observed").is_some(), "a snapshot first");
         d.stop();

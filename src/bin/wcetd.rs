@@ -299,6 +299,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .map(|(n, service)| (*n, service.calibrate_missing()))
         .collect();
     if let Err(e) = bus::own_name(&conn).await {
+        // Off the bus first: the cancellation's JobFinished must not reach clients of the
+        // daemon that owns the name (a signal matched by path and interface alone read as its
+        // job 1 cancelled).
+        drop(name_lost);
+        let _ = conn.close().await;
         for ((_, service), (_, job)) in services.iter().zip(&first_jobs) {
             if let Some(job) = job {
                 let _ = service.cancel_job(*job);

@@ -194,14 +194,13 @@ fn wcetd(
         let bound = tail.apply(m, central) * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
-    // Where step 6b holds a size up, the law it rests on predicts a rise: the table is not
-    // claimed monotone (nor made non-increasing, which would carry that rise to every smaller
-    // size, nor later raises carried down).
+    // Where step 6b holds a size up, the table stays as monotone as the medians say: the
+    // non-increasing pass, and later raises carried to smaller sizes (production floors,
+    // imports), only ever raise (not claiming it dropped both, and lowered measured sizes).
     let rising_law = sizes
         .iter()
         .find(|&&m| between(&m) && shape.passed_over_at(m).is_some())
         .and(typical.passed_over.as_ref());
-    typical.monotone &= rising_law.is_none();
     if typical.monotone {
         make_non_increasing(&mut entries);
     }
@@ -209,7 +208,7 @@ fn wcetd(
     let mut notes = wcetd_notes(&validated, &typical.medians, monotone_by_fit, &tail, config);
     notes.extend(convexity_note);
     notes.extend(rising_law.map(|(f, margin)| {
-        format!("law {} explained the measured sizes best but predicts a rise they do not show, so another was used; where no launch was seen between measured sizes, bounds are never below it plus {:.1}%, and monotonicity is not assumed", f.law, margin * 100.0)
+        format!("law {} explained the measured sizes best but predicts a rise they do not show, so another was used; where no launch was seen between measured sizes, bounds are never below it plus {:.1}%", f.law, margin * 100.0)
     }));
     notes.extend(rise.map(|(a, b)| {
         format!("the verification sweep saw the time rise from {a} to {b} SMs beyond its noise: monotonicity not assumed")

@@ -77,6 +77,9 @@ impl JobRecords {
                 all.push(notice.clone());
             }
         }
+        // The latest few: each start of a crash loop names a new `.corrupt-<time>` file.
+        let extra = all.len().saturating_sub(SET_ASIDE_KEPT);
+        all.drain(..extra);
         if !now.is_empty() {
             let written = crate::store::write_atomically(&self.set_aside, |out| {
                 serde_json::to_writer(out, &all).map_err(std::io::Error::other)
@@ -173,6 +176,9 @@ fn write(path: &Path, records: &[Record]) {
         tracing::warn!(path = %path.display(), error = %e, "cannot update the record of running jobs; a crash during one may not be named at the next start");
     }
 }
+
+/// Notices of files set aside that are kept for `Health`, the latest.
+const SET_ASIDE_KEPT: usize = 5;
 
 /// Interrupted jobs of each kind (started, queued) that `Health` describes one by one.
 const SHOWN: usize = 3;
