@@ -284,6 +284,11 @@ mod tests {
         records.queued(2, "calibrating", &["lud".into()]);
         records.ended(2, true);
         assert!(records.set_aside(&[]).is_empty());
+        // A crash loop names a new file each start: the latest five are kept.
+        for i in 0..7 {
+            records.set_aside(&[format!("f{i}")]);
+        }
+        assert_eq!(records.set_aside(&[]), ["f2", "f3", "f4", "f5", "f6"]);
     }
 
     /// Queued, started, ended: what the next start reads at each point, and what a success
