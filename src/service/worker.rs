@@ -321,7 +321,8 @@ fn calibrate_job(
         results = fit_all(std::mem::take(&mut measured), gpu, &fitted, &mut report);
         report.drop_removed(inner, &mut results);
         if i + 1 < steps.len() && !results.is_empty() {
-            let (state, done) = commit(store, inner, std::mem::take(&mut results), "calibrated");
+            let (state, done) =
+                commit_served(store, inner, std::mem::take(&mut results), &mut report);
             if state != JobState::Done {
                 return (state, done);
             }
@@ -332,13 +333,29 @@ fn calibrate_job(
     let nothing_else =
         report.published.is_empty() && report.failures.is_empty() && report.skipped.is_empty();
     if !results.is_empty() || nothing_else {
-        let (state, done) = commit(store, inner, results, "calibrated");
+        let (state, done) = commit_served(store, inner, results, &mut report);
         if state != JobState::Done {
             return (state, done);
         }
         report.published.push(done);
     }
     report.finish(inner)
+}
+
+/// Commit `results` but those a reload removed, with reloads held off from that check to the
+/// publication (a reload in between had a removed kernel stored and announced).
+fn commit_served(
+    store: &Store,
+    inner: &Inner,
+    mut results: Vec<TaggedCalibration>,
+    report: &mut JobReport,
+) -> JobEnd {
+    let _no_reload = inner
+        .reloading
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    report.drop_removed(inner, &mut results);
+    commit(store, inner, results, "calibrated")
 }
 
 /// Whether `kernel` is still in the catalogue (a reload may have removed its manifest).
