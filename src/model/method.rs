@@ -196,7 +196,8 @@ fn wcetd(
     }
     // Where step 6b holds a size up, the table stays as monotone as the medians say: the
     // non-increasing pass, and later raises carried to smaller sizes (production floors,
-    // imports), only ever raise (not claiming it dropped both, and lowered measured sizes).
+    // imports), only ever raise. (Dropping both, tried first, lowered some measured sizes'
+    // bounds and stopped floors being carried down: a code review.)
     let rising_law = sizes
         .iter()
         .find(|&&m| between(&m) && shape.passed_over_at(m).is_some())
