@@ -13,16 +13,32 @@ pub const DEFAULT_PATH: &str = "/etc/wcetd/wcetd.toml";
 /// Flags a file may not set: the file's own path and one-shot actions.
 const NOT_IN_FILE: [&str; 4] = ["config", "help", "version", "generate"];
 
+/// The largest configuration file read: far above any real one, so that a file that is not one
+/// (a log pointed at by mistake) is refused instead of parsed.
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
 /// The configuration file to read: `explicit` (which must exist), else [`DEFAULT_PATH`] when it
-/// exists, else none.
+/// exists, else none. A path that exists but is not a regular file (a directory, a FIFO) is an
+/// error in both cases, named as such: skipping the default path then would run the daemon with
+/// none of the operator's settings, and "no such file" would send them looking for the wrong fault.
 pub fn locate(explicit: Option<&Path>) -> anyhow::Result<Option<PathBuf>> {
-    match explicit {
-        Some(p) if p.is_file() => Ok(Some(p.to_path_buf())),
-        Some(p) => bail!(
-            "--config {}: no such file; accepted: a TOML file with the same keys as the flags (see {DEFAULT_PATH})",
-            p.display()
+    const ACCEPTED: &str = "accepted: a TOML file with the same keys as the flags";
+    let (path, named) = match explicit {
+        Some(p) => (p.to_path_buf(), format!("--config {}", p.display())),
+        None => (
+            PathBuf::from(DEFAULT_PATH),
+            format!("configuration {DEFAULT_PATH}"),
         ),
-        None => Ok(Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.is_file())),
+    };
+    match std::fs::metadata(&path) {
+        Ok(m) if m.is_file() => Ok(Some(path)),
+        Ok(m) if m.is_dir() => bail!("{named}: is a directory; {ACCEPTED}"),
+        Ok(_) => bail!("{named}: not a regular file (a FIFO, socket or device); {ACCEPTED}"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && explicit.is_none() => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("{named}: no such file; {ACCEPTED} (see {DEFAULT_PATH})")
+        }
+        Err(e) => bail!("{named}: cannot be read: {e}; {ACCEPTED}"),
     }
 }
 
@@ -34,8 +50,16 @@ pub fn merge(
     given: &[String],
     file: &Path,
 ) -> anyhow::Result<Vec<OsString>> {
-    let text = std::fs::read_to_string(file)
+    let bytes = crate::manifest::read_regular(file, MAX_CONFIG_BYTES + 1)
         .with_context(|| format!("reading configuration {}", file.display()))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        bail!(
+            "configuration {}: larger than {MAX_CONFIG_BYTES} bytes; accepted: a TOML file with the same keys as the flags",
+            file.display()
+        );
+    }
+    let text = String::from_utf8(bytes)
+        .with_context(|| format!("configuration {}: not UTF-8 text", file.display()))?;
     let table: toml::Table = toml::from_str(&text)
         .with_context(|| format!("configuration {}: not valid TOML", file.display()))?;
     let mut merged: Vec<OsString> = args.iter().take(1).cloned().collect();
@@ -213,6 +237,41 @@ mod tests {
         assert!(f.session && !f.system);
         let f = parse("session = true\n", &["--system"]).unwrap();
         assert!(f.system && !f.session);
+    }
+
+    #[test]
+    fn a_config_path_that_is_not_a_file_says_what_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = locate(Some(dir.path())).unwrap_err().to_string();
+        assert!(
+            e.contains("is a directory") && e.contains("accepted"),
+            "{e}"
+        );
+        let missing = dir.path().join("absent.toml");
+        let e = locate(Some(&missing)).unwrap_err().to_string();
+        assert!(e.contains("no such file"), "{e}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path in a directory this test owns.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = locate(Some(&fifo)).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let file = dir.path().join("wcetd.toml");
+        std::fs::write(&file, "launches = 5\n").unwrap();
+        assert_eq!(locate(Some(&file)).unwrap(), Some(file.clone()));
+        // A file that is not text, or far too large to be a configuration, is refused whole.
+        std::fs::write(&file, [0xff, 0xfe, 0x00]).unwrap();
+        let e = format!(
+            "{:#}",
+            merge(&Flags::command(), &[], &[], &file).unwrap_err()
+        );
+        assert!(e.contains("not UTF-8"), "{e}");
+        std::fs::write(&file, vec![b'#'; (MAX_CONFIG_BYTES + 1) as usize]).unwrap();
+        let e = format!(
+            "{:#}",
+            merge(&Flags::command(), &[], &[], &file).unwrap_err()
+        );
+        assert!(e.contains("larger than"), "{e}");
     }
 
     #[test]

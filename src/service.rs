@@ -227,7 +227,8 @@ pub struct Guarantee {
     pub configured_exceedance: f64,
     /// Interference tags this kernel has a calibration for (the bound is the safer of them).
     pub available: Vec<Interference>,
-    /// Fewest SMs the stressor ran on while this size was measured (0: isolated or not measured).
+    /// Fewest SMs the stressor ran on while this size was measured, or verified by the sweep
+    /// (0: isolated, or no launch there).
     pub stressor_sms: u32,
 }
 
@@ -337,6 +338,10 @@ struct Inner {
     /// Held through a reload, so that two at once cannot pair one's catalogue with the other's
     /// forecast.
     reloading: Mutex<()>,
+    /// Written by a reload from publishing its catalogue until its calibration job is queued,
+    /// read by [`Service::health`]: in between, a changed kernel is stale with no job for it,
+    /// and Health advised a recalibration the reload was about to queue.
+    publishing: RwLock<()>,
     /// Where jobs are recorded from queued to ended, so that the next start names those a crash
     /// interrupted ([`interrupted`]).
     job_record: interrupted::JobRecords,
@@ -453,6 +458,7 @@ impl Service {
             changed_on_disk: RwLock::default(),
             code_watch_failed: AtomicBool::new(false),
             reloading: Mutex::new(()),
+            publishing: RwLock::new(()),
             job_record,
             stopping: AtomicBool::new(false),
             span: span.clone(),
@@ -543,6 +549,11 @@ impl Service {
     /// `ok`, or `degraded: <why>`: after a failed job (until the next one succeeds), and while
     /// any bound served was measured under another device fingerprint (rule 3).
     pub fn health(&self) -> String {
+        let _published = self
+            .inner
+            .publishing
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let last_job = self
             .inner
             .health
@@ -654,6 +665,11 @@ impl Service {
             .collect();
         // Predictions are of the code now loaded (a module's PTX is read once, here).
         let forecast = self.forecast().for_catalogue(&next);
+        let _publishing = self
+            .inner
+            .publishing
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         *self
             .inner
             .catalogue
@@ -961,10 +977,12 @@ impl Service {
                 .into_iter()
                 .filter(|&t| snap.tables(t).contains_key(kernel))
                 .collect(),
+            // At a verified size, the sweep's launches are the ones the stressor ran beside.
             stressor_sms: cal
                 .campaign
                 .sizes
                 .get(&partition)
+                .or_else(|| cal.campaign.verified.get(&partition))
                 .map_or(0, |r| r.stressor_sms),
             configured_exceedance: self.inner.config.recipe.method_config.exceedance,
             exceedance,

@@ -600,6 +600,34 @@ fn a_time_reported_during_a_recalibration_is_judged_against_what_it_publishes() 
 
 /// Untagged, a bound answers for both conditions: it is stale when either calibration is,
 /// even where the current one's bound is the larger and is the one served.
+/// At a size the sweep verified, the sweep's contended launches are the ones the stressor ran
+/// beside: `stressor_sms` names it there as at a measured size (it said 0, "isolated").
+#[test]
+fn a_verified_size_names_the_stressor_its_launches_ran_beside() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = short_campaigns();
+    // Too little time to measure every size: the sweep verifies the others.
+    config.recipe.sweep.budget_s = 1e-6;
+    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+    let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+    let mut events = service.subscribe();
+    let job = service.recalibrate(&["srad".to_string()]).unwrap();
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    let mut verified = 0;
+    for &m in &service.device().partition_sizes {
+        let info = service
+            .bound_info("srad", m, Some(Interference::Contended))
+            .unwrap();
+        if info.entry.samples == 0 && info.entry.verified_samples > 0 {
+            verified += 1;
+            assert!(info.guarantee.stressor_sms > 0, "{m} SMs: {info:?}");
+        }
+    }
+    assert!(verified > 0, "the sweep verified no size");
+}
+
 #[test]
 fn the_untagged_bound_is_stale_when_either_calibration_is() {
     let dir = tempfile::tempdir().unwrap();
