@@ -67,6 +67,31 @@ pub struct Verdict {
     pub missed: Vec<String>,
     /// Weaker bounds the caller's [`Policy`] accepted, each said.
     pub accepted: Vec<String>,
+    /// Every bound the verdict rests on, once per (kernel, partition), in the order first used:
+    /// enough to find each again (`GetBoundInfo`) and to tell a verdict on measured bounds from
+    /// one on fitted ones.
+    pub rests_on: Vec<UsedBound>,
+}
+
+/// A bound a verdict used, and where it came from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsedBound {
+    pub kernel: String,
+    pub partition_sms: u32,
+    pub bound_ns: u64,
+    pub origin: BoundOrigin,
+}
+
+/// Where a bound came from, as `GetBoundInfo` says it.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct BoundOrigin {
+    /// The calibration's id; empty where none is named.
+    pub calibration: String,
+    /// What the bound at this size rests on: `measured`, `verified`, `fitted`, `extrapolated` or
+    /// `observed` (a launch time reported from production).
+    pub basis: String,
+    /// The interference of the calibration it came from.
+    pub interference: Interference,
 }
 
 impl Verdict {
@@ -109,7 +134,7 @@ impl Policy {
 }
 
 /// One launch's bound as admission uses it, with what it promises.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct KernelBound {
     pub bound_ns: u64,
     /// Exceedance per launch the bound is stated at.
@@ -124,6 +149,7 @@ pub struct KernelBound {
     pub remedy: Remedy,
     /// Whether the daemon can measure the kernel (not only import it): how a missing bound is got.
     pub runnable: bool,
+    pub origin: BoundOrigin,
 }
 
 /// What makes a stale bound current again, as admission advises it.
@@ -288,6 +314,8 @@ struct Lookup<'a> {
     /// The (isolated, contended) bounds already looked up, by (kernel, partition): a set may
     /// launch one kernel many times, and a lookup is the costly part of a verdict.
     seen: HashMap<(String, u32), Bounds>,
+    /// The bound each (kernel, partition) contributed, in the order first looked up.
+    rests_on: Vec<UsedBound>,
     refused: Vec<String>,
     accepted: Vec<String>,
     /// Whether `accepted` says already that the clock could not be read.
@@ -323,6 +351,7 @@ impl<'a> Lookup<'a> {
             policy,
             co_running,
             seen: HashMap::new(),
+            rests_on: Vec::new(),
             refused: Vec::new(),
             accepted: Vec::new(),
             clock_said: false,
@@ -343,13 +372,19 @@ impl<'a> Lookup<'a> {
         };
         for (i, kernel) in kernels.iter().enumerate() {
             let at = |e| in_task(task, i, e);
+            let first_use = !self.seen.contains_key(&(kernel.clone(), partition));
             let (isolated, contended, served) = self.bounds_of(kernel, partition).map_err(at)?;
+            let contended_exists = contended.is_some();
             let used: Vec<KernelBound> = isolated
                 .into_iter()
                 .chain(contended)
                 .chain(served)
                 .collect();
-            let Some(bound) = used.iter().map(|b| b.bound_ns).max() else {
+            // The first of the largest: the tagged bound where `GetBound`'s equals it.
+            let largest = used
+                .iter()
+                .reduce(|a, b| if b.bound_ns > a.bound_ns { b } else { a });
+            let Some(bound) = largest.map(|b| b.bound_ns) else {
                 // Neither exists: the lookup's own error says so and how to get one.
                 return Err(at(self
                     .src
@@ -360,6 +395,14 @@ impl<'a> Lookup<'a> {
                     })));
             };
             out.segments.push(bound);
+            if let (true, Some(b)) = (first_use, largest) {
+                self.rests_on.push(UsedBound {
+                    kernel: kernel.clone(),
+                    partition_sms: partition,
+                    bound_ns: b.bound_ns,
+                    origin: b.origin.clone(),
+                });
+            }
             let exceedance = used.iter().map(|b| b.exceedance).fold(0.0, f64::max);
             let stale = used.iter().any(|b| b.stale);
             let remedy = used
@@ -369,7 +412,7 @@ impl<'a> Lookup<'a> {
             out.exceedance = out.exceedance.max(exceedance);
             out.stale |= stale;
             let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
-            if contended.is_none() {
+            if !contended_exists {
                 out.interference = Interference::Isolated;
                 if self.co_running {
                     self.refused.push(format!(
@@ -423,8 +466,8 @@ impl<'a> Lookup<'a> {
     /// `kernel`'s (isolated, contended) bounds at `partition`, those that exist.
     fn bounds_of(&mut self, kernel: &str, partition: u32) -> Result<Bounds> {
         let key = (kernel.to_string(), partition);
-        if let Some(&found) = self.seen.get(&key) {
-            return Ok(found);
+        if let Some(found) = self.seen.get(&key) {
+            return Ok(found.clone());
         }
         let tagged = |tag| optional(self.src.bound(kernel, partition, tag));
         let found = (
@@ -432,7 +475,7 @@ impl<'a> Lookup<'a> {
             tagged(Some(Interference::Contended))?,
             tagged(None)?,
         );
-        self.seen.insert(key, found);
+        self.seen.insert(key, found.clone());
         Ok(found)
     }
 
@@ -483,6 +526,7 @@ impl<'a> Lookup<'a> {
             refused,
             missed,
             accepted,
+            rests_on: self.rests_on,
         }
     }
 }
@@ -924,6 +968,7 @@ mod tests {
                 clock_unread: false,
                 remedy: self.remedy,
                 runnable: true,
+                origin: BoundOrigin::default(),
             })
         }
     }
@@ -1078,6 +1123,14 @@ mod tests {
                 stale: false,
             }]
         );
+        // What it rests on: each (kernel, partition) once, in the order first launched.
+        let v = check_distinct(&table(), &[task("t", &["b", "a", "b"], 10, 1000, 1000)]).unwrap();
+        let rests_on: Vec<(&str, u32, u64)> = v
+            .rests_on
+            .iter()
+            .map(|b| (b.kernel.as_str(), b.partition_sms, b.bound_ns))
+            .collect();
+        assert_eq!(rests_on, [("b", 8, 120), ("a", 8, 200)]);
     }
 
     #[test]

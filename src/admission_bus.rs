@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use zbus::{interface, proxy, Connection, DeserializeDict, OwnedVariant, SerializeDict, Type};
 
 use crate::admission::{
-    self, BoundSource, KernelBound, Policy, Remedy, Task, TaskResult, Unsized, Verdict,
+    self, BoundOrigin, BoundSource, KernelBound, Policy, Remedy, Task, TaskResult, Unsized, Verdict,
 };
 use crate::dbus::BusError;
 use crate::gpu::Interference;
@@ -42,6 +42,11 @@ impl BoundSource for Service {
             other_model: info.measured_on_model.is_some(),
             clock_unread: info.clock.current_mhz == 0,
             runnable: info.runnable,
+            origin: BoundOrigin {
+                calibration: info.calibration_id.clone(),
+                basis: info.basis().to_string(),
+                interference: info.interference,
+            },
             remedy: if info.files_changed {
                 Remedy::Reload
             } else if let Some(job) = info.recalibrating {
@@ -79,6 +84,23 @@ pub struct Detailed {
     pub accepted: Vec<String>,
     pub configured_exceedance: f64,
     pub tasks: Vec<DetailedTask>,
+    /// Every bound the verdict rests on (an extension: a daemon before it sends none).
+    pub bounds: Option<Vec<DetailedBound>>,
+}
+
+/// One bound of a [`Detailed`] answer (`a{sv}`): which, and where it came from.
+#[derive(Debug, Clone, PartialEq, SerializeDict, DeserializeDict, Type)]
+#[zbus(signature = "a{sv}")]
+pub struct DetailedBound {
+    pub kernel: String,
+    pub partition_sms: u32,
+    pub bound_ns: u64,
+    /// The calibration's id, as `GetBoundInfo`'s `calibration`.
+    pub calibration: String,
+    /// As `GetBoundInfo`'s `basis`: `measured`, `verified`, `fitted`, `extrapolated`, `observed`.
+    pub basis: String,
+    /// The interference of the calibration it came from.
+    pub interference: String,
 }
 
 /// One task of a [`Detailed`] answer (`a{sv}`).
@@ -243,6 +265,19 @@ fn detailed(v: Verdict, shared: bool, total_sms: u32, configured: f64) -> Detail
         accepted: v.accepted,
         configured_exceedance: configured,
         tasks: v.tasks.into_iter().map(detailed_task).collect(),
+        bounds: Some(
+            v.rests_on
+                .into_iter()
+                .map(|b| DetailedBound {
+                    kernel: b.kernel,
+                    partition_sms: b.partition_sms,
+                    bound_ns: b.bound_ns,
+                    calibration: b.origin.calibration,
+                    basis: b.origin.basis,
+                    interference: b.origin.interference.to_string(),
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -409,6 +444,12 @@ pub fn render(answer: &Detailed) -> String {
     }
     for a in &answer.accepted {
         out += &format!("  accepted: {a}\n");
+    }
+    for b in answer.bounds.iter().flatten() {
+        out += &format!(
+            "  rests on: {} at {} SMs, {} ns ({}, {}, calibration {})\n",
+            b.kernel, b.partition_sms, b.bound_ns, b.basis, b.interference, b.calibration
+        );
     }
     out
 }

@@ -266,7 +266,7 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     put("partition_sms", b.entry.sms.into());
     put("requested_sms", b.requested_sms.into());
     put("provenance", b.entry.provenance.to_string().into());
-    put("basis", b.entry.basis().into());
+    put("basis", b.basis().into());
     put("calibrated_at", b.calibrated_at.to_rfc3339().into());
     put("calibration", b.calibration_id.clone().into());
     put("stale", b.stale.into());
@@ -324,9 +324,6 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
             .map_or(String::new(), |t| t.to_string())
             .into(),
     );
-    if b.observed.is_some_and(|f| f.raised) {
-        put("basis", "observed".into());
-    }
     d
 }
 

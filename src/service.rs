@@ -216,6 +216,18 @@ pub struct BoundInfo {
     pub observed: Option<ObservedFloor>,
 }
 
+impl BoundInfo {
+    /// What the bound at this size rests on (`GetBoundInfo`'s `basis`): the table entry's basis,
+    /// or `observed` where a launch time reported from production raised it.
+    pub fn basis(&self) -> &'static str {
+        if self.observed.is_some_and(|f| f.raised) {
+            "observed"
+        } else {
+            self.entry.basis()
+        }
+    }
+}
+
 /// What a bound promises, in numbers a scheduler can compare.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Guarantee {

@@ -367,6 +367,15 @@ async fn co_running_partitions_on_isolated_bounds_alone_are_not_admitted() {
     assert_eq!(code, Some(0), "{out}{err}");
     let after = detailed(&d, &set[..1], &[]).await.unwrap();
     assert_eq!(after.tasks[0].response_ns.to_string(), seen, "{after:?}");
+    // The verdict says what it rests on: that reported time, not a calibration's bound.
+    let rests_on = after.bounds.as_deref().unwrap();
+    assert_eq!(rests_on.len(), 1, "{after:?}");
+    assert_eq!(
+        (rests_on[0].kernel.as_str(), rests_on[0].partition_sms),
+        ("needle", 64)
+    );
+    assert_eq!(rests_on[0].bound_ns.to_string(), seen);
+    assert_eq!(rests_on[0].basis, "observed", "{after:?}");
     // Do as the answer says, with wcetctl.
     let (code, out, err) = admission_support::wcetctl(
         env.address(),
@@ -382,6 +391,29 @@ async fn co_running_partitions_on_isolated_bounds_alone_are_not_admitted() {
     let answer = detailed(&d, &set, &[]).await.unwrap();
     assert!(answer.admitted, "{answer:?}");
     assert!(answer.tasks.iter().all(|t| t.interference == "contended"));
+    // Each bound it rests on is one GetBoundInfo serves (of its tag, or untagged), with that
+    // answer's calibration and basis.
+    let rests_on = answer.bounds.as_deref().unwrap();
+    assert_eq!(rests_on.len(), 2, "{answer:?}");
+    for b in rests_on {
+        let tagged: HashMap<String, zbus::OwnedVariant> = d
+            .call(
+                "org.wcetd.Bounds1",
+                "GetBoundInfoTagged",
+                &(&b.kernel, b.partition_sms, &b.interference),
+            )
+            .await
+            .unwrap();
+        let untagged = d.bound_info(&b.kernel, b.partition_sms).await;
+        let says = |info: &HashMap<String, zbus::OwnedVariant>| {
+            let text = |k: &str| String::try_from(info[k].clone()).unwrap();
+            u64::try_from(&info["bound_ns"]).unwrap() == b.bound_ns
+                && text("calibration") == b.calibration
+                && text("basis") == b.basis
+                && text("interference") == b.interference
+        };
+        assert!(says(&tagged) || says(&untagged), "{b:?}");
+    }
 }
 
 /// A calibration made under another clock policy is stale: Health says so, and admission refuses

@@ -63,6 +63,16 @@ pub(crate) fn print_verdict(
         let mut v = serde_json::json!({"admitted": answer.admitted, "layout": answer.layout,
             "used_sms": answer.used_sms, "total_sms": answer.total_sms, "reasons": answer.reasons,
             "accepted": answer.accepted, "configured_exceedance": answer.configured_exceedance, "tasks": tasks});
+        if let Some(bounds) = &answer.bounds {
+            v["bounds"] = bounds
+                .iter()
+                .map(|b| {
+                    serde_json::json!({"kernel": b.kernel, "partition_sms": b.partition_sms,
+                        "bound_ns": b.bound_ns, "calibration": b.calibration, "basis": b.basis,
+                        "interference": b.interference})
+                })
+                .collect();
+        }
         if let Some(s) = suggested {
             v["suggested"] = s
                 .iter()
