@@ -53,6 +53,12 @@ pub struct TaskResult {
     pub interference: Interference,
     /// ...and whether any was measured under another device fingerprint.
     pub stale: bool,
+    /// At most the probability that one job's response exceeds `response_ns`: the union bound
+    /// over every launch the response rests on (each launch's stated exceedance, summed; with
+    /// one partition shared, every launch of the level's busy period at the set's weakest
+    /// exceedance, and the one that blocks it), capped at 1, and 1 where no response is bounded.
+    /// A per-launch 1e-9 is not a per-job 1e-9 for a job of a hundred launches.
+    pub job_exceedance: f64,
 }
 
 /// The verdict on a task set.
@@ -326,6 +332,8 @@ struct Lookup<'a> {
 struct TaskBounds {
     segments: Vec<u64>,
     exceedance: f64,
+    /// The launches' exceedances summed (each launch's own, not the weakest).
+    exceedance_sum: f64,
     interference: Interference,
     stale: bool,
 }
@@ -367,6 +375,7 @@ impl<'a> Lookup<'a> {
         let mut out = TaskBounds {
             segments: Vec::with_capacity(kernels.len()),
             exceedance: 0.0,
+            exceedance_sum: 0.0,
             interference: Interference::Contended,
             stale: false,
         };
@@ -410,6 +419,7 @@ impl<'a> Lookup<'a> {
                 .find(|b| b.stale)
                 .map_or(Remedy::Recalibrate, |b| b.remedy);
             out.exceedance = out.exceedance.max(exceedance);
+            out.exceedance_sum += exceedance;
             out.stale |= stale;
             let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
             if !contended_exists {
@@ -546,6 +556,7 @@ fn result(
     response_ns: u64,
     deadline_ns: u64,
     b: &TaskBounds,
+    launches_exceedance: f64,
 ) -> TaskResult {
     // u64::MAX is no finite bound (an overloaded level, or kernel bounds whose sum does not fit
     // in 64 bits), never a time that a deadline of u64::MAX could meet.
@@ -563,6 +574,11 @@ fn result(
         exceedance: b.exceedance,
         interference: b.interference,
         stale: b.stale,
+        job_exceedance: if response_ns == u64::MAX {
+            1.0
+        } else {
+            launches_exceedance.min(1.0)
+        },
     }
 }
 
@@ -595,6 +611,7 @@ pub fn check_distinct(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> 
             bounds.total(),
             task.deadline_ns,
             &bounds,
+            bounds.exceedance_sum,
         ));
     }
     let used: u64 = partitions.iter().map(|&p| u64::from(p)).sum();
@@ -648,12 +665,14 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
         TaskBounds {
             segments: Vec::new(),
             exceedance: 0.0,
+            exceedance_sum: 0.0,
             interference: Interference::Contended,
             stale: false,
         },
         |all, b| TaskBounds {
             segments: Vec::new(),
             exceedance: all.exceedance.max(b.exceedance),
+            exceedance_sum: 0.0,
             interference: all.interference.min(b.interference),
             stale: all.stale || b.stale,
         },
@@ -662,8 +681,17 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let response = level.response_time(i, &budget);
-            result(&t.name, partition, response, t.deadline_ns, &weakest)
+            let response = level.response(i, &budget);
+            // Every launch of the busy period at the weakest exceedance of the set.
+            let launches = response.launches as f64 * weakest.exceedance;
+            result(
+                &t.name,
+                partition,
+                response.ns,
+                t.deadline_ns,
+                &weakest,
+                launches,
+            )
         })
         .collect();
     let mut missed = Vec::new();
@@ -697,7 +725,23 @@ impl Job {
 /// at kernel boundaries (jobs before `i` have higher priority). `u64::MAX` when unbounded.
 pub fn response_time(jobs: &[Job], i: usize) -> u64 {
     let level = Level::of(jobs);
-    level.response_time(i, &Budget::new(WORK_BUDGET))
+    level.response(i, &Budget::new(WORK_BUDGET)).ns
+}
+
+/// A response-time bound, and how many kernel launches it rests on.
+struct Response {
+    /// `u64::MAX` when unbounded.
+    ns: u64,
+    /// Every launch of the level's busy period and the one that blocks it: a bound on the
+    /// launches whose bounds the response assumes. `u64::MAX` when unbounded.
+    launches: u64,
+}
+
+impl Response {
+    const UNBOUNDED: Response = Response {
+        ns: u64::MAX,
+        launches: u64::MAX,
+    };
 }
 
 /// Fixed-point work, counted one per job whose demand a step adds up (a step over a level of
@@ -755,7 +799,7 @@ impl<'a> Level<'a> {
     /// lower-priority task; the last kernel `F` is the final non-preemptive segment; every job
     /// `q` of the level-i busy period is checked, because a long final segment can push the next
     /// job later (self-pushing). `u64::MAX` when unbounded, or when `budget` runs out.
-    fn response_time(&self, i: usize, budget: &Budget) -> u64 {
+    fn response(&self, i: usize, budget: &Budget) -> Response {
         let me = &self.jobs[i];
         let blocking = self.jobs[i + 1..]
             .iter()
@@ -763,16 +807,20 @@ impl<'a> Level<'a> {
             .max()
             .unwrap_or(0);
         if self.overloaded(i) {
-            return u64::MAX;
+            return Response::UNBOUNDED;
         }
         let Some(busy) = self.busy_period(i, blocking, budget) else {
-            return u64::MAX;
+            return Response::UNBOUNDED;
         };
         let (c, f) = (self.wcet[i], me.last());
         let jobs_in_busy = busy.div_ceil(me.period).max(1);
         if jobs_in_busy > WORK_LIMIT {
-            return u64::MAX;
+            return Response::UNBOUNDED;
         }
+        let launches = (0..=i).fold(u64::from(blocking > 0), |a, j| {
+            let released = busy.div_ceil(self.jobs[j].period).max(1);
+            a.saturating_add(released.saturating_mul(self.jobs[j].segments.len() as u64))
+        });
         let mut worst = 0u64;
         for q in 0..jobs_in_busy {
             // Everything of job q before its last kernel can be overtaken at a kernel boundary.
@@ -780,14 +828,17 @@ impl<'a> Level<'a> {
                 .saturating_add((q + 1).saturating_mul(c))
                 .saturating_sub(f);
             let Some(start) = self.final_start(i, own, budget) else {
-                return u64::MAX;
+                return Response::UNBOUNDED;
             };
             let response = start
                 .saturating_add(f)
                 .saturating_sub(q.saturating_mul(me.period));
             worst = worst.max(response);
         }
-        worst
+        Response {
+            ns: worst,
+            launches,
+        }
     }
 
     /// Whether the utilisation of the level down to `i` reaches 1 (then its busy period need not
@@ -993,6 +1044,45 @@ mod tests {
     /// In one shared partition every task's response rests on every task's bounds (those above
     /// preempt it, the longest kernel below blocks it): each states the set's weakest guarantee.
     #[test]
+    fn a_jobs_exceedance_sums_every_launch_its_response_rests_on() {
+        // Alone, a job of three launches at 1e-9 each.
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-20;
+        let v = check_distinct(&table(), &[task("t", &["a", "b", "a"], 8, 1000, 1000)]).unwrap();
+        assert!(close(v.tasks[0].job_exceedance, 3e-9), "{v:?}");
+        // Shared at 8 SMs (a = 200, b = 120): `high` is blocked by one of `low`'s launches and
+        // runs its own; `low`'s busy period holds one job of each, three launches.
+        let set = [
+            task("high", &["a"], 8, 1000, 1000),
+            task("low", &["b", "b"], 8, 1000, 1000),
+        ];
+        let v = check_shared(&table(), &set).unwrap();
+        assert!(v.admitted, "{v:?}");
+        assert!(close(v.tasks[0].job_exceedance, 2e-9), "{v:?}");
+        assert!(close(v.tasks[1].job_exceedance, 3e-9), "{v:?}");
+        // `high` every 300 ns: `low`'s busy period (840 ns) releases three of its jobs, so 3 + 2
+        // launches; `high`'s own (520 ns) holds two of its jobs and the launch that blocks it.
+        let set = [
+            task("high", &["a"], 8, 300, 300),
+            task("low", &["b", "b"], 8, 10_000, 10_000),
+        ];
+        let v = check_shared(&table(), &set).unwrap();
+        assert!(close(v.tasks[1].job_exceedance, 5e-9), "{v:?}");
+        assert!(close(v.tasks[0].job_exceedance, 3e-9), "{v:?}");
+        // No bounded response: no promise at all.
+        let v = check_distinct(&table(), &[task("t", &["a"], 8, 1000, 100)]).unwrap();
+        assert!(
+            close(v.tasks[0].job_exceedance, 1e-9),
+            "a missed deadline is still bounded"
+        );
+        let over = [
+            task("x", &["a"], 8, 100, 100),
+            task("y", &["a"], 8, 100, 100),
+        ];
+        let v = check_shared(&table(), &over).unwrap();
+        assert!(v.tasks.iter().all(|t| t.job_exceedance == 1.0), "{v:?}");
+    }
+
+    #[test]
     fn a_shared_partition_states_the_weakest_guarantee_of_the_set_for_each_task() {
         let t = Table {
             heavy_tailed: Some("b"),
@@ -1078,10 +1168,10 @@ mod tests {
     fn an_analysis_past_its_budget_rejects_what_it_did_not_finish() {
         let jobs = [job(&[1], 4), job(&[1], 5), job(&[1], 7)];
         let level = Level::of(&jobs);
-        let finite = level.response_time(2, &Budget::new(WORK_BUDGET));
+        let finite = level.response(2, &Budget::new(WORK_BUDGET)).ns;
         assert!(finite < u64::MAX);
         let tight = Budget::new(3);
-        assert_eq!(level.response_time(2, &tight), u64::MAX);
+        assert_eq!(level.response(2, &tight).ns, u64::MAX);
         assert!(tight.exhausted());
         assert_eq!(response_time(&jobs, 2), finite);
     }
@@ -1121,6 +1211,8 @@ mod tests {
                 exceedance: 1e-9,
                 interference: Interference::Contended,
                 stale: false,
+                // Two launches at 1e-9 each.
+                job_exceedance: 2e-9,
             }]
         );
         // What it rests on: each (kernel, partition) once, in the order first launched.

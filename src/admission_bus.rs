@@ -118,6 +118,9 @@ pub struct DetailedTask {
     pub interference: String,
     /// Whether any bound used was measured under another device fingerprint.
     pub stale: bool,
+    /// At most the probability that one job's response exceeds `response_ns` (an extension:
+    /// a daemon before it sends none): [`admission::TaskResult::job_exceedance`].
+    pub job_exceedance: Option<f64>,
 }
 
 /// `org.wcetd.Admission1`: anyone may call; it only reads bounds.
@@ -291,6 +294,7 @@ fn detailed_task(t: TaskResult) -> DetailedTask {
         exceedance: t.exceedance,
         interference: t.interference.to_string(),
         stale: t.stale,
+        job_exceedance: Some(t.job_exceedance),
     }
 }
 
@@ -397,8 +401,15 @@ pub fn render(answer: &Detailed) -> String {
         .unwrap_or(4)
         .max(4);
     let mut out = format!(
-        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:<12}  verdict\n",
-        "task", "sms", "response_ns", "deadline_ns", "slack_ns", "exceedance", "interference"
+        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:>8}  {:<12}  verdict\n",
+        "task",
+        "sms",
+        "response_ns",
+        "deadline_ns",
+        "slack_ns",
+        "exceedance",
+        "per job",
+        "interference"
     );
     for t in &answer.tasks {
         let response = if t.response_ns == u64::MAX {
@@ -408,8 +419,11 @@ pub fn render(answer: &Detailed) -> String {
         };
         let verdict = if t.slack_ns >= 0 { "meets" } else { "MISSES" };
         let stale = if t.stale { " (stale)" } else { "" };
+        let per_job = t
+            .job_exceedance
+            .map_or("-".to_string(), crate::model::exceedance_text);
         out += &format!(
-            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10}  {:<12}  {verdict}{stale}\n",
+            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10}  {per_job:>8}  {:<12}  {verdict}{stale}\n",
             t.name,
             t.partition_sms,
             t.deadline_ns,

@@ -391,6 +391,14 @@ async fn co_running_partitions_on_isolated_bounds_alone_are_not_admitted() {
     let answer = detailed(&d, &set, &[]).await.unwrap();
     assert!(answer.admitted, "{answer:?}");
     assert!(answer.tasks.iter().all(|t| t.interference == "contended"));
+    // One launch per job, each on its own partition: per job as per launch.
+    assert!(
+        answer
+            .tasks
+            .iter()
+            .all(|t| t.job_exceedance == Some(t.exceedance)),
+        "{answer:?}"
+    );
     // Each bound it rests on is one GetBoundInfo serves (of its tag, or untagged), with that
     // answer's calibration and basis.
     let rests_on = answer.bounds.as_deref().unwrap();

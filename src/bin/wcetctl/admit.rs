@@ -57,7 +57,7 @@ pub(crate) fn print_verdict(
             .map(|t| {
                 serde_json::json!({"name": t.name, "response_ns": t.response_ns, "deadline_ns": t.deadline_ns,
                     "partition_sms": t.partition_sms, "slack_ns": t.slack_ns, "exceedance": t.exceedance,
-                    "interference": t.interference, "stale": t.stale})
+                    "interference": t.interference, "stale": t.stale, "job_exceedance": t.job_exceedance})
             })
             .collect();
         let mut v = serde_json::json!({"admitted": answer.admitted, "layout": answer.layout,
