@@ -723,7 +723,8 @@ impl Job {
 
 /// Worst-case response time of `jobs[i]` under fixed-priority scheduling with preemption points
 /// at kernel boundaries (jobs before `i` have higher priority). `u64::MAX` when unbounded.
-pub fn response_time(jobs: &[Job], i: usize) -> u64 {
+#[cfg(test)]
+fn response_time(jobs: &[Job], i: usize) -> u64 {
     let level = Level::of(jobs);
     level.response(i, &Budget::new(WORK_BUDGET)).ns
 }

@@ -277,7 +277,21 @@ pub fn client_address(explicit: Option<&str>, state_dir: &Path) -> BusChoice {
     BusChoice::Auto
 }
 
-/// A plain client connection to `choice`.
+/// How long a method call waits for its answer: `$WCETD_CALL_TIMEOUT_S` seconds (a positive
+/// whole number), else a minute. Without a limit a client of a stopped (SIGSTOP) or hung daemon
+/// waited forever, and a scheduler's `wcetctl admit` with it; every call the daemon answers is
+/// bounded work (admission stops at its work budget, imports are checked and queued), so a
+/// minute is far above any answer and only a daemon that is not answering meets it.
+pub fn call_timeout() -> std::time::Duration {
+    let seconds = std::env::var("WCETD_CALL_TIMEOUT_S")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .unwrap_or(60);
+    std::time::Duration::from_secs(seconds)
+}
+
+/// A plain client connection to `choice`, its method calls limited to [`call_timeout`].
 pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
     let builder = match choice {
         // zbus takes a unix path as written, without undoing the address's %-escapes (which a
@@ -293,7 +307,8 @@ pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
         BusChoice::Session => zbus::connection::Builder::session(),
         BusChoice::Auto => {
             if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {
-                if let Ok(c) = zbus::connection::Builder::session().build().await {
+                let session = zbus::connection::Builder::session();
+                if let Ok(c) = session.method_timeout(call_timeout()).build().await {
                     return Ok(c);
                 }
             }
@@ -301,6 +316,7 @@ pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
         }
     };
     builder
+        .method_timeout(call_timeout())
         .build()
         .await
         .with_context(|| format!("connecting to {choice}"))

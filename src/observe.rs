@@ -1129,6 +1129,7 @@ impl ObservationFile {
 /// first line appended after it.
 fn append_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::{Seek, SeekFrom};
+    crate::store::still_locked(path)?;
     let created = !path.exists();
     let mut file = std::fs::OpenOptions::new()
         .create(true)

@@ -354,6 +354,9 @@ struct Inner {
     /// read by [`Service::health`]: in between, a changed kernel is stale with no job for it,
     /// and Health advised a recalibration the reload was about to queue.
     publishing: RwLock<()>,
+    /// The manifests (or directories) the last reload rejected, each with why, for `Health`
+    /// until a reload rejects none: a reload's answer reaches only the operator who ran it.
+    reload_rejected: RwLock<Vec<(String, String)>>,
     /// Where jobs are recorded from queued to ended, so that the next start names those a crash
     /// interrupted ([`interrupted`]).
     job_record: interrupted::JobRecords,
@@ -471,6 +474,7 @@ impl Service {
             code_watch_failed: AtomicBool::new(false),
             reloading: Mutex::new(()),
             publishing: RwLock::new(()),
+            reload_rejected: RwLock::default(),
             job_record,
             stopping: AtomicBool::new(false),
             span: span.clone(),
@@ -580,6 +584,22 @@ impl Service {
                 .filter_map(|k| self.held_back(&k.name)),
         );
         why.extend(self.inner.losses.warnings());
+        let rejected = self
+            .inner
+            .reload_rejected
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if !rejected.is_empty() {
+            let files: Vec<String> = rejected
+                .iter()
+                .map(|(file, why)| format!("{file} ({why})"))
+                .collect();
+            why.push(format!(
+                "kernel manifests rejected at the last reload: {}; fix them and run `wcetctl kernels reload`",
+                files.join("; ")
+            ));
+        }
+        drop(rejected);
         if self.inner.code_watch_failed.load(Ordering::SeqCst) {
             why.push("kernel manifests' files are not watched (the thread could not be started): a module replaced in place is found stale only at the next reload or calibration".to_string());
         }
@@ -695,6 +715,14 @@ impl Service {
         for (file, why) in &rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
+        let rejections_changed = {
+            let mut last = self
+                .inner
+                .reload_rejected
+                .write()
+                .unwrap_or_else(PoisonError::into_inner);
+            std::mem::replace(&mut *last, rejected.clone()) != rejected
+        };
         // What is served, and what is stale, changed for these now, not when a job ends: a
         // client caching bounds, StaleKernels or Health must hear of it at once.
         let touched: Vec<String> = added.iter().chain(&removed).cloned().collect();
@@ -728,6 +756,12 @@ impl Service {
                 ),
                 Err(e) => tracing::warn!("new kernels not queued for calibration: {e}"),
             }
+        }
+        drop(_publishing);
+        if rejections_changed {
+            let _ = self.inner.events.send(Event::HealthChanged {
+                health: self.health(),
+            });
         }
         (added, removed, rejected)
     }
@@ -767,21 +801,28 @@ impl Service {
         }
     }
 
-    /// The calibration of `kernel` under `tag`, or under the safer of the two when `tag` is None.
+    /// The calibration of `kernel` under `tag`, or under the safer of the two when `tag` is None,
+    /// and the SM clock (MHz, 0: unreadable) it was chosen at. The caller scales the bound to
+    /// that same reading: read again, a clock change in between could turn the larger of the
+    /// two into the smaller, and the untagged bound would be below a tagged one.
     fn calibration_of(
         &self,
         kernel: &str,
         tag: Option<Interference>,
         sms: u32,
-    ) -> Result<(Arc<Calibration>, Interference)> {
+    ) -> Result<(Arc<Calibration>, Interference, u32)> {
         self.known(kernel)?;
         let snap = self.snapshot();
+        let clock = self.inner.current_clock_mhz.load(Ordering::SeqCst);
         let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k, i));
         let found = match tag {
             Some(i) => pick(i),
             None => {
                 // Compared as served: a calibration made at a lower clock is scaled less.
-                let bound = |c: &(&KernelCalibration, Interference)| self.served_at(c.0, sms);
+                let bound = |c: &(&KernelCalibration, Interference)| {
+                    let at = c.0.table.at_most(sms).map_or(0, |e| e.bound_ns);
+                    self.inner.clock_scaled_at(c.0, at, clock)
+                };
                 [pick(Interference::Isolated), pick(Interference::Contended)]
                     .into_iter()
                     .flatten()
@@ -789,7 +830,9 @@ impl Service {
             }
         };
         let interference = found.map(|(_, i)| i);
-        interference.map(|i| (Arc::clone(&snap), i)).ok_or_else(|| {
+        interference
+            .map(|i| (Arc::clone(&snap), i, clock))
+            .ok_or_else(|| {
             let job = self.job_for(kernel);
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
             let catalogue = self.catalogue();
@@ -853,7 +896,7 @@ impl Service {
         tag: Option<Interference>,
     ) -> Result<BoundInfo> {
         let partition = self.check_partition(sms)?;
-        let (snap, interference) = self.calibration_of(kernel, tag, partition)?;
+        let (snap, interference, clock_now) = self.calibration_of(kernel, tag, partition)?;
         let cal = snap.tables(interference).get(kernel).ok_or_else(|| {
             ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
         })?;
@@ -865,7 +908,7 @@ impl Service {
         })?;
         let mut notes = cal.table.notes.clone();
         let files_changed = self.staleness_notes(kernel, cal, &mut notes);
-        let clock = self.scale_for_clock(cal, &mut entry, &mut notes);
+        let clock = self.scale_for_clock(cal, &mut entry, &mut notes, clock_now);
         let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
@@ -1051,8 +1094,9 @@ impl Service {
         cal: &KernelCalibration,
         entry: &mut BoundEntry,
         notes: &mut Vec<String>,
+        current: u32,
     ) -> ClockScaling {
-        let (calibrated, current) = self.clocks(cal);
+        let (calibrated, current) = self.inner.clocks_at(cal, current);
         let scaled = current > 0 && calibrated > current;
         if scaled {
             entry.bound_ns = stretch(entry.bound_ns, calibrated, current);
@@ -1065,18 +1109,6 @@ impl Service {
             current_mhz: current,
             scaled,
         }
-    }
-
-    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz.
-    fn clocks(&self, cal: &KernelCalibration) -> (u32, u32) {
-        self.inner.clocks(cal)
-    }
-
-    /// `cal`'s bound at the largest realisable size not above `sms`, scaled to the current clock
-    /// as it is served.
-    fn served_at(&self, cal: &KernelCalibration, sms: u32) -> u64 {
-        let bound = cal.table.at_most(sms).map_or(0, |e| e.bound_ns);
-        self.inner.clock_scaled(cal, bound)
     }
 
     /// The bound served for `kernel` on `sms` SMs: [`Service::bound_info`]'s `bound_ns`, without
@@ -1218,26 +1250,30 @@ fn load_catalogue(
         });
     }
     for (file, why) in &mut rejected {
+        // The file's previous version, or every manifest of a directory that cannot be read (an
+        // NFS hiccup or a mode change withdrew every kernel in it, with Health `ok`).
+        let rejected_path = std::path::Path::new(file.as_str());
         let kept = previous
             .into_iter()
             .flat_map(Catalogue::iter)
             .filter_map(KernelSpec::manifest)
-            .find(|m| m.path.display().to_string() == *file);
+            .filter(|m| m.path == rejected_path || m.path.parent() == Some(rejected_path));
         // The previous version runs the module and fill files read at its load; where those
         // changed too, keeping it would time (and serve) other code under its digest.
-        match kept.map(|m| (m, m.changed_on_disk())) {
-            Some((m, None)) => {
-                why.push_str(&format!(
-                    "; the previous version of `{}` is kept until the file is fixed",
+        for (m, changed) in kept.map(|m| (m, m.changed_on_disk())) {
+            match changed {
+                None => {
+                    why.push_str(&format!(
+                        "; the previous version of `{}` is kept until the file is fixed",
+                        m.name
+                    ));
+                    manifests.push(m.clone());
+                }
+                Some(changed) => why.push_str(&format!(
+                    "; the previous version of `{}` is not kept either: {changed}",
                     m.name
-                ));
-                manifests.push(m.clone());
+                )),
             }
-            Some((m, Some(changed))) => why.push_str(&format!(
-                "; the previous version of `{}` is not kept either: {changed}",
-                m.name
-            )),
-            None => {}
         }
     }
     // A name stays with the file that had it: a new file claiming it is the one refused.
@@ -1302,10 +1338,11 @@ fn join(sizes: &[u32]) -> String {
 }
 
 impl Inner {
-    /// The SM clock `cal` was calibrated at and the current one (0: unreadable), in MHz. Where
-    /// the calibration read no clock (imported samples), the clock its fingerprint names: a
-    /// stale import made under another clock policy is scaled as a measured calibration is.
-    fn clocks(&self, cal: &KernelCalibration) -> (u32, u32) {
+    /// The SM clock `cal` was calibrated at and `current` (the current one as the caller read
+    /// it; 0: unreadable), in MHz. Where the calibration read no clock (imported samples), the
+    /// clock its fingerprint names: a stale import made under another clock policy is scaled as
+    /// a measured calibration is.
+    fn clocks_at(&self, cal: &KernelCalibration, current: u32) -> (u32, u32) {
         let env = cal.environment();
         let nominal = if env.fingerprint == self.device.fingerprint {
             None
@@ -1316,12 +1353,17 @@ impl Inner {
             .sm_clock_mhz_max
             .or(nominal)
             .unwrap_or(self.device.sm_clock_mhz);
-        (calibrated, self.current_clock_mhz.load(Ordering::SeqCst))
+        (calibrated, current)
     }
 
     /// `bound_ns` of `cal` scaled to the current clock as it is served.
     fn clock_scaled(&self, cal: &KernelCalibration, bound_ns: u64) -> u64 {
-        match self.clocks(cal) {
+        self.clock_scaled_at(cal, bound_ns, self.current_clock_mhz.load(Ordering::SeqCst))
+    }
+
+    /// [`Inner::clock_scaled`] at the clock `current` the caller read.
+    fn clock_scaled_at(&self, cal: &KernelCalibration, bound_ns: u64, current: u32) -> u64 {
+        match self.clocks_at(cal, current) {
             (calibrated, current) if current > 0 && calibrated > current => {
                 stretch(bound_ns, calibrated, current)
             }

@@ -193,6 +193,43 @@ pub enum StoreError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The new file is in place (renamed over the old one) but its directory could not be
+    /// synced: readers and a restart without a crash see the new file, and a power cut may bring
+    /// back the old one. The caller must not act as if nothing was written.
+    #[error("{path} written, but its directory could not be synced (a power cut may bring back the previous file): {source}")]
+    NotSynced {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Where `fingerprint`'s calibration is kept in the state directory `dir`.
+pub fn calibration_path(dir: &Path, fingerprint: &Fingerprint) -> PathBuf {
+    dir.join(format!("calibration-{}.json", fingerprint.digest()))
+}
+
+/// Whether `fingerprint`'s calibration in `dir` can be read, where it exists. One that exists but
+/// cannot be read (its owner or mode after a tool run as root, a directory in its place) is not
+/// absent: served without, every bound in it would be gone, Health would say `ok`, and the first
+/// save would rename a new file over it (a review lost 22 imported kernels so). The daemon
+/// refuses to start instead, naming it, as for the observations file.
+pub fn check_readable(dir: &Path, fingerprint: &Fingerprint) -> Result<(), String> {
+    use std::io::Read;
+    let path = calibration_path(dir, fingerprint);
+    match fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Ok(m) if !m.is_file() => {
+            return Err(format!(
+                "{} is not a regular file (a directory or a device); accepted: the calibration file wcetd writes, or none",
+                path.display()
+            ))
+        }
+        _ => {}
+    }
+    File::open(&path)
+        .and_then(|mut f| f.read(&mut [0u8; 1]))
+        .map(|_| ())
+        .map_err(|e| format!("{} cannot be read: {e}", path.display()))
 }
 
 /// The state directory holding calibrations.
@@ -237,8 +274,7 @@ impl Store {
     }
 
     pub fn path_for(&self, fingerprint: &Fingerprint) -> PathBuf {
-        self.dir
-            .join(format!("calibration-{}.json", fingerprint.digest()))
+        calibration_path(&self.dir, fingerprint)
     }
 
     /// The calibration for `fingerprint`; `None` when there is none or it was corrupt (and moved
@@ -368,8 +404,11 @@ impl Store {
             source,
         };
         let json = serde_json::to_vec_pretty(cal).map_err(|e| write(e.into()))?;
-        write_atomically(&path, |file| file.write_all(&json)).map_err(write)?;
-        Ok(path)
+        match write_replacing(&path, |file| file.write_all(&json)) {
+            Ok(()) => Ok(path),
+            Err(Replace::Failed(source)) => Err(write(source)),
+            Err(Replace::NotSynced(source)) => Err(StoreError::NotSynced { path, source }),
+        }
     }
 
     fn remove_stale_temporaries(&self) {
@@ -393,6 +432,24 @@ pub fn write_atomically(
     path: &Path,
     fill: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
+    write_replacing(path, fill).map_err(|e| match e {
+        Replace::Failed(e) | Replace::NotSynced(e) => e,
+    })
+}
+
+/// How [`write_replacing`] failed: before `path` was replaced (it is as it was), or after (the
+/// new file is in place, its directory not synced).
+enum Replace {
+    Failed(std::io::Error),
+    NotSynced(std::io::Error),
+}
+
+/// [`write_atomically`], saying whether `path` was replaced when it fails.
+fn write_replacing(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<File>) -> std::io::Result<()>,
+) -> Result<(), Replace> {
+    still_locked(path).map_err(Replace::Failed)?;
     let dir = directory_of(path);
     let tmp = temporary_path(path);
     // Each step's error names the file it failed on (the temporary, or the rename to `path`).
@@ -415,15 +472,15 @@ pub fn write_atomically(
             "renaming {} to {}",
             tmp.display(),
             path.display()
-        )))?;
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(at(format!("syncing {}", dir.display())))
+        )))
     })();
-    if result.is_err() {
+    if let Err(e) = result {
         let _ = fs::remove_file(&tmp);
+        return Err(Replace::Failed(e));
     }
-    result
+    File::open(&dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| Replace::NotSynced(at(format!("syncing {}", dir.display()))(e)))
 }
 
 /// Make the entries of `path`'s directory durable: a file created, renamed or removed there.
@@ -445,6 +502,49 @@ fn directory_of(path: &Path) -> PathBuf {
 #[derive(Debug)]
 pub struct DirectoryLock {
     _file: File,
+    dir: PathBuf,
+    locked: (u64, u64),
+}
+
+/// The state directories this process holds, each with its lock file's (device, inode). A lock
+/// is on a file, and a path may come to name another: a directory moved aside and replaced (a
+/// restore), or `wcetd.lock` removed, let a second daemon start there and rename its files over
+/// the first one's, losing a floor a reporter had been told was saved. So every durable write
+/// into a held directory first checks that its `wcetd.lock` is still the file locked
+/// ([`still_locked`]), and fails (a report is then not acknowledged) where it is not.
+static HELD: Mutex<Vec<(PathBuf, (u64, u64))>> = Mutex::new(Vec::new());
+
+fn identity(m: &fs::Metadata) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+/// `Err` when `path` is in a state directory this process locked and that directory no longer
+/// holds the lock file it locked ([`HELD`]).
+pub fn still_locked(path: &Path) -> std::io::Result<()> {
+    let dir = directory_of(path);
+    let held = HELD
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let Some((_, locked)) = held.iter().find(|(d, _)| *d == dir) else {
+        return Ok(());
+    };
+    let now = fs::metadata(dir.join("wcetd.lock")).map(|m| identity(&m));
+    if now.as_ref().ok() == Some(locked) {
+        return Ok(());
+    }
+    Err(std::io::Error::other(format!(
+        "the state directory {} is no longer the one this daemon locked (moved or replaced, or its wcetd.lock removed), so another daemon may be writing there: nothing is written; restart wcetd",
+        dir.display()
+    )))
+}
+
+impl Drop for DirectoryLock {
+    fn drop(&mut self) {
+        HELD.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|(d, id)| (d, *id) != (&self.dir, self.locked));
+    }
 }
 
 impl DirectoryLock {
@@ -475,7 +575,17 @@ impl DirectoryLock {
         file.set_len(0)?;
         file.rewind()?;
         write!(file, "{}", std::process::id())?;
-        Ok(DirectoryLock { _file: file })
+        let locked = identity(&file.metadata()?);
+        let dir = dir.to_path_buf();
+        // The newest lock of a directory is the one its writes check.
+        HELD.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(0, (dir.clone(), locked));
+        Ok(DirectoryLock {
+            _file: file,
+            dir,
+            locked,
+        })
     }
 }
 
@@ -536,7 +646,8 @@ pub fn remove_stale_temporaries_of(path: &Path) {
 /// inspection and never loaded again; `what` names it in the log line.
 pub fn quarantine(path: &Path, what: &str, why: &str) {
     let aside = aside_path(path);
-    match fs::rename(path, &aside) {
+    // Synced: Health names the copy, which a power cut must not take back.
+    match fs::rename(path, &aside).and_then(|()| sync_directory_of(path)) {
         Ok(()) => tracing::error!(
             path = %path.display(), moved_to = %aside.display(), reason = why,
             "{what} file is corrupt; moved aside, serving without it"
@@ -551,8 +662,11 @@ pub fn quarantine(path: &Path, what: &str, why: &str) {
 /// crash can recover it again.
 pub fn quarantine_copy(path: &Path, what: &str, why: &str) {
     let aside = aside_path(path);
-    match fs::copy(path, &aside) {
-        Ok(_) => tracing::error!(
+    let copied = fs::copy(path, &aside)
+        .and_then(|_| File::open(&aside)?.sync_all())
+        .and_then(|()| sync_directory_of(&aside));
+    match copied {
+        Ok(()) => tracing::error!(
             path = %path.display(), copied_to = %aside.display(), reason = why,
             "{what} file is damaged; a copy is kept aside, what was whole is kept and will be written back cleanly"
         ),
@@ -636,6 +750,43 @@ mod tests {
     use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
     use crate::gpu::Gpu;
     use std::sync::atomic::AtomicBool;
+
+    /// A calibration file that is there but cannot be read is not taken for none: the daemon
+    /// would serve nothing from it and replace it at its first save.
+    #[test]
+    fn a_calibration_that_cannot_be_read_is_not_taken_for_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let fingerprint = &gpu.info().fingerprint;
+        assert_eq!(check_readable(dir.path(), fingerprint), Ok(()), "none yet");
+        let path = calibration_path(dir.path(), fingerprint);
+        fs::create_dir(&path).unwrap();
+        let why = check_readable(dir.path(), fingerprint).unwrap_err();
+        assert!(why.contains("not a regular file"), "{why}");
+        fs::remove_dir(&path).unwrap();
+        fs::write(&path, b"{}").unwrap();
+        assert_eq!(check_readable(dir.path(), fingerprint), Ok(()));
+    }
+
+    /// A lock is on a file: once the directory no longer holds that file (its lock removed, or
+    /// the directory replaced), a second daemon could start there, so nothing more is written.
+    #[test]
+    fn nothing_is_written_once_the_locked_file_is_gone() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("observations.json");
+        let lock = DirectoryLock::take(dir.path()).unwrap();
+        write_atomically(&file, |f| f.write_all(b"1")).unwrap();
+        fs::remove_file(dir.path().join("wcetd.lock")).unwrap();
+        let second = DirectoryLock::take(dir.path()).unwrap();
+        drop(second);
+        let e = write_atomically(&file, |f| f.write_all(b"2")).unwrap_err();
+        assert!(e.to_string().contains("no longer the one"), "{e}");
+        assert_eq!(fs::read(&file).unwrap(), b"1", "the file is left as it was");
+        let e = crate::store::still_locked(&file).unwrap_err();
+        assert!(e.to_string().contains("restart wcetd"), "{e}");
+        drop(lock);
+        write_atomically(&file, |f| f.write_all(b"3")).unwrap();
+    }
 
     /// One daemon per state directory: a second lock is refused and names the holder; the lock
     /// goes with its holder.

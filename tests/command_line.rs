@@ -79,6 +79,29 @@ async fn a_missing_daemon_is_explained() {
     }
 }
 
+/// A daemon that does not answer (stopped here with SIGSTOP) is a timeout that says so, not a
+/// client waiting forever (a scheduler's `wcetctl admit` hung with it).
+#[tokio::test]
+async fn a_daemon_that_does_not_answer_is_a_timeout() {
+    let env = Env::new();
+    let d = env.daemon(&["--no-initial-calibration"]).await;
+    let pid = d.pid() as i32;
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .args(["--bus-address", env.address(), "list"])
+        .env("WCETD_CALL_TIMEOUT_S", "1")
+        .output()
+        .unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("did not answer within 1 s"), "{err}");
+    let (code, _, err) = wcetctl(env.address(), &["list"]);
+    assert_eq!(code, Some(0), "answers again once continued: {err}");
+}
+
 /// Ctrl-C during `recalibrate` cancels the job, keeps the old bounds, and exits 130; `jobs`
 /// shows the job cancelled, and `cancel` of a finished job says what is accepted.
 #[tokio::test]

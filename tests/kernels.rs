@@ -90,6 +90,61 @@ fn info_str(info: &HashMap<String, OwnedValue>, key: &str) -> String {
     <&str>::try_from(v).unwrap().to_string()
 }
 
+/// A kernel directory that cannot be read at a reload (an NFS hiccup, a mode change) withdraws
+/// no kernel whose files are still there, and Health names it until a reload reads it again;
+/// it had withdrawn every kernel in it with Health `ok`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_kernel_directory_withdraws_nothing_and_health_says_so() {
+    let top = tempfile::tempdir().unwrap();
+    let (kdir, modules) = (top.path().join("kernels.d"), top.path().join("modules"));
+    std::fs::create_dir_all(&modules).unwrap();
+    let manifest = write_manifest(&kdir_created(&kdir), "app.scale");
+    // The module outside the directory, so that it is still there when the directory is not.
+    std::fs::rename(kdir.join("scale.ptx"), modules.join("scale.ptx")).unwrap();
+    let text = std::fs::read_to_string(&manifest).unwrap().replace(
+        "module = \"scale.ptx\"",
+        &format!("module = \"{}\"", modules.join("scale.ptx").display()),
+    );
+    std::fs::write(&manifest, text).unwrap();
+    let flags = manifest_flags(&kdir);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let d = Daemon::start(&flags).await;
+    let (cal, bounds) = (d.calibration().await, d.bounds().await);
+    let listed = || async { bounds.list_kernels().await.unwrap() };
+    assert!(listed().await.contains(&"app.scale".to_string()));
+    let aside = top.path().join("kernels.d.away");
+    std::fs::rename(&kdir, &aside).unwrap();
+    std::fs::write(&kdir, "not a directory").unwrap();
+    let (added, removed, rejected) = cal.reload_kernels().await.unwrap();
+    assert!(added.is_empty() && removed.is_empty(), "{removed:?}");
+    assert!(
+        rejected.len() == 1
+            && rejected[0].0 == kdir.display().to_string()
+            && rejected[0]
+                .1
+                .contains("the previous version of `app.scale` is kept"),
+        "{rejected:?}"
+    );
+    assert!(listed().await.contains(&"app.scale".to_string()));
+    // A new proxy reads the property afresh (a cached one may not have heard the change yet).
+    let health = d.bounds().await.health().await.unwrap();
+    assert!(
+        health.contains("rejected at the last reload") && health.contains("kernels.d"),
+        "{health}"
+    );
+    std::fs::remove_file(&kdir).unwrap();
+    std::fs::rename(&aside, &kdir).unwrap();
+    let (.., rejected) = cal.reload_kernels().await.unwrap();
+    assert!(rejected.is_empty(), "{rejected:?}");
+    let health = d.bounds().await.health().await.unwrap();
+    assert!(!health.contains("rejected at the last reload"), "{health}");
+}
+
+fn kdir_created(dir: &std::path::Path) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    dir.to_path_buf()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_manifest_is_served_after_reload_and_a_broken_one_is_named() {
     let kdir = tempfile::tempdir().unwrap();

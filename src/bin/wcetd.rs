@@ -485,6 +485,11 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
                 "GPU {n}: {why}; wcetd does not serve bounds without the launch times production reported (they hold the bounds up); give the daemon's user read and write access to it (as `wcetd` writes it: its owner, mode 0640) and start again"
             )
         })?;
+        store::check_readable(state_dir, &gpu.info().fingerprint).map_err(|why| {
+            anyhow::anyhow!(
+                "GPU {n}: {why}; wcetd does not start without the calibration it would otherwise replace at its first save; give the daemon's user read and write access to it (as `wcetd` writes it: its owner, mode 0640), or move it away to start without it, and start again"
+            )
+        })?;
     }
     let mut services = Vec::new();
     let mut workers = Vec::new();

@@ -257,7 +257,7 @@ impl KernelPhysics {
                 // and the simulator would time such launches at 0 ns.
                 // Above an hour likewise (the limit `Report` keeps): 1e30 was served as a bound
                 // of 2^64 - 1 ns.
-                let hour = crate::observe::MAX_TIME_NS as f64;
+                let hour = crate::samples::MAX_TIME_NS as f64;
                 if let Some((m, t)) = curve
                     .iter()
                     .find(|(_, t)| !(t.is_finite() && (1.0..=hour).contains(t)))

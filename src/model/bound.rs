@@ -198,11 +198,6 @@ impl BoundTable {
         }
         raised
     }
-
-    /// The smallest size whose bound meets `deadline_ns`.
-    pub fn min_partition(&self, deadline_ns: u64) -> Option<&BoundEntry> {
-        self.entries.iter().find(|e| e.bound_ns <= deadline_ns)
-    }
 }
 
 #[cfg(test)]

@@ -96,7 +96,15 @@ impl DeviceLosses {
                     Some(format!("was corrupt ({why}) and was moved aside")),
                 )
             }
-            Err(Unreadable::Io(e)) => (Record::default(), Some(format!("cannot be read ({e})"))),
+            // Moved aside too: the next save would otherwise replace (or remove) it unread.
+            Err(Unreadable::Io(e)) => {
+                let why = format!("cannot be read ({e})");
+                crate::store::quarantine(&path, "record of kernels that lost the device", &why);
+                (
+                    Record::default(),
+                    Some(format!("{why} and was moved aside")),
+                )
+            }
         };
         DeviceLosses {
             others: others_in(store.dir(), &path),

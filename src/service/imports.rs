@@ -38,12 +38,12 @@ impl Service {
         let sizes = &self.inner.device.partition_sizes;
         let mut by_size: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
         for (i, &(sms, t)) in samples.iter().enumerate() {
-            if t == 0 || t > crate::observe::MAX_TIME_NS {
+            if t == 0 || t > crate::samples::MAX_TIME_NS {
                 // The limits `Report` keeps: a longer time is a unit mistake, and as a sample it
                 // would make every bound of the kernel useless.
                 return Err(ServiceError::InvalidArgs(format!(
                     "sample {i} has a time of {t} ns; accepted: 1 ns to one hour ({} ns)",
-                    crate::observe::MAX_TIME_NS
+                    crate::samples::MAX_TIME_NS
                 )));
             }
             if !sizes.contains(&sms) {

@@ -68,11 +68,26 @@ impl JobRecords {
     /// At start: `now`, the damaged files this start set aside, with those earlier starts set
     /// aside since the last successful job (oldest first), recorded for the next start.
     pub(super) fn set_aside(&self, now: &[String]) -> Vec<String> {
-        let mut all: Vec<String> = std::fs::read(&self.set_aside)
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default();
-        for notice in now {
+        let (mut all, damaged) = match std::fs::read(&self.set_aside) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), None),
+            read => match read.map_err(|e| e.to_string()).and_then(|bytes| {
+                serde_json::from_slice::<Vec<String>>(&bytes).map_err(|e| e.to_string())
+            }) {
+                Ok(all) => (all, None),
+                // Its notices are lost, so this one says so (it had gone without a word); the
+                // file is kept aside for whoever wants to read what is left of it.
+                Err(why) => {
+                    crate::store::quarantine(&self.set_aside, "set-aside notices", &why);
+                    let notice = format!(
+                        "the record of files set aside at earlier starts ({}) was damaged ({why}) and is moved aside: earlier notices may be missing",
+                        self.set_aside.display()
+                    );
+                    (Vec::new(), Some(notice))
+                }
+            },
+        };
+        let now: Vec<String> = now.iter().cloned().chain(damaged).collect();
+        for notice in &now {
             if !all.contains(notice) {
                 all.push(notice.clone());
             }
@@ -100,7 +115,12 @@ impl JobRecords {
             .lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut all = records(&self.path).unwrap_or_default();
+        // A record that cannot be read was named at start (`read`); it is moved aside rather than
+        // written over, so that what it held is kept.
+        let mut all = records(&self.path).unwrap_or_else(|()| {
+            crate::store::quarantine(&self.path, "job record", "cannot be read or parsed");
+            Vec::new()
+        });
         change(&mut all);
         write(&self.path, &all);
     }
@@ -198,9 +218,11 @@ pub(super) fn read(path: &Path) -> Option<String> {
     };
     let describe = |r: &Record| {
         let when = if r.queued { "queued" } else { "started" };
+        // Job numbers start afresh with every run: the pid and the time tell which run's it was.
         format!(
-            "job {} ({} {}, {when} {})",
+            "job {} of pid {} ({} {}, {when} {})",
             r.job,
+            r.pid,
             r.what,
             r.kernels.join(", "),
             r.started_at.to_rfc3339()
@@ -262,6 +284,42 @@ mod tests {
         }
     }
 
+    /// A damaged record is moved aside, not written over, and named; so is a damaged list of
+    /// files set aside (it had been dropped without a word).
+    #[test]
+    fn damaged_records_are_moved_aside_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = at(dir.path().join("job-running-x.json"));
+        std::fs::write(records.path(), "{").unwrap();
+        assert!(read(records.path()).unwrap().contains("cannot be read"));
+        records.queued(1, "calibrating", &["lud".into()]);
+        let aside = |prefix: &str| {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    name.starts_with(prefix) && name.contains(".corrupt-")
+                })
+                .map(|e| std::fs::read(e.path()).unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(aside("job-running-x.json"), [b"{".to_vec()]);
+        assert!(read(records.path()).unwrap().contains("lud"));
+        std::fs::write(&records.set_aside, "[\"a (bad)\"").unwrap();
+        let notices = records.set_aside(&[]);
+        assert!(
+            notices.len() == 1 && notices[0].contains("was damaged"),
+            "{notices:?}"
+        );
+        assert_eq!(aside("set-aside-x.json").len(), 1);
+        assert_eq!(
+            records.set_aside(&[]),
+            notices,
+            "named at the next start too"
+        );
+    }
+
     /// Files set aside at one start are named at the next starts too, until a job succeeds.
     #[test]
     fn files_set_aside_are_remembered_until_a_job_succeeds() {
@@ -307,15 +365,19 @@ mod tests {
             queued: false,
         };
         write(records.path(), &[earlier]);
+        let pid = std::process::id();
         let kernels = |k: &str| vec![k.to_string()];
         records.queued(1, "calibrating", &kernels("lud"));
         records.queued(2, "calibrating", &kernels("srad"));
         records.started(1, "calibrating", &kernels("lud"));
         let said = read(records.path()).unwrap();
         assert!(
-            said.contains("during job 1 (calibrating bfs, started")
-                && said.contains("job 1 (calibrating lud, started")
-                && said.contains("before job 2 (calibrating srad, queued")
+            said.contains(&format!(
+                "during job 1 of pid {pid} (calibrating bfs, started"
+            )) && said.contains(&format!("job 1 of pid {pid} (calibrating lud, started"))
+                && said.contains(&format!(
+                    "before job 2 of pid {pid} (calibrating srad, queued"
+                ))
                 && said.contains("`wcetctl recalibrate bfs lud srad`"),
             "{said}"
         );
@@ -323,8 +385,9 @@ mod tests {
         records.ended(1, true);
         let said = read(records.path()).unwrap();
         assert!(
-            said.starts_with("an earlier run ended before job 2 (calibrating srad, queued")
-                && !said.contains("bfs")
+            said.starts_with(&format!(
+                "an earlier run ended before job 2 of pid {pid} (calibrating srad, queued"
+            )) && !said.contains("bfs")
                 && !said.contains("lud"),
             "{said}"
         );
@@ -353,10 +416,10 @@ mod tests {
         write(&path, &all);
         let said = read(&path).unwrap();
         assert!(
-            said.contains("during 7 earlier jobs and job 1 (calibrating k7"),
+            said.contains("during 7 earlier jobs and job 1 of pid 107 (calibrating k7"),
             "{said}"
         );
-        assert_eq!(said.matches("job 1 (").count(), 3, "{said}");
+        assert_eq!(said.matches("job 1 of pid").count(), 3, "{said}");
         assert!(said.contains("`wcetctl recalibrate k0 k1 k2"), "{said}");
     }
 }

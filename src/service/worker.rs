@@ -621,11 +621,18 @@ pub(super) fn commit(
             tags.push(tag);
         }
     }
-    if let Err(e) = store.save(&next) {
-        return fail(
-            inner,
-            format!("{e}; new bounds not published, old bounds kept"),
-        );
+    let mut not_synced = None;
+    match store.save(&next) {
+        Ok(_) => {}
+        // On disk already: published, so that memory and the file agree (kept back, a restart
+        // would serve what the job said it had not published, and the next save would revert it).
+        Err(e @ crate::store::StoreError::NotSynced { .. }) => not_synced = Some(e.to_string()),
+        Err(e) => {
+            return fail(
+                inner,
+                format!("{e}; new bounds not published, old bounds kept"),
+            )
+        }
     }
     // On disk now: their launch times can rest in the spill file, as loaded ones do.
     for (tag, name) in &inserted {
@@ -634,7 +641,16 @@ pub(super) fn commit(
         }
     }
     monitor::publish(inner, Arc::new(next), &inserted);
-    set_health(inner, "ok".into());
+    match &not_synced {
+        Some(why) => {
+            tracing::error!("{why}; the new bounds are published");
+            set_health(
+                inner,
+                format!("degraded: {why}; the new bounds are published"),
+            );
+        }
+        None => set_health(inner, "ok".into()),
+    }
     let _ = inner.events.send(Event::BoundsChanged {
         kernels: names.clone(),
     });

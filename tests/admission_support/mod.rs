@@ -78,6 +78,11 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// The daemon's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     async fn wait_for_name(&mut self) {
         use futures_util::StreamExt;
         let dbus = zbus::fdo::DBusProxy::new(&self.conn).await.unwrap();

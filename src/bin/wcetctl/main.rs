@@ -135,11 +135,25 @@ fn main() -> std::process::ExitCode {
                 Some(n) if text.contains("UnknownObject") || text.contains("Unknown object") => {
                     eprintln!("wcetctl: the daemon serves no GPU {n} ({text}); accepted: --gpu with an index `wcetctl status` lists (run without --gpu)")
                 }
+                _ if timed_out(&e) => eprintln!(
+                    "wcetctl: the daemon did not answer within {} s: it may be stopped (SIGSTOP) or hung (`systemctl status wcetd`, its log); {text}",
+                    wcetd::bus::call_timeout().as_secs()
+                ),
                 _ => eprintln!("wcetctl: {text}"),
             }
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// Whether `e` is a method call that met [`wcetd::bus::call_timeout`].
+fn timed_out(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<zbus::Error>(),
+            Some(zbus::Error::InputOutput(io)) if io.kind() == std::io::ErrorKind::TimedOut
+        )
+    })
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
