@@ -311,6 +311,29 @@ pub(crate) fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> 
     Ok(bytes)
 }
 
+/// The text of a file named on a command line, read to at most `limit` bytes: a device or a
+/// FIFO that never ends (`/dev/zero`) is refused at the limit, where it was read until memory
+/// ran out. Any kind of file is read (a pipe from `<(zcat ...)` is a fine input).
+pub fn read_text_limited(path: &Path, limit: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("longer than {limit} bytes (a device or an endless stream?); accepted: a file of at most {limit} bytes"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (byte {} is not); accepted: UTF-8 text", e.utf8_error().valid_up_to()),
+        )
+    })
+}
+
 /// A module's bytes, refused above [`MAX_MODULE_BYTES`].
 pub(crate) fn read_module(path: &Path) -> Result<Vec<u8>, String> {
     let bytes = read_regular(path, MAX_MODULE_BYTES + 1)

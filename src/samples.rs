@@ -64,13 +64,20 @@ pub struct LineEndsAsLf<R> {
     inner: std::io::BufReader<R>,
     /// A `\r` that ended the last buffer, held until the next byte shows whether `\n` follows.
     held_cr: bool,
+    /// Bytes since the last line ending, refused past [`MAX_LINE_BYTES`].
+    line: usize,
 }
+
+/// The longest line an offline input may have: far above any real row, and what keeps an input
+/// with no line ending (`/dev/zero`) from being read as one record until memory runs out.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
 
 impl<R: Read> LineEndsAsLf<R> {
     pub fn new(input: R) -> Self {
         LineEndsAsLf {
             inner: std::io::BufReader::new(input),
             held_cr: false,
+            line: 0,
         }
     }
 }
@@ -88,6 +95,7 @@ impl<R: Read> Read for LineEndsAsLf<R> {
             if std::mem::take(&mut self.held_cr) && buf.first() != Some(&b'\n') {
                 out[0] = b'\n';
                 n = 1;
+                self.line = 0;
             }
             let mut used = 0;
             while used < buf.len() && n < out.len() {
@@ -105,6 +113,13 @@ impl<R: Read> Read for LineEndsAsLf<R> {
                 }
                 out[n] = b;
                 n += 1;
+                self.line = if b == b'\n' { 0 } else { self.line + 1 };
+                if self.line > MAX_LINE_BYTES {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("a line longer than {MAX_LINE_BYTES} bytes (not a CSV file?); accepted: CSV rows of at most {MAX_LINE_BYTES} bytes"),
+                    ));
+                }
             }
             self.inner.consume(used);
             if n > 0 || !self.held_cr {

@@ -57,7 +57,9 @@ impl TaskSpec {
 
 /// Read a task-set file.
 pub fn load(path: &Path) -> anyhow::Result<Vec<TaskSpec>> {
-    let text = std::fs::read_to_string(path)
+    // Far above any task set (MAX_TASKS tasks of MAX_LAUNCHES launches are a few MiB).
+    const MAX_TASK_SET_BYTES: u64 = 64 << 20;
+    let text = crate::manifest::read_text_limited(path, MAX_TASK_SET_BYTES)
         .with_context(|| format!("reading task set {}", path.display()))?;
     parse(&text).with_context(|| format!("task set {}", path.display()))
 }

@@ -469,7 +469,7 @@ impl DeviceProfile {
             "h200" => Ok(Self::h200()),
             "embedded" => Ok(Self::embedded()),
             path => {
-                let text = std::fs::read_to_string(Path::new(path)).map_err(|e| {
+                let text = crate::manifest::read_text_limited(Path::new(path), 1 << 20).map_err(|e| {
                     anyhow::anyhow!(
                         "cannot read simulator profile `{path}`: {e}; accepted: h200, embedded, or a TOML file"
                     )

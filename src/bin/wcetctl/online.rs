@@ -685,12 +685,25 @@ pub(crate) async fn import_calibration(
     file: &Path,
     force: bool,
 ) -> anyhow::Result<()> {
+    // The bus carries at most 128 MiB in one message (dbus-daemon's default): a larger bundle
+    // could not be sent, and an endless input (`/dev/zero`) is refused there, not read until
+    // memory runs out.
+    const MAX_BUNDLE_BYTES: u64 = 128 << 20;
     let text = if file == Path::new("-") {
         let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+        std::io::Read::read_to_string(
+            &mut std::io::Read::take(std::io::stdin(), MAX_BUNDLE_BYTES + 1),
+            &mut text,
+        )
+        .context("reading the bundle from standard input: accepted: UTF-8 JSON")?;
+        anyhow::ensure!(
+            text.len() as u64 <= MAX_BUNDLE_BYTES,
+            "the bundle on standard input is longer than {MAX_BUNDLE_BYTES} bytes; accepted: a bundle of at most {MAX_BUNDLE_BYTES} bytes (the bus's largest message)"
+        );
         text
     } else {
-        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+        wcetd::manifest::read_text_limited(file, MAX_BUNDLE_BYTES)
+            .with_context(|| format!("reading {} (a bundle from `wcetctl export-calibration`)", file.display()))?
     };
     let mut options = std::collections::HashMap::new();
     if force {

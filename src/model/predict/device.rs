@@ -127,7 +127,7 @@ impl DeviceDescription {
 
     pub fn load(path: &std::path::Path) -> Result<Self, DeviceError> {
         let origin = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|error| DeviceError::Read {
+        let text = crate::manifest::read_text_limited(path, 1 << 20).map_err(|error| DeviceError::Read {
             path: origin.clone(),
             error,
         })?;
