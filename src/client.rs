@@ -90,9 +90,12 @@ pub fn object_path(gpu: Option<u32>) -> String {
 /// its daemon (ids start again at 1), so waiting on would be waiting forever.
 pub fn daemon_left(job: u64) -> String {
     format!(
-        "the daemon left the bus while job {job} ran (it stopped or crashed): the job is lost, and its kernels keep the bounds they had then (what it published before that, from a finished interference, stays); once the daemon is back, `wcetctl status` says what it serves (its Health names the interrupted job), and the job can be asked for again"
+        "the daemon left the bus while job {job} ran (it was stopped, restarted or crashed): the job did not finish, and its kernels keep the bounds they had then (what it published before that, from a finished interference, stays); once the daemon is back, `wcetctl status` says what it serves (after a crash its Health names the interrupted job; a stop cancels it, as its log says), and the job can be asked for again"
     )
 }
+
+/// How often [`wait_for_job`] asks for the job's state besides listening for its signal.
+const JOB_POLL: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Wait for `job` to finish, reporting progress; returns (state, message). Subscribes to the
 /// signals before asking for the job's state, so a job that finishes in between is not missed;
@@ -111,8 +114,18 @@ pub async fn wait_for_job(
         return Ok((state, message));
     }
     on_progress(p);
+    // Asked now and then as well: a signal can be missed (a client's own connection that falls
+    // behind, a daemon that sheds signals under a flood), and a wait must not then be endless.
+    let mut ask = tokio::time::interval(JOB_POLL);
+    ask.tick().await;
     loop {
         tokio::select! {
+            _ = ask.tick() => {
+                let (state, _, message) = calibration.get_job(job).await?;
+                if matches!(state.as_str(), "done" | "failed" | "cancelled") {
+                    return Ok((state, message));
+                }
+            }
             Some(signal) = finished.next() => {
                 let args = signal.args()?;
                 if args.job == job {

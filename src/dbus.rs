@@ -327,6 +327,18 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     d
 }
 
+/// Run `work` on tokio's blocking pool, not on the runtime's threads, which answer every
+/// `GetBound`: each call given to it writes the job record (a write and two fsyncs), and on a slow
+/// or full disk an operator's `Recalibrate` or a flood of reports held every query behind it.
+pub(crate) async fn off_the_runtime<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+) -> Result<T, BusError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(answer) => Ok(answer?),
+        Err(e) => Err(ServiceError::Failed(format!("the call stopped: {e}")).into()),
+    }
+}
+
 /// `org.wcetd.Calibration1`: operators only (root, the operator group, or the daemon's own user).
 pub struct Calibration {
     pub service: Service,
@@ -345,7 +357,8 @@ impl Calibration {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<u64, BusError> {
         self.access.check(conn, &header, "Recalibrate").await?;
-        Ok(self.service.recalibrate(&kernels)?)
+        let service = self.service.clone();
+        off_the_runtime(move || service.recalibrate(&kernels)).await
     }
 
     /// `Recalibrate` with options: `interference` (as: `isolated`, `contended`; default both,
@@ -383,7 +396,8 @@ impl Calibration {
                 tags.push(parse_tag(&name)?);
             }
         }
-        Ok(self.service.recalibrate_with(&kernels, &tags)?)
+        let service = self.service.clone();
+        off_the_runtime(move || service.recalibrate_with(&kernels, &tags)).await
     }
 
     /// Every job of this daemon run: (job, state, progress, message, kernels), oldest first.
@@ -427,7 +441,8 @@ impl Calibration {
         #[zbus(connection)] conn: &Connection,
     ) -> Result<(), BusError> {
         self.access.check(conn, &header, "CancelJob").await?;
-        Ok(self.service.cancel_job(job)?)
+        let service = self.service.clone();
+        off_the_runtime(move || service.cancel_job(job)).await
     }
 
     /// This device's current calibrations of `kernels` (every one when empty), as a bundle (JSON)
@@ -459,7 +474,8 @@ impl Calibration {
         self.access
             .check(conn, &header, "ImportCalibration")
             .await?;
-        Ok(self.service.import_calibration(&bundle, false)?)
+        let service = self.service.clone();
+        off_the_runtime(move || service.import_calibration(&bundle, false)).await
     }
 
     /// `ImportCalibration` with options: `force` (b) imports a bundle of another configuration as
@@ -486,7 +502,8 @@ impl Calibration {
                 ServiceError::InvalidArgs("option `force` must be a boolean (b)".into())
             })?,
         };
-        Ok(self.service.import_calibration(&bundle, force)?)
+        let service = self.service.clone();
+        off_the_runtime(move || service.import_calibration(&bundle, force)).await
     }
 
     /// Reread the kernel directories: (added, removed, rejected as (file, reason)).
@@ -528,7 +545,8 @@ impl Calibration {
     ) -> Result<u64, BusError> {
         self.access.check(conn, &header, "ImportSamples").await?;
         let options = import_options(&options)?;
-        Ok(self.service.import_samples(&kernel, &samples, options)?)
+        let service = self.service.clone();
+        off_the_runtime(move || service.import_samples(&kernel, &samples, options)).await
     }
 
     #[zbus(signal)]
@@ -621,18 +639,27 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let Ok(calibration) = server.interface::<_, Calibration>(path.as_str()).await else {
         return;
     };
+    // Jobs whose JobFinished went out: after a lag, those that finished unannounced are
+    // announced then, once each (api.md promises one per job; `wcetctl recalibrate` waits on it).
+    let mut announced = std::collections::BTreeSet::new();
     loop {
         let event = match events.recv().await {
             Ok(e) => e,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                // A flood of reports (each overrun an event) can outrun the bus: what was
+                // skipped is recovered from the service's state, not dropped.
                 tracing::warn!(
                     missed = n,
-                    "signal forwarder fell behind; some progress signals were skipped"
+                    "signal forwarder fell behind; finished jobs and changed bounds are announced again from the daemon's state (progress signals skipped)"
                 );
+                catch_up(&service, &mut announced, &bounds, &calibration).await;
                 continue;
             }
             Err(_) => return,
         };
+        if let Event::JobFinished { job, .. } = &event {
+            announced.insert(*job);
+        }
         let sent = match event {
             Event::JobProgress { job, progress } => {
                 Calibration::job_progress(calibration.signal_emitter(), job, progress).await
@@ -672,5 +699,44 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
         if let Err(e) = sent {
             tracing::warn!(error = %e, "could not emit a signal");
         }
+    }
+}
+
+/// After the forwarder lagged: `JobFinished` for every finished job not yet announced, in
+/// order, then `BoundsChanged` naming every kernel served (any may have changed), with the
+/// `StaleKernels` and `Health` properties. A client re-reads what it caches; none waits forever
+/// on a job that ended while its signal was skipped.
+async fn catch_up(
+    service: &Service,
+    announced: &mut std::collections::BTreeSet<u64>,
+    bounds: &zbus::object_server::InterfaceRef<Bounds>,
+    calibration: &zbus::object_server::InterfaceRef<Calibration>,
+) {
+    let jobs = service.jobs();
+    for (job, status) in &jobs {
+        if status.state.finished() && announced.insert(*job) {
+            let sent = Calibration::job_finished(
+                calibration.signal_emitter(),
+                *job,
+                status.state.as_str(),
+                &status.message,
+            )
+            .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, "could not emit a signal");
+            }
+        }
+    }
+    // Only the jobs the service still lists can finish again: the rest need not be kept.
+    let oldest = jobs.first().map_or(0, |(id, _)| *id);
+    announced.retain(|&id| id >= oldest);
+    let emitter = bounds.signal_emitter();
+    let iface = bounds.get().await;
+    let sent = Bounds::bounds_changed(emitter, service.list_kernels())
+        .await
+        .and(iface.stale_kernels_changed(emitter).await)
+        .and(iface.health_changed(emitter).await);
+    if let Err(e) = sent {
+        tracing::warn!(error = %e, "could not emit a signal");
     }
 }

@@ -329,7 +329,10 @@ pub fn read_text_limited(path: &Path, limit: u64) -> std::io::Result<String> {
     String::from_utf8(bytes).map_err(|e| {
         std::io::Error::new(
             std::io::ErrorKind::InvalidData,
-            format!("not UTF-8 text (byte {} is not); accepted: UTF-8 text", e.utf8_error().valid_up_to()),
+            format!(
+                "not UTF-8 text (byte {} is not); accepted: UTF-8 text",
+                e.utf8_error().valid_up_to()
+            ),
         )
     })
 }

@@ -133,7 +133,10 @@ impl Monitor {
         tag: Option<Interference>,
         times: &[u64],
     ) -> Result<(), BusError> {
-        let outcome = self.service.report(kernel, sms, tag, times)?;
+        // Off the runtime: an overrun may queue a recalibration, which writes the job record.
+        let (service, kernel, times) = (self.service.clone(), kernel.to_string(), times.to_vec());
+        let outcome =
+            crate::dbus::off_the_runtime(move || service.report(&kernel, sms, tag, &times)).await?;
         if let Some(generation) = outcome.save_generation {
             self.service
                 .observations_saved(generation, SAVE_WAIT)

@@ -795,7 +795,8 @@ impl Service {
             Ok(())
         } else {
             Err(ServiceError::UnknownKernel(format!(
-                "no kernel named `{kernel}`; accepted: {}",
+                "no kernel named `{}`; accepted: {}",
+                quoted_name(kernel),
                 self.some_kernels()
             )))
         }
@@ -896,6 +897,14 @@ impl Service {
         tag: Option<Interference>,
     ) -> Result<BoundInfo> {
         let partition = self.check_partition(sms)?;
+        // Not between a reload's publishing and its queueing the calibration: a changed kernel
+        // is stale there with no job for it, and admission advised a recalibration the reload
+        // was about to queue (as Health did).
+        let _published = self
+            .inner
+            .publishing
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
         let (snap, interference, clock_now) = self.calibration_of(kernel, tag, partition)?;
         let cal = snap.tables(interference).get(kernel).ok_or_else(|| {
             ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
@@ -1173,6 +1182,16 @@ fn stretch(bound_ns: u64, calibrated_mhz: u32, current_mhz: u32) -> u64 {
     let stretched =
         (u128::from(bound_ns) * u128::from(calibrated_mhz)).div_ceil(u128::from(current_mhz));
     u64::try_from(stretched).unwrap_or(u64::MAX)
+}
+
+/// A caller's kernel name as an error quotes it: whole up to 64 characters, else its start and
+/// its length (a 100,000-character name came back whole in the error).
+pub(crate) fn quoted_name(name: &str) -> String {
+    const SHOWN: usize = 64;
+    match name.char_indices().nth(SHOWN) {
+        None => name.to_string(),
+        Some((end, _)) => format!("{}... ({} characters)", &name[..end], name.chars().count()),
+    }
 }
 
 /// `ok`, or `degraded` naming the partition sizes the placement probe refused at open (they are

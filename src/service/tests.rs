@@ -600,6 +600,22 @@ fn a_time_reported_during_a_recalibration_is_judged_against_what_it_publishes() 
 
 /// Untagged, a bound answers for both conditions: it is stale when either calibration is,
 /// even where the current one's bound is the larger and is the one served.
+/// An unknown name is quoted to 64 characters: a 100,000-character one came back whole.
+#[test]
+fn an_unknown_name_is_quoted_shortened() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    let long = "é".repeat(100_000);
+    let e = service.bound(&long, 64, None).unwrap_err().to_string();
+    assert!(
+        e.len() < 2_000 && e.contains("(100000 characters)"),
+        "{}",
+        &e[..200]
+    );
+    let e = service.bound("nope", 64, None).unwrap_err().to_string();
+    assert!(e.contains("`nope`"), "{e}");
+}
+
 /// At a size the sweep verified, the sweep's contended launches are the ones the stressor ran
 /// beside: `stressor_sms` names it there as at a measured size (it said 0, "isolated").
 #[test]

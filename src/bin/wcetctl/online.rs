@@ -702,8 +702,12 @@ pub(crate) async fn import_calibration(
         );
         text
     } else {
-        wcetd::manifest::read_text_limited(file, MAX_BUNDLE_BYTES)
-            .with_context(|| format!("reading {} (a bundle from `wcetctl export-calibration`)", file.display()))?
+        wcetd::manifest::read_text_limited(file, MAX_BUNDLE_BYTES).with_context(|| {
+            format!(
+                "reading {} (a bundle from `wcetctl export-calibration`)",
+                file.display()
+            )
+        })?
     };
     let mut options = std::collections::HashMap::new();
     if force {

@@ -127,9 +127,11 @@ impl DeviceDescription {
 
     pub fn load(path: &std::path::Path) -> Result<Self, DeviceError> {
         let origin = path.display().to_string();
-        let text = crate::manifest::read_text_limited(path, 1 << 20).map_err(|error| DeviceError::Read {
-            path: origin.clone(),
-            error,
+        let text = crate::manifest::read_text_limited(path, 1 << 20).map_err(|error| {
+            DeviceError::Read {
+                path: origin.clone(),
+                error,
+            }
         })?;
         Self::parse(&text, &origin)
     }
