@@ -436,33 +436,9 @@ impl<'a> Lookup<'a> {
                 }
             }
             if stale {
-                let note = match remedy {
-                    Remedy::Reload => format!(
-                        "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `wcetctl kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
-                    ),
-                    Remedy::BeingRecalibrated(job) => format!(
-                        "{what}: bound is stale, and calibration job {job} is measuring it now (current when the job ends: `wcetctl jobs`)"
-                    ),
-                    Remedy::ImportAgain => format!(
-                        "{what}: bound is stale (imported for another device, driver or clock policy, and the daemon has nothing to run for it); import measurements made under this configuration (`wcetctl import` or `wcetctl import-calibration`)"
-                    ),
-                    Remedy::Recalibrate => format!(
-                        "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
-                    ),
-                };
-                if used.iter().any(|b| b.stale && b.other_model) {
-                    self.refused.push(format!(
-                        "{what}: bound was measured on another GPU model and is no evidence about this one, so it is not admitted even with accept_stale; {}",
-                        how_to_calibrate(kernel, None, used.iter().all(|b| b.runnable))
-                    ));
-                } else if self.policy.accept_stale {
-                    self.accepted
-                        .push(format!("{note}; accepted by accept_stale"));
-                } else {
-                    self.refused.push(format!(
-                        "{note}, or accept it with option accept_stale (wcetctl admit --accept-stale)"
-                    ));
-                }
+                let other_model = used.iter().any(|b| b.stale && b.other_model);
+                let runnable = used.iter().all(|b| b.runnable);
+                self.judge_stale(&what, kernel, remedy, other_model, runnable);
             }
             self.judge_exceedance(&what, exceedance);
             if used.iter().any(|b| b.clock_unread) && !self.clock_said {
@@ -487,6 +463,48 @@ impl<'a> Lookup<'a> {
         );
         self.seen.insert(key, found.clone());
         Ok(found)
+    }
+
+    /// A stale bound: refused, or accepted (and said) where the policy accepts stale bounds,
+    /// with what makes it current; one measured on another GPU model is refused whatever the
+    /// policy, since it is no evidence about this one.
+    fn judge_stale(
+        &mut self,
+        what: &str,
+        kernel: &str,
+        remedy: Remedy,
+        other_model: bool,
+        runnable: bool,
+    ) {
+        if other_model {
+            self.refused.push(format!(
+                "{what}: bound was measured on another GPU model and is no evidence about this one, so it is not admitted even with accept_stale; {}",
+                how_to_calibrate(kernel, None, runnable)
+            ));
+            return;
+        }
+        let note = match remedy {
+            Remedy::Reload => format!(
+                "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `wcetctl kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
+            ),
+            Remedy::BeingRecalibrated(job) => format!(
+                "{what}: bound is stale, and calibration job {job} is measuring it now (current when the job ends: `wcetctl jobs`)"
+            ),
+            Remedy::ImportAgain => format!(
+                "{what}: bound is stale (imported for another device, driver or clock policy, and the daemon has nothing to run for it); import measurements made under this configuration (`wcetctl import` or `wcetctl import-calibration`)"
+            ),
+            Remedy::Recalibrate => format!(
+                "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
+            ),
+        };
+        if self.policy.accept_stale {
+            self.accepted
+                .push(format!("{note}; accepted by accept_stale"));
+        } else {
+            self.refused.push(format!(
+                "{note}, or accept it with option accept_stale (wcetctl admit --accept-stale)"
+            ));
+        }
     }
 
     /// A bound stated at a weaker exceedance than the caller's `accept_exceedance` (the

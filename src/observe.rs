@@ -7,7 +7,11 @@
 //! which loading raises over the file's floors.
 //!
 //! This module keeps; it does not judge. Which bound a time is compared with and what an overrun
-//! does is the service's business (`service/monitor.rs`).
+//! does is the service's business (`service/monitor.rs`), which also orders the writes: a floor a
+//! report raises is appended to the journal ([`ObservationFile::journal`]), or saved, before the
+//! report is answered; the whole file is written ([`ObservationFile::save`]) at most every few
+//! seconds and at shutdown; the two take turns under one lock (`saving` there), and after a save
+//! what the journal held is in the file.
 //!
 //! Memory: a dense histogram of 3 significant digits holds about 10,000 counters for times of
 //! microseconds to milliseconds (tens of KiB), too much for 1,000 kernels x 17 sizes. So a
