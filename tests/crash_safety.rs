@@ -174,7 +174,8 @@ async fn a_job_the_previous_run_did_not_finish_is_named_in_health() {
         assert!(
             said.starts_with("degraded: an earlier run ended during job")
                 && said.contains("calibrating srad, bfs, started")
-                && said.contains(&format!("before job {queued} (calibrating lud, queued"))
+                && said.contains(&format!("before job {queued} of pid "))
+                && said.contains("(calibrating lud, queued")
                 && said.contains("`wcetctl recalibrate bfs lud srad`"),
             "{said}"
         );
