@@ -129,7 +129,11 @@ pub async fn observed(
     let sizes = match sms {
         Some(m) => vec![m],
         None => {
-            let bounds = BoundsProxy::builder(conn).path(path).build().await?;
+            let bounds = BoundsProxy::builder(conn)
+                .path(path)
+                .cache_properties(zbus::proxy::CacheProperties::No)
+                .build()
+                .await?;
             bounds.partition_sizes().await?
         }
     };
@@ -149,6 +153,7 @@ pub async fn observed(
 pub async fn monitor_at(conn: &Connection, path: &str) -> zbus::Result<Monitor1Proxy<'static>> {
     Monitor1Proxy::builder(conn)
         .path(path.to_string())
+        .cache_properties(zbus::proxy::CacheProperties::No)
         .build()
         .await
 }

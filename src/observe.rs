@@ -857,6 +857,7 @@ impl ObservationFile {
         if !current.exists() {
             return Ok(());
         }
+        crate::store::still_locked(&current)?;
         if aside.exists() {
             append_synced(&aside, &std::fs::read(&current)?)?;
             std::fs::remove_file(&current)?;

@@ -66,7 +66,14 @@ pub struct LineEndsAsLf<R> {
     held_cr: bool,
     /// Bytes since the last line ending, refused past [`MAX_LINE_BYTES`].
     line: usize,
+    /// Bytes read in all, refused past [`MAX_INPUT_BYTES`].
+    total: u64,
 }
+
+/// The largest offline input: far above any campaign (2.7 million rows are about 60 MB), and
+/// what keeps an endless stream of valid rows (`yes needle,64,1000`) from being read until memory
+/// runs out.
+pub const MAX_INPUT_BYTES: u64 = 1 << 30;
 
 /// The longest line an offline input may have: far above any real row, and what keeps an input
 /// with no line ending (`/dev/zero`) from being read as one record until memory runs out.
@@ -78,6 +85,7 @@ impl<R: Read> LineEndsAsLf<R> {
             inner: std::io::BufReader::new(input),
             held_cr: false,
             line: 0,
+            total: 0,
         }
     }
 }
@@ -114,6 +122,13 @@ impl<R: Read> Read for LineEndsAsLf<R> {
                 out[n] = b;
                 n += 1;
                 self.line = if b == b'\n' { 0 } else { self.line + 1 };
+                self.total += 1;
+                if self.total > MAX_INPUT_BYTES {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("longer than {MAX_INPUT_BYTES} bytes (an endless stream?); accepted: an input of at most {MAX_INPUT_BYTES} bytes"),
+                    ));
+                }
                 if self.line > MAX_LINE_BYTES {
                     return Err(std::io::Error::new(
                         std::io::ErrorKind::InvalidData,

@@ -216,6 +216,14 @@ pub fn calibration_path(dir: &Path, fingerprint: &Fingerprint) -> PathBuf {
 pub fn check_readable(dir: &Path, fingerprint: &Fingerprint) -> Result<(), String> {
     use std::io::Read;
     let path = calibration_path(dir, fingerprint);
+    // A link to what is not there (a store not mounted yet) is not "no calibration" either.
+    if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) && !path.exists() {
+        return Err(format!(
+            "{} is a symbolic link to {}, which does not exist; accepted: the calibration file wcetd writes, or none",
+            path.display(),
+            fs::read_link(&path).map_or("?".into(), |t| t.display().to_string())
+        ));
+    }
     match fs::metadata(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Ok(m) if !m.is_file() => {
@@ -764,6 +772,10 @@ mod tests {
         let why = check_readable(dir.path(), fingerprint).unwrap_err();
         assert!(why.contains("not a regular file"), "{why}");
         fs::remove_dir(&path).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("not-mounted/x.json"), &path).unwrap();
+        let why = check_readable(dir.path(), fingerprint).unwrap_err();
+        assert!(why.contains("does not exist"), "{why}");
+        fs::remove_file(&path).unwrap();
         fs::write(&path, b"{}").unwrap();
         assert_eq!(check_readable(dir.path(), fingerprint), Ok(()));
     }

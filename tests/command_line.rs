@@ -88,16 +88,26 @@ async fn a_daemon_that_does_not_answer_is_a_timeout() {
     let pid = d.pid() as i32;
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
-    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
-        .args(["--bus-address", env.address(), "list"])
-        .env("WCETD_CALL_TIMEOUT_S", "1")
-        .output()
-        .unwrap();
+    // Methods, and properties (`status` and `curve` read them: a cached proxy waited on its
+    // first read with no timeout).
+    let outs: Vec<_> = [&["list"][..], &["status"], &["curve", "needle"]]
+        .iter()
+        .map(|args| {
+            Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+                .args(["--bus-address", env.address()])
+                .args(*args)
+                .env("WCETD_CALL_TIMEOUT_S", "1")
+                .output()
+                .unwrap()
+        })
+        .collect();
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("did not answer within 1 s"), "{err}");
+    for out in outs {
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains("did not answer within 1 s"), "{err}");
+    }
     let (code, _, err) = wcetctl(env.address(), &["list"]);
     assert_eq!(code, Some(0), "answers again once continued: {err}");
 }

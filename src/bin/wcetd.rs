@@ -380,7 +380,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
         write_metrics(&services, path);
     }
     if private.is_some() {
-        let _ = std::fs::remove_file(bus::address_file(&state_dir));
+        // Only our own record, and only in the directory this daemon still holds: a daemon whose
+        // directory was replaced under it removed the address of the one serving there now.
+        let file = bus::address_file(&state_dir);
+        let ours = private.as_ref().map(|p| p.address().to_string());
+        let recorded = std::fs::read_to_string(&file).ok();
+        if wcetd::store::still_locked(&file).is_ok()
+            && recorded.as_deref().map(str::trim) == ours.as_deref()
+        {
+            let _ = std::fs::remove_file(&file);
+        }
     }
     // Not a clean exit when floors raised since the last save could be neither saved nor
     // journalled (a full disk): the next start serves bounds without them. The reporters were

@@ -237,7 +237,9 @@ impl DeviceLosses {
 
     fn save(&self, record: &Record) -> Result<(), ()> {
         let written = if record.losses.is_empty() && record.ran_through.is_empty() {
-            match std::fs::remove_file(&self.path) {
+            let removed = crate::store::still_locked(&self.path)
+                .and_then(|()| std::fs::remove_file(&self.path));
+            match removed {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
                 _ => crate::store::sync_directory_of(&self.path),
             }

@@ -148,7 +148,9 @@ impl JobRecords {
         self.edit(|all| {
             all.retain(|r| !r.of_this_run(job) && (!succeeded || (r.run == run_id() && r.queued)))
         });
-        if succeeded && std::fs::remove_file(&self.set_aside).is_ok() {
+        // Not from a directory this daemon no longer holds: the notices are another's then.
+        let ours = crate::store::still_locked(&self.set_aside).is_ok();
+        if succeeded && ours && std::fs::remove_file(&self.set_aside).is_ok() {
             let _ = crate::store::sync_directory_of(&self.set_aside);
         }
     }
@@ -182,7 +184,7 @@ fn records(path: &Path) -> Result<Vec<Record>, ()> {
 
 fn write(path: &Path, records: &[Record]) {
     let written = if records.is_empty() {
-        match std::fs::remove_file(path) {
+        match crate::store::still_locked(path).and_then(|()| std::fs::remove_file(path)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             // The removal made durable, so that a power cut cannot bring the record back.
             _ => crate::store::sync_directory_of(path),

@@ -40,8 +40,14 @@ fn object() -> &'static str {
     OBJECT.get().map_or(wcetd::bus::OBJECT_PATH, String::as_str)
 }
 
+/// Properties uncached: a cached proxy waits for its first `GetAll` with no timeout, so
+/// `wcetctl status` hung on a stopped daemon where every method call timed out.
 async fn bounds_proxy(conn: &zbus::Connection) -> zbus::Result<BoundsProxy<'static>> {
-    BoundsProxy::builder(conn).path(object()).build().await
+    BoundsProxy::builder(conn)
+        .path(object())
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
 }
 
 async fn calibration_proxy(conn: &zbus::Connection) -> zbus::Result<CalibrationProxy<'static>> {

@@ -845,6 +845,7 @@ pub(crate) async fn status_all(
     for (n, path, uuid) in devices {
         let proxy = BoundsProxy::builder(conn)
             .path(path.to_string())
+            .cache_properties(zbus::proxy::CacheProperties::No)
             .build()
             .await?;
         if !json {
