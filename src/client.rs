@@ -120,8 +120,21 @@ pub async fn wait_for_job(
     ask.tick().await;
     loop {
         tokio::select! {
+            // The daemon's leaving first: asked after it, the job is another daemon's or none.
+            biased;
+            Some(_) = owner.next() => return Err(zbus::Error::Failure(daemon_left(job))),
             _ = ask.tick() => {
-                let (state, _, message) = calibration.get_job(job).await?;
+                let (state, _, message) = match calibration.get_job(job).await {
+                    Ok(answer) => answer,
+                    // No owner, or one that never had this job: the daemon left meanwhile.
+                    Err(e) if matches!(
+                        error_name(&e).as_deref(),
+                        Some("org.freedesktop.DBus.Error.ServiceUnknown"
+                            | "org.freedesktop.DBus.Error.NameHasNoOwner"
+                            | "org.freedesktop.DBus.Error.InvalidArgs")
+                    ) => return Err(zbus::Error::Failure(daemon_left(job))),
+                    Err(e) => return Err(e),
+                };
                 if matches!(state.as_str(), "done" | "failed" | "cancelled") {
                     return Ok((state, message));
                 }
@@ -138,7 +151,6 @@ pub async fn wait_for_job(
                     on_progress(args.progress);
                 }
             }
-            Some(_) = owner.next() => return Err(zbus::Error::Failure(daemon_left(job))),
             else => return calibration.get_job(job).await.map(|(s, _, m)| (s, m)),
         }
     }

@@ -102,12 +102,17 @@ impl Bounds {
         Ok(self.service.bound(kernel, sms, None)?)
     }
 
-    fn get_bound_info(
+    /// Off the runtime's threads, which answer `GetBound`: it reads the medians back from the
+    /// spill file, and waits out a reload's publishing (which writes a job record).
+    async fn get_bound_info(
         &self,
-        kernel: &str,
+        kernel: String,
         sms: u32,
     ) -> Result<HashMap<String, Variant<'static>>, BusError> {
-        Ok(info_dict(&self.service.bound_info(kernel, sms, None)?))
+        let service = self.service.clone();
+        off_the_runtime(move || service.bound_info(&kernel, sms, None))
+            .await
+            .map(|info| info_dict(&info))
     }
 
     fn get_curve(&self, kernel: &str) -> Result<Vec<(u32, u64)>, BusError> {
@@ -130,18 +135,17 @@ impl Bounds {
     }
 
     /// `GetBoundInfo` for one interference tag (`isolated` or `contended`): an extension.
-    fn get_bound_info_tagged(
+    async fn get_bound_info_tagged(
         &self,
-        kernel: &str,
+        kernel: String,
         sms: u32,
-        interference: &str,
+        interference: String,
     ) -> Result<HashMap<String, Variant<'static>>, BusError> {
-        let tag = parse_tag(interference)?;
-        Ok(info_dict(&self.service.bound_info(
-            kernel,
-            sms,
-            Some(tag),
-        )?))
+        let tag = parse_tag(&interference)?;
+        let service = self.service.clone();
+        off_the_runtime(move || service.bound_info(&kernel, sms, Some(tag)))
+            .await
+            .map(|info| info_dict(&info))
     }
 
     /// The predicted typical time at every partition size and its label (an extension): a
@@ -182,9 +186,14 @@ impl Bounds {
 
     /// `ok`, or `degraded: <why>`: after a failed calibration (old bounds are still served), and
     /// while stale bounds are served.
+    ///
+    /// Off the runtime's threads: it waits out a reload's publishing, which writes a job record.
     #[zbus(property)]
-    fn health(&self) -> String {
-        self.service.health()
+    async fn health(&self) -> String {
+        let service = self.service.clone();
+        off_the_runtime(move || Ok(service.health()))
+            .await
+            .unwrap_or_else(|e| format!("degraded: Health could not be read ({})", e.message))
     }
 
     /// Kernels whose bounds were calibrated on a device that no longer matches (rule 3).
@@ -657,8 +666,12 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
             }
             Err(_) => return,
         };
+        // Once per job: one a catch-up announced (finished in the daemon's state before its
+        // event came through) is not announced again.
         if let Event::JobFinished { job, .. } = &event {
-            announced.insert(*job);
+            if !announced.insert(*job) {
+                continue;
+            }
         }
         let sent = match event {
             Event::JobProgress { job, progress } => {

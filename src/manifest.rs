@@ -99,16 +99,25 @@ impl Manifest {
     /// made after such a change would time other code under this manifest's digest: a caller
     /// refuses to time it (or to keep it at a reload) until the manifest is loaded again.
     pub fn changed_on_disk(&self) -> Option<String> {
+        match self.on_disk() {
+            OnDisk::Same => None,
+            OnDisk::Unreadable(why) | OnDisk::Changed(why) => Some(why),
+        }
+    }
+
+    /// [`Manifest::changed_on_disk`], telling files that cannot be read now (an unreadable
+    /// directory, a mount gone) from files read and found other than those loaded.
+    pub fn on_disk(&self) -> OnDisk {
         let module = match read_module(&self.module) {
             Ok(bytes) => bytes,
-            Err(e) => return Some(format!("the {e} (of `{}`)", self.name)),
+            Err(e) => return OnDisk::Unreadable(format!("the {e} (of `{}`)", self.name)),
         };
         let inputs = match code_digests("", &module, &self.args) {
             Ok((_, inputs)) => inputs,
-            Err(e) => return Some(format!("the {e} (of `{}`)", self.name)),
+            Err(e) => return OnDisk::Unreadable(format!("the {e} (of `{}`)", self.name)),
         };
         if inputs == self.inputs_sha256 {
-            return None;
+            return OnDisk::Same;
         }
         // Only the module's own digest is kept apart, so with it unchanged a fill file changed.
         let what = if hex(&Sha256::digest(&module)) != self.module_sha256 {
@@ -123,7 +132,7 @@ impl Manifest {
                 all => format!("one of the fill files {}", all.join(", ")),
             }
         };
-        Some(format!(
+        OnDisk::Changed(format!(
             "{what} of `{}` changed since it was loaded",
             self.name
         ))
@@ -718,6 +727,17 @@ fn output_check(c: &RawCheck, args: &[Arg], dir: &Path) -> Result<OutputCheck, S
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A loaded manifest's module and fill files as they are on disk now.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OnDisk {
+    /// Read, and the bytes loaded.
+    Same,
+    /// Read, and other bytes: other code than was loaded, and why.
+    Changed(String),
+    /// Not readable now, and why: whether they changed is not known.
+    Unreadable(String),
 }
 
 /// SHA-256 of `bytes`, lower-case hex.

@@ -590,13 +590,19 @@ impl Service {
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         if !rejected.is_empty() {
+            // Bounded as every list in Health is: a directory's rejection names each of its
+            // kernels in its reason, and a fleet's directory holds hundreds.
+            const REASON: usize = 400;
             let files: Vec<String> = rejected
                 .iter()
-                .map(|(file, why)| format!("{file} ({why})"))
+                .map(|(file, why)| match why.char_indices().nth(REASON) {
+                    None => format!("{file} ({why})"),
+                    Some((end, _)) => format!("{file} ({}...)", &why[..end]),
+                })
                 .collect();
             why.push(format!(
                 "kernel manifests rejected at the last reload: {}; fix them and run `wcetctl kernels reload`",
-                files.join("; ")
+                names_in_a_message_listed_by(&files, "`wcetctl kernels reload`")
             ));
         }
         drop(rejected);
@@ -1279,16 +1285,26 @@ fn load_catalogue(
             .filter(|m| m.path == rejected_path || m.path.parent() == Some(rejected_path));
         // The previous version runs the module and fill files read at its load; where those
         // changed too, keeping it would time (and serve) other code under its digest.
-        for (m, changed) in kept.map(|m| (m, m.changed_on_disk())) {
-            match changed {
-                None => {
+        // Files that cannot be read now (the directory's mode, a mount gone) are not known to
+        // have changed: the previous version is kept, and the watcher serves its bounds stale,
+        // saying why, until they can be read again.
+        for (m, on_disk) in kept.map(|m| (m, m.on_disk())) {
+            match on_disk {
+                manifest::OnDisk::Same => {
                     why.push_str(&format!(
                         "; the previous version of `{}` is kept until the file is fixed",
                         m.name
                     ));
                     manifests.push(m.clone());
                 }
-                Some(changed) => why.push_str(&format!(
+                manifest::OnDisk::Unreadable(unread) => {
+                    why.push_str(&format!(
+                        "; the previous version of `{}` is kept, its bounds stale while {unread}",
+                        m.name
+                    ));
+                    manifests.push(m.clone());
+                }
+                manifest::OnDisk::Changed(changed) => why.push_str(&format!(
                     "; the previous version of `{}` is not kept either: {changed}",
                     m.name
                 )),

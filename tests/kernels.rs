@@ -138,6 +138,23 @@ async fn an_unreadable_kernel_directory_withdraws_nothing_and_health_says_so() {
     assert!(rejected.is_empty(), "{rejected:?}");
     let health = d.bounds().await.health().await.unwrap();
     assert!(!health.contains("rejected at the last reload"), "{health}");
+    // The usual layout, the module beside its manifest: gone with the directory, it cannot be
+    // read, which is not a change; the kernel is kept, its bounds stale until it can be read.
+    std::fs::rename(modules.join("scale.ptx"), kdir.join("scale.ptx")).unwrap();
+    write_manifest(&kdir, "app.scale");
+    let (added, removed, _) = cal.reload_kernels().await.unwrap();
+    assert!(added == ["app.scale"] && removed.is_empty(), "{added:?}");
+    std::fs::rename(&kdir, &aside).unwrap();
+    std::fs::write(&kdir, "not a directory").unwrap();
+    let (_, removed, rejected) = cal.reload_kernels().await.unwrap();
+    assert!(removed.is_empty(), "{removed:?}");
+    assert!(
+        rejected[0]
+            .1
+            .contains("the previous version of `app.scale` is kept, its bounds stale"),
+        "{rejected:?}"
+    );
+    assert!(listed().await.contains(&"app.scale".to_string()));
 }
 
 fn kdir_created(dir: &std::path::Path) -> std::path::PathBuf {

@@ -79,6 +79,8 @@ pub(super) struct DeviceLosses {
     others: Vec<Loss>,
     /// Why the record could not be read or written, for `Health`, until a write succeeds.
     problem: Mutex<Option<String>>,
+    /// The file was there but could not be read at start: it is never written (nor removed).
+    unread: bool,
 }
 
 impl DeviceLosses {
@@ -96,22 +98,25 @@ impl DeviceLosses {
                     Some(format!("was corrupt ({why}) and was moved aside")),
                 )
             }
-            // Moved aside too: the next save would otherwise replace (or remove) it unread.
-            Err(Unreadable::Io(e)) => {
-                let why = format!("cannot be read ({e})");
-                crate::store::quarantine(&path, "record of kernels that lost the device", &why);
-                (
-                    Record::default(),
-                    Some(format!("{why} and was moved aside")),
-                )
-            }
+            // Left where it is, and never written while unread (`save`): replaced, or moved
+            // aside, its losses would be forgotten by the next start.
+            Err(Unreadable::Io(e)) => (
+                Record::default(),
+                Some(format!(
+                    "cannot be read ({e}), so it is not written either until a restart reads it"
+                )),
+            ),
         };
+        let unread = problem
+            .as_ref()
+            .is_some_and(|p| p.starts_with("cannot be read"));
         DeviceLosses {
             others: others_in(store.dir(), &path),
             path,
             gpu,
             record: Mutex::new(record),
             problem: Mutex::new(problem),
+            unread,
         }
     }
 
@@ -236,6 +241,10 @@ impl DeviceLosses {
     }
 
     fn save(&self, record: &Record) -> Result<(), ()> {
+        if self.unread {
+            tracing::error!(path = %self.path.display(), "the record of kernels that lost the device could not be read at start, so it is not written: this loss is not recorded (restart once the file can be read)");
+            return Err(());
+        }
         let written = if record.losses.is_empty() && record.ran_through.is_empty() {
             let removed = crate::store::still_locked(&self.path)
                 .and_then(|()| std::fs::remove_file(&self.path));
@@ -314,6 +323,7 @@ mod tests {
             path,
             gpu: 0,
             problem: Mutex::new(None),
+            unread: false,
         }
     }
 

@@ -268,9 +268,12 @@ impl Service {
         unknown.sort_unstable();
         unknown.dedup();
         if !unknown.is_empty() {
+            // Quoted as every unknown name is, and at most twenty: a bundle of long names made an
+            // error as long as itself.
+            let unknown: Vec<String> = unknown.iter().map(|k| super::quoted_name(k)).collect();
             return Err(ServiceError::UnknownKernel(format!(
                 "the bundle holds kernels this daemon does not know: {}; accepted: {} (add their manifests first)",
-                unknown.join(", "),
+                super::names_in_a_message_listed_by(&unknown, "the bundle"),
                 self.some_kernels()
             )));
         }

@@ -115,12 +115,20 @@ impl JobRecords {
             .lock
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        // A record that cannot be read was named at start (`read`); it is moved aside rather than
-        // written over, so that what it held is kept.
-        let mut all = records(&self.path).unwrap_or_else(|()| {
-            crate::store::quarantine(&self.path, "job record", "cannot be read or parsed");
-            Vec::new()
-        });
+        // A record that cannot be read was named at start (`read`). A damaged one is moved aside
+        // rather than written over, so that what it held is kept; one that cannot be read (its
+        // mode, an I/O error) is left alone: moved aside, the next start would not name it.
+        let mut all = match records(&self.path) {
+            Ok(all) => all,
+            Err(Unreadable::Damaged) => {
+                crate::store::quarantine(&self.path, "job record", "does not parse");
+                Vec::new()
+            }
+            Err(Unreadable::Io(e)) => {
+                tracing::warn!(path = %self.path.display(), error = %e, "the record of running jobs cannot be read, so it is not updated; a crash during a job may not be named at the next start");
+                return;
+            }
+        };
         change(&mut all);
         write(&self.path, &all);
     }
@@ -174,11 +182,17 @@ impl Record {
     }
 }
 
-fn records(path: &Path) -> Result<Vec<Record>, ()> {
+/// Why the record of jobs could not be read.
+enum Unreadable {
+    Damaged,
+    Io(std::io::Error),
+}
+
+fn records(path: &Path) -> Result<Vec<Record>, Unreadable> {
     match std::fs::read(path) {
-        Ok(text) => serde_json::from_slice(&text).map_err(|_| ()),
+        Ok(text) => serde_json::from_slice(&text).map_err(|_| Unreadable::Damaged),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(_) => Err(()),
+        Err(e) => Err(Unreadable::Io(e)),
     }
 }
 
@@ -211,7 +225,7 @@ pub(super) fn read(path: &Path) -> Option<String> {
     let all = match records(path) {
         Ok(all) if all.is_empty() => return None,
         Ok(all) => all,
-        Err(()) => {
+        Err(_) => {
             return Some(format!(
                 "an earlier run ended during a job whose record ({}) cannot be read: its kernels keep the bounds they had when it stopped",
                 path.display()
