@@ -57,7 +57,13 @@ fn srad_calibrated_then_edited(state: &std::path::Path, edit: impl FnOnce(&mut s
 
 /// [`short_campaign_service`] with srad calibrated, isolated and contended.
 fn srad_calibrated(state: &std::path::Path) -> Service {
-    let service = short_campaign_service(state);
+    srad_calibrated_with(short_campaigns(), state)
+}
+
+/// A service of `config` on the simulated H200 with srad calibrated.
+fn srad_calibrated_with(config: ServiceConfig, state: &std::path::Path) -> Service {
+    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+    let service = Service::start(Box::new(gpu), Store::open(state).unwrap(), config).0;
     let mut events = service.subscribe();
     let job = service.recalibrate(&["srad".to_string()]).unwrap();
     while !service.job(job).unwrap().state.finished() {
@@ -624,13 +630,7 @@ fn a_verified_size_names_the_stressor_its_launches_ran_beside() {
     let mut config = short_campaigns();
     // Too little time to measure every size: the sweep verifies the others.
     config.recipe.sweep.budget_s = 1e-6;
-    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-    let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
-    let mut events = service.subscribe();
-    let job = service.recalibrate(&["srad".to_string()]).unwrap();
-    while !service.job(job).unwrap().state.finished() {
-        let _ = events.blocking_recv();
-    }
+    let service = srad_calibrated_with(config, dir.path());
     let mut verified = 0;
     for &m in &service.device().partition_sizes {
         let info = service
@@ -966,13 +966,7 @@ fn an_untagged_time_raises_the_isolated_bound_whatever_is_calibrated_first() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = short_campaigns();
     config.interference = vec![Interference::Contended, Interference::Isolated];
-    let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-    let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
-    let mut events = service.subscribe();
-    let job = service.recalibrate(&["srad".to_string()]).unwrap();
-    while !service.job(job).unwrap().state.finished() {
-        let _ = events.blocking_recv();
-    }
+    let service = srad_calibrated_with(config, dir.path());
     untagged_time_raises_every_tag(&service);
 }
 
