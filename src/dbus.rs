@@ -637,9 +637,69 @@ async fn serve_at(
     Ok(())
 }
 
+/// The jobs whose `JobFinished` went out on one object: api.md promises one per job, and three
+/// parties may send it (the forwarder as the event comes, a catch-up after the forwarder lagged,
+/// the daemon's stop for the jobs it cancels), so whoever records a job here first sends it.
+#[derive(Clone, Default)]
+pub struct Announced(Arc<std::sync::Mutex<std::collections::BTreeSet<u64>>>);
+
+impl Announced {
+    /// Whether `job` is to be announced now (it was not yet).
+    fn first(&self, job: u64) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(job)
+    }
+
+    /// Forget jobs older than `oldest`: the service lists none of them, so none can finish again.
+    fn forget_before(&self, oldest: u64) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|&id| id >= oldest);
+    }
+}
+
+/// `JobFinished` for every job of `service` that has finished and was not announced on the
+/// object at `path`, oldest first. The daemon's stop calls it once its workers have ended,
+/// before it leaves the bus: the jobs the stop cancelled are announced while clients can still
+/// hear the daemon (they had heard only its name go).
+pub async fn announce_finished(
+    conn: &Connection,
+    service: &Service,
+    path: &str,
+    announced: &Announced,
+) {
+    let Ok(calibration) = conn.object_server().interface::<_, Calibration>(path).await else {
+        return;
+    };
+    let jobs = service.jobs();
+    for (job, status) in &jobs {
+        if status.state.finished() && announced.first(*job) {
+            let sent = Calibration::job_finished(
+                calibration.signal_emitter(),
+                *job,
+                status.state.as_str(),
+                &status.message,
+            )
+            .await;
+            if let Err(e) = sent {
+                tracing::warn!(error = %e, "could not emit a signal");
+            }
+        }
+    }
+    announced.forget_before(jobs.first().map_or(0, |(id, _)| *id));
+}
+
 /// Turn service events into signals on the object at `path` until the service's event channel
 /// closes (one forwarder per object: the default device's events go out on both of its paths).
-pub async fn forward_events(conn: Connection, service: Service, path: String) {
+pub async fn forward_events(
+    conn: Connection,
+    service: Service,
+    path: String,
+    announced: Announced,
+) {
     let mut events = service.subscribe();
     let server = conn.object_server();
     let Ok(bounds) = server.interface::<_, Bounds>(path.as_str()).await else {
@@ -648,9 +708,6 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let Ok(calibration) = server.interface::<_, Calibration>(path.as_str()).await else {
         return;
     };
-    // Jobs whose JobFinished went out: after a lag, those that finished unannounced are
-    // announced then, once each (api.md promises one per job; `wcetctl recalibrate` waits on it).
-    let mut announced = std::collections::BTreeSet::new();
     loop {
         let event = match events.recv().await {
             Ok(e) => e,
@@ -661,7 +718,8 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
                     missed = n,
                     "signal forwarder fell behind; finished jobs and changed bounds are announced again from the daemon's state (progress signals skipped)"
                 );
-                catch_up(&service, &mut announced, &bounds, &calibration).await;
+                announce_finished(&conn, &service, &path, &announced).await;
+                announce_every_kernel(&service, &bounds).await;
                 continue;
             }
             Err(_) => return,
@@ -669,7 +727,7 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
         // Once per job: one a catch-up announced (finished in the daemon's state before its
         // event came through) is not announced again.
         if let Event::JobFinished { job, .. } = &event {
-            if !announced.insert(*job) {
+            if !announced.first(*job) {
                 continue;
             }
         }
@@ -715,34 +773,13 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     }
 }
 
-/// After the forwarder lagged: `JobFinished` for every finished job not yet announced, in
-/// order, then `BoundsChanged` naming every kernel served (any may have changed), with the
-/// `StaleKernels` and `Health` properties. A client re-reads what it caches; none waits forever
-/// on a job that ended while its signal was skipped.
-async fn catch_up(
+/// After the forwarder lagged (and [`announce_finished`]): `BoundsChanged` naming every kernel
+/// served (any may have changed), with the `StaleKernels` and `Health` properties. A client
+/// re-reads what it caches.
+async fn announce_every_kernel(
     service: &Service,
-    announced: &mut std::collections::BTreeSet<u64>,
     bounds: &zbus::object_server::InterfaceRef<Bounds>,
-    calibration: &zbus::object_server::InterfaceRef<Calibration>,
 ) {
-    let jobs = service.jobs();
-    for (job, status) in &jobs {
-        if status.state.finished() && announced.insert(*job) {
-            let sent = Calibration::job_finished(
-                calibration.signal_emitter(),
-                *job,
-                status.state.as_str(),
-                &status.message,
-            )
-            .await;
-            if let Err(e) = sent {
-                tracing::warn!(error = %e, "could not emit a signal");
-            }
-        }
-    }
-    // Only the jobs the service still lists can finish again: the rest need not be kept.
-    let oldest = jobs.first().map_or(0, |(id, _)| *id);
-    announced.retain(|&id| id >= oldest);
     let emitter = bounds.signal_emitter();
     let iface = bounds.get().await;
     let sent = Bounds::bounds_changed(emitter, service.list_kernels())

@@ -124,10 +124,37 @@ async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
         let old = calibrate_state(&fx).await;
         let (mut d, job) = paced_daemon_in_a_job(&fx, &conn, &[]).await;
         // A job still queued at a clean stop ends with it too: nothing to name at the next start.
-        let _: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["lud"],))
+        let queued: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["lud"],))
             .await
             .expect("Recalibrate");
+        let rule = zbus::MatchRule::builder()
+            .msg_type(zbus::message::Type::Signal)
+            // From the daemon's name, as a client's proxy hears it: not once the name is gone.
+            .sender(wcetd::bus::BUS_NAME)
+            .path(wcetd::bus::OBJECT_PATH)
+            .interface("org.wcetd.Calibration1")
+            .member("JobFinished")
+            .build()
+            .expect("match rule");
+        let mut finished = zbus::MessageStream::for_match_rule(rule, &conn, None)
+            .await
+            .expect("match rule");
         d.stop();
+        // Both announced before the daemon left the bus, while clients could still hear it
+        // (they had heard only its name go).
+        let mut heard = Vec::new();
+        while heard.len() < 2 {
+            use futures_util::StreamExt;
+            let msg = tokio::time::timeout(Duration::from_secs(5), finished.next())
+                .await
+                .expect("JobFinished for the jobs the stop cancelled")
+                .expect("stream open")
+                .expect("signal");
+            let (id, state, _): (u64, String, String) = msg.body().deserialize().unwrap();
+            assert_eq!(state, "cancelled");
+            heard.push(id);
+        }
+        assert_eq!(heard, [job, queued]);
         let log = d.log_text();
         assert!(
             log.contains(&format!("job finished job={job} state=\"cancelled\"")),

@@ -289,7 +289,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let _state_lock = store::DirectoryLock::take(&state_dir)?;
     let (services, workers, default) = start_services(&args, &state_dir)?;
     let (conn, private) = connect(&args, &state_dir).await?;
-    serve(&args, &conn, &services, default).await?;
+    let objects = serve(&args, &conn, &services, default).await?;
     let name_lost = bus::name_lost(&conn).await?;
     // Queued before the name is owned, so that a client that sees the name finds job 1; run
     // only after: a daemon that finds the name taken must not have run a kernel (a stray second
@@ -346,6 +346,32 @@ async fn run(args: Args) -> anyhow::Result<()> {
         }
     };
     tracing::info!("shutting down");
+    // The workers first: no job is queued after this (`Busy`), and the jobs the stop cancels
+    // are announced while clients can still hear the daemon, before it leaves the bus (they had
+    // heard only the name go, and waited on a JobFinished that never came). Every GPU at once,
+    // off the runtime's threads.
+    let stopping: Vec<_> = services
+        .iter()
+        .map(|(n, service)| {
+            let (n, service) = (*n, service.clone());
+            tokio::task::spawn_blocking(move || {
+                if !service.stop_worker(WORKER_STOP) {
+                    tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
+                }
+            })
+        })
+        .collect();
+    for stopped in stopping {
+        let _ = stopped.await;
+    }
+    for (service, path, announced) in &objects {
+        let announce = dbus::announce_finished(&conn, service, path, announced);
+        if tokio::time::timeout(RELEASE_WAIT, announce).await.is_err() {
+            tracing::warn!(
+                "the bus did not take the last JobFinished signals within {RELEASE_WAIT:?}"
+            );
+        }
+    }
     // Bounded: a bus that stopped answering must not keep the daemon from saving and exiting.
     let release = conn.release_name(wcetd::bus::BUS_NAME);
     if tokio::time::timeout(RELEASE_WAIT, release).await.is_err() {
@@ -353,27 +379,24 @@ async fn run(args: Args) -> anyhow::Result<()> {
             "the bus did not answer ReleaseName within {RELEASE_WAIT:?}; exiting anyway"
         );
     }
-    // After the name is released, so that no job is queued and no report comes in after this.
-    // Every GPU at once, off the runtime's threads: each may wait up to WORKER_STOP for its
-    // worker and 10 s for its journal, and one after another they could outlast a service
-    // manager's stop timeout.
-    let stopping: Vec<_> = services
+    // After the name is released, so that no report comes in after this save (one that did
+    // before is in the journal, read at the next start). Every GPU at once, off the runtime's
+    // threads: each may wait 10 s for its journal, and one after another they could outlast a
+    // service manager's stop timeout.
+    let saving: Vec<_> = services
         .iter()
         .map(|(n, service)| {
             let (n, service) = (*n, service.clone());
-            (
-                n,
-                tokio::task::spawn_blocking(move || stop_and_save(n, &service)),
-            )
+            (n, tokio::task::spawn_blocking(move || save(n, &service)))
         })
         .collect();
     let mut unsaved = Vec::new();
-    for (n, stopped) in stopping {
-        match stopped.await {
+    for (n, saved) in saving {
+        match saved.await {
             Ok(None) => {}
             Ok(Some(lost)) => unsaved.push(lost),
             // Not a clean exit: whether anything was saved is unknown.
-            Err(e) => unsaved.push(format!("GPU {n}: stopping and saving failed ({e})")),
+            Err(e) => unsaved.push(format!("GPU {n}: saving failed ({e})")),
         }
     }
     if let Some(path) = &args.metrics_file {
@@ -410,12 +433,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// Stop GPU `n`'s worker and save its production observations for the last time; what was
-/// lost, when floors were (neither saved nor journalled).
-fn stop_and_save(n: u32, service: &Service) -> Option<String> {
-    if !service.stop_worker(WORKER_STOP) {
-        tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
-    }
+/// Save GPU `n`'s production observations for the last time; what was lost, when floors were
+/// (neither saved nor journalled).
+fn save(n: u32, service: &Service) -> Option<String> {
     match service.save_observations() {
         Some(failed) if failed.floors_lost => Some(format!("GPU {n}: {}", failed.why)),
         Some(failed) => {
@@ -520,24 +540,36 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
 }
 
 /// Put every device's objects on the bus, forward their signals, and start the metrics file.
+/// Each object's device, path and record of announced jobs, for the stop
+/// ([`dbus::announce_finished`]).
+type Objects = Vec<(Service, String, dbus::Announced)>;
+
 async fn serve(
     args: &Args,
     conn: &zbus::Connection,
     services: &[(u32, Service)],
     default: u32,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Objects> {
     let access = OperatorPolicy::new(&args.operator_group);
     let reporters = ReporterPolicy::new(access.clone(), &args.report_group);
     dbus::serve_devices(conn, services, default, access, reporters).await?;
+    let mut objects = Vec::new();
     for (n, service) in services {
-        let forward = |path: String| {
-            let bus = dbus::forward_events(conn.clone(), service.clone(), path.clone());
-            let monitor = monitor_bus::forward_events(conn.clone(), service.clone(), path);
-            async move { tokio::join!(bus, monitor) }
-        };
-        tokio::spawn(forward(wcetd::bus::device_path(*n)));
+        let mut paths = vec![wcetd::bus::device_path(*n)];
         if *n == default {
-            tokio::spawn(forward(wcetd::bus::OBJECT_PATH.to_string()));
+            paths.push(wcetd::bus::OBJECT_PATH.to_string());
+        }
+        for path in paths {
+            let announced = dbus::Announced::default();
+            let bus = dbus::forward_events(
+                conn.clone(),
+                service.clone(),
+                path.clone(),
+                announced.clone(),
+            );
+            let monitor = monitor_bus::forward_events(conn.clone(), service.clone(), path.clone());
+            tokio::spawn(async move { tokio::join!(bus, monitor) });
+            objects.push((service.clone(), path, announced));
         }
     }
     if let Some(path) = &args.metrics_file {
@@ -546,7 +578,7 @@ async fn serve(
         write_metrics(services, path);
         tokio::spawn(metrics::run(services.to_vec(), path.clone()));
     }
-    Ok(())
+    Ok(objects)
 }
 
 /// Which device was lost to this process (a sticky CUDA fault), and why: that ends the daemon,
