@@ -364,13 +364,17 @@ async fn run(args: Args) -> anyhow::Result<()> {
     for stopped in stopping {
         let _ = stopped.await;
     }
-    for (service, path, announced) in &objects {
-        let announce = dbus::announce_finished(&conn, service, path, announced);
-        if tokio::time::timeout(RELEASE_WAIT, announce).await.is_err() {
-            tracing::warn!(
-                "the bus did not take the last JobFinished signals within {RELEASE_WAIT:?}"
-            );
+    let announce_all = async {
+        for (service, path, announced) in &objects {
+            dbus::announce_finished(&conn, service, path, announced).await;
         }
+    };
+    // Bounded as a whole, as the release below is.
+    if tokio::time::timeout(RELEASE_WAIT, announce_all)
+        .await
+        .is_err()
+    {
+        tracing::warn!("the bus did not take the last JobFinished signals within {RELEASE_WAIT:?}");
     }
     // Bounded: a bus that stopped answering must not keep the daemon from saving and exiting.
     let release = conn.release_name(wcetd::bus::BUS_NAME);
@@ -539,11 +543,11 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
     Ok((services, workers, default))
 }
 
-/// Put every device's objects on the bus, forward their signals, and start the metrics file.
 /// Each object's device, path and record of announced jobs, for the stop
 /// ([`dbus::announce_finished`]).
 type Objects = Vec<(Service, String, dbus::Announced)>;
 
+/// Put every device's objects on the bus, forward their signals, and start the metrics file.
 async fn serve(
     args: &Args,
     conn: &zbus::Connection,
