@@ -273,6 +273,10 @@ impl MonitorState {
         let mut req = lock(&self.wake.0);
         req.floors.push(floor);
         req.floors_queued += 1;
+        // A floor is a change to save as well: set here, with it, the saver decides between a
+        // save and the journal on the same facts whenever it wakes (it woke before the report
+        // asked for its save, journalled a first floor, then saved over the next one).
+        req.dirty = true;
         self.wake.1.notify_one();
         req.floors_queued
     }
