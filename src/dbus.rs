@@ -342,6 +342,17 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
 pub(crate) async fn off_the_runtime<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, BusError> {
+    // A few at a time: a burst of 20,000 pipelined `GetBoundInfo` took tokio's blocking pool to
+    // its 512 threads; the rest wait their turn on the runtime, which stays free meanwhile.
+    static CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
+    let turn = CALLS
+        .acquire()
+        .await
+        .map_err(|e| ServiceError::Failed(format!("the call could not start: {e}")))?;
+    let work = move || {
+        let _turn = turn;
+        work()
+    };
     match tokio::task::spawn_blocking(work).await {
         Ok(answer) => Ok(answer?),
         Err(e) => Err(ServiceError::Failed(format!("the call stopped: {e}")).into()),
@@ -708,16 +719,23 @@ pub async fn forward_events(
     let Ok(calibration) = server.interface::<_, Calibration>(path.as_str()).await else {
         return;
     };
+    // Said at most every ten seconds, with what was skipped since: under a flood it fell behind
+    // 165 times a second, and the log grew by as many lines.
+    let (mut last_said, mut skipped) = (None::<std::time::Instant>, 0u64);
     loop {
         let event = match events.recv().await {
             Ok(e) => e,
             Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
                 // A flood of reports (each overrun an event) can outrun the bus: what was
                 // skipped is recovered from the service's state, not dropped.
-                tracing::warn!(
-                    missed = n,
-                    "signal forwarder fell behind; finished jobs and changed bounds are announced again from the daemon's state (progress signals skipped)"
-                );
+                skipped += n;
+                if last_said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10)) {
+                    tracing::warn!(
+                        missed = skipped,
+                        "signal forwarder fell behind; finished jobs and changed bounds are announced again from the daemon's state (progress signals skipped; said at most every 10 s, with the events skipped since)"
+                    );
+                    (last_said, skipped) = (Some(std::time::Instant::now()), 0);
+                }
                 announce_finished(&conn, &service, &path, &announced).await;
                 announce_every_kernel(&service, &bounds).await;
                 continue;

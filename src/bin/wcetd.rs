@@ -361,8 +361,19 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })
         })
         .collect();
-    for stopped in stopping {
-        let _ = stopped.await;
+    // A second signal (Ctrl-C pressed again, a service manager that signals twice) stops the
+    // wait: the workers are left as a hung one is, the stored bounds intact, and what has ended
+    // is announced and saved as usual.
+    let all_stopped = async {
+        for stopped in stopping {
+            let _ = stopped.await;
+        }
+    };
+    tokio::select! {
+        () = all_stopped => {}
+        signal = shutdown.wait() => {
+            tracing::warn!("{signal} again: not waiting for the GPU workers to end their jobs (stored bounds are intact)");
+        }
     }
     let announce_all = async {
         for (service, path, announced) in &objects {

@@ -181,7 +181,7 @@ impl Service {
     /// worker did not end in time, as when a launch hangs.
     pub fn stop_worker(&self, within: std::time::Duration) -> bool {
         {
-            let jobs = self
+            let mut jobs = self
                 .inner
                 .jobs
                 .lock()
@@ -190,7 +190,26 @@ impl Service {
             for (_, cancel) in jobs.values() {
                 cancel.store(true, Ordering::SeqCst);
             }
-            // Behind every queued job, each of which now ends at once as cancelled; none is
+            // Queued jobs end now, as `cancel_job` ends one, not when the worker reaches them:
+            // a worker that does not stop in time would leave them `queued`, and unannounced.
+            let queued: Vec<u64> = jobs
+                .iter()
+                .filter(|(_, (status, _))| status.state == JobState::Queued)
+                .map(|(&id, _)| id)
+                .collect();
+            for &id in &queued {
+                finish_unstarted(&self.inner, &mut jobs, id);
+            }
+            drop(jobs);
+            for id in queued {
+                self.inner.job_record.ended(id, false);
+            }
+            let _sent_under = self
+                .inner
+                .jobs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Behind every job, each of which has ended or ends at once as cancelled; none is
             // queued after it (`enqueue` refuses under this lock once `stopping` is set).
             let _ = self.worker.send(None);
         }
