@@ -210,17 +210,7 @@ async fn off_the_bus<T: Send + 'static>(
     // Two at a time: a caller cannot take every core (or tokio's 512 blocking threads) by
     // sending many at once; the rest wait their turn.
     static ANALYSES: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-    let turn = ANALYSES.acquire().await.map_err(|e| {
-        ServiceError::Failed(format!("the admission analysis could not start: {e}"))
-    })?;
-    let analysis = move || {
-        let _turn = turn;
-        analysis()
-    };
-    match tokio::task::spawn_blocking(analysis).await {
-        Ok(answer) => Ok(answer?),
-        Err(e) => Err(ServiceError::Failed(format!("the admission analysis stopped: {e}")).into()),
-    }
+    crate::dbus::in_turn(&ANALYSES, "the admission analysis", analysis).await
 }
 
 const OPTIONS: &str = "shared (b), accept_stale (b), accept_exceedance (d)";

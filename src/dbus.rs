@@ -337,25 +337,35 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
 }
 
 /// Run `work` on tokio's blocking pool, not on the runtime's threads, which answer every
-/// `GetBound`: each call given to it writes the job record (a write and two fsyncs), and on a slow
-/// or full disk an operator's `Recalibrate` or a flood of reports held every query behind it.
+/// `GetBound`: each call given to it writes the job record (a write and two fsyncs) or waits out a
+/// reload's publishing, and on a slow or full disk an operator's `Recalibrate` held every query
+/// behind it.
 pub(crate) async fn off_the_runtime<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
 ) -> Result<T, BusError> {
     // A few at a time: a burst of 20,000 pipelined `GetBoundInfo` took tokio's blocking pool to
     // its 512 threads; the rest wait their turn on the runtime, which stays free meanwhile.
     static CALLS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(8);
-    let turn = CALLS
+    in_turn(&CALLS, "the call", work).await
+}
+
+/// Run `work` on tokio's blocking pool once `turns` gives it a turn; `what` names it in errors.
+pub(crate) async fn in_turn<T: Send + 'static>(
+    turns: &'static tokio::sync::Semaphore,
+    what: &'static str,
+    work: impl FnOnce() -> Result<T, ServiceError> + Send + 'static,
+) -> Result<T, BusError> {
+    let turn = turns
         .acquire()
         .await
-        .map_err(|e| ServiceError::Failed(format!("the call could not start: {e}")))?;
+        .map_err(|e| ServiceError::Failed(format!("{what} could not start: {e}")))?;
     let work = move || {
         let _turn = turn;
         work()
     };
     match tokio::task::spawn_blocking(work).await {
         Ok(answer) => Ok(answer?),
-        Err(e) => Err(ServiceError::Failed(format!("the call stopped: {e}")).into()),
+        Err(e) => Err(ServiceError::Failed(format!("{what} stopped: {e}")).into()),
     }
 }
 

@@ -116,6 +116,27 @@ async fn paced_daemon_with_progress(
 /// SIGTERM while a recalibration runs: the job is cancelled and ends before the process exits
 /// (its end is in the log, and `stop` fails if the signal killed the process), no temporary file
 /// is left, and the next start serves the bounds of before.
+/// `JobFinished` signals on the default device's object (it is served at two paths, each
+/// signalling: one is heard), from `sender` when given.
+async fn job_finished(
+    conn: &zbus::Connection,
+    sender: Option<&'static str>,
+) -> zbus::MessageStream {
+    let mut rule = zbus::MatchRule::builder().msg_type(zbus::message::Type::Signal);
+    if let Some(sender) = sender {
+        rule = rule.sender(sender);
+    }
+    let rule = rule
+        .path(wcetd::bus::OBJECT_PATH)
+        .interface(CALIBRATION)
+        .member("JobFinished")
+        .build()
+        .expect("match rule");
+    zbus::MessageStream::for_match_rule(rule, conn, None)
+        .await
+        .expect("match rule")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
     tokio::time::timeout(Duration::from_secs(90), async {
@@ -127,18 +148,8 @@ async fn sigterm_during_recalibration_cancels_the_job_and_exits_cleanly() {
         let queued: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["lud"],))
             .await
             .expect("Recalibrate");
-        let rule = zbus::MatchRule::builder()
-            .msg_type(zbus::message::Type::Signal)
-            // From the daemon's name, as a client's proxy hears it: not once the name is gone.
-            .sender(wcetd::bus::BUS_NAME)
-            .path(wcetd::bus::OBJECT_PATH)
-            .interface("org.wcetd.Calibration1")
-            .member("JobFinished")
-            .build()
-            .expect("match rule");
-        let mut finished = zbus::MessageStream::for_match_rule(rule, &conn, None)
-            .await
-            .expect("match rule");
+        // From the daemon's name, as a client's proxy hears it: not once the name is gone.
+        let mut finished = job_finished(&conn, Some(wcetd::bus::BUS_NAME)).await;
         d.stop();
         // Both announced before the daemon left the bus, while clients could still hear it
         // (they had heard only its name go).
@@ -318,17 +329,7 @@ async fn device_fault_fails_the_job_keeps_old_bounds_and_degrades_health() {
         wait_for_daemon(&conn, &mut d).await;
         assert_eq!(health(&conn).await, "ok");
         // Subscribe before starting the job so the signal cannot be missed.
-        let rule = zbus::MatchRule::builder()
-            .msg_type(zbus::message::Type::Signal)
-            // The default device is served at two paths, each signalling: one is heard.
-            .path(wcetd::bus::OBJECT_PATH)
-            .interface(CALIBRATION)
-            .member("JobFinished")
-            .build()
-            .expect("match rule");
-        let mut finished = zbus::MessageStream::for_match_rule(rule, &conn, None)
-            .await
-            .expect("match rule");
+        let mut finished = job_finished(&conn, None).await;
         let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(Vec::<String>::new(),))
             .await
             .expect("Recalibrate");
