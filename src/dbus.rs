@@ -729,9 +729,8 @@ pub async fn forward_events(
     let Ok(calibration) = server.interface::<_, Calibration>(path.as_str()).await else {
         return;
     };
-    // Said at most every ten seconds, with what was skipped since: under a flood it fell behind
-    // 165 times a second, and the log grew by as many lines.
-    let (mut last_said, mut skipped) = (None::<std::time::Instant>, 0u64);
+    // Under a flood it fell behind 165 times a second, and the log grew by as many lines.
+    let (mut lag_said, mut skipped) = (crate::log_throttle::Throttle::default(), 0u64);
     loop {
         let event = match events.recv().await {
             Ok(e) => e,
@@ -739,12 +738,11 @@ pub async fn forward_events(
                 // A flood of reports (each overrun an event) can outrun the bus: what was
                 // skipped is recovered from the service's state, not dropped.
                 skipped += n;
-                if last_said.is_none_or(|t| t.elapsed() >= std::time::Duration::from_secs(10)) {
+                if lag_said.due().is_some() {
                     tracing::warn!(
-                        missed = skipped,
+                        missed = std::mem::take(&mut skipped),
                         "signal forwarder fell behind; finished jobs and changed bounds are announced again from the daemon's state (progress signals skipped; said at most every 10 s, with the events skipped since)"
                     );
-                    (last_said, skipped) = (Some(std::time::Instant::now()), 0);
                 }
                 announce_finished(&conn, &service, &path, &announced).await;
                 announce_every_kernel(&service, &bounds).await;

@@ -45,6 +45,7 @@
 //!   fitting and evaluation for `wcetctl`.
 //! - [`config`] (the daemon's configuration file: the same keys as its flags) and [`generate`]
 //!   (man pages and completions from the clap definitions) serve the binaries.
+//! - [`log_throttle`]: log lines a flood could repeat, said at most every 10 s with a count.
 //! - [`fnv`]: the project's one stable hash (file names, seeds, stamps), a leaf below everything;
 //!   [`ptx_text`], the lexical shape of PTX (comments, entries, parameters, bodies), another.
 //! - [`workload`]: static work of the known kernels (launch plans, PTX) for the predictions of
@@ -67,6 +68,7 @@ pub mod generate;
 pub mod gpu;
 pub mod kernels;
 pub mod launch_times;
+pub mod log_throttle;
 pub mod manifest;
 pub mod measure;
 pub mod metrics;

@@ -203,6 +203,7 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let mut events = service.subscribe_monitor();
     let mut bounds = service.subscribe();
     let mut overrun = service.overrun_kernels();
+    let (mut lag_said, mut skipped) = (crate::log_throttle::Throttle::default(), 0u64);
     loop {
         let recheck = tokio::select! {
             e = events.recv() => match e {
@@ -215,7 +216,13 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
                 }
                 Ok(MonitorEvent::OverrunKernelsChanged) => true,
                 Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::warn!(missed = n, "monitor signal forwarder fell behind; some BoundExceeded signals were skipped");
+                    skipped += n;
+                    if lag_said.due().is_some() {
+                        tracing::warn!(
+                            missed = std::mem::take(&mut skipped),
+                            "monitor signal forwarder fell behind; BoundExceeded signals were skipped (GetObserved's counts and OverrunKernels stay exact; said at most every 10 s, with the events skipped since)"
+                        );
+                    }
                     true
                 }
                 Err(_) => return,

@@ -290,6 +290,34 @@ async fn an_overrun_is_signalled_raises_the_bound_is_counted_and_survives_a_cras
                 "{s:?}"
             );
         }
+
+        // A flood of rising times overruns at every report: each is counted, but the log says
+        // so at most every 10 s per kernel (log_throttle.rs); it had a line per report.
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
+        wait_for_daemon(&conn, &mut d).await;
+        let flood = 40;
+        let started = std::time::Instant::now();
+        for i in 1..=flood {
+            report(&conn, KERNEL, SMS, &[late + i])
+                .await
+                .expect("Report");
+        }
+        let elapsed = started.elapsed();
+        let o = observed(&conn, KERNEL, SMS).await;
+        assert_eq!(
+            get::<u64>(&o, "overruns"),
+            1 + flood,
+            "every overrun counted"
+        );
+        let said = d
+            .log_text()
+            .matches("a reported launch time exceeds the bound served")
+            .count() as u64;
+        assert!(
+            said >= 1 && said <= 1 + elapsed.as_secs() / 10,
+            "{said} overrun lines for {flood} overruns in {elapsed:?}"
+        );
+        d.stop();
     })
     .await
     .expect("test ran past its time limit");

@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, watch};
 
 use super::{Event, Inner, Result, Service, ServiceError};
 use crate::gpu::{DeviceInfo, Interference, PartitionSize};
+use crate::log_throttle::Throttle;
 use crate::model::BoundEntry;
 use crate::observe::{
     JournalledFloor, Judged, Loaded, ObservationFile, Quantiles, Recorded, ReportedTimes,
@@ -182,6 +183,9 @@ pub(super) struct MonitorState {
     saving: Mutex<bool>,
     /// Per kernel: when an overrun last queued a recalibration, and its job.
     recalibrations: Mutex<HashMap<String, (Instant, u64)>>,
+    /// Per kernel, the overrun's log line: a flood of rising times overran at every report, and
+    /// logged a line each (the signal and the counts in `GetObserved` are per overrun still).
+    overrun_said: Mutex<HashMap<String, Throttle>>,
     /// Why the observations file was moved aside at start, if it was.
     moved_aside: Option<String>,
 }
@@ -247,6 +251,7 @@ impl MonitorState {
             wake: (Mutex::new(SaveRequest::default()), Condvar::new()),
             saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
+            overrun_said: Mutex::new(HashMap::new()),
             moved_aside,
         };
         // What survived a corrupt file is written to a clean one soon.
@@ -788,15 +793,22 @@ impl Service {
     /// configured. The bound itself was raised by the floor already.
     fn announce_overrun(&self, kernel: &str, sms: u32, recorded: &Recorded, bound_ns: u64) {
         let observed_ns = recorded.max_ns;
-        tracing::warn!(
-            kernel,
-            sms,
-            observed_ns,
-            bound_ns,
-            overruns = recorded.overruns,
-            "a reported launch time exceeds the bound served; the bound is raised to it"
-        );
         let m = self.monitor();
+        let due = lock(&m.overrun_said)
+            .entry(kernel.to_string())
+            .or_default()
+            .due();
+        if let Some(held_back) = due {
+            tracing::warn!(
+                kernel,
+                sms,
+                observed_ns,
+                bound_ns,
+                overruns = recorded.overruns,
+                overrun_reports_not_logged = held_back,
+                "a reported launch time exceeds the bound served; the bound is raised to it (said at most every 10 s per kernel)"
+            );
+        }
         let _ = m.events.send(MonitorEvent::BoundExceeded {
             kernel: kernel.to_string(),
             sms,
