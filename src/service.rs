@@ -685,22 +685,7 @@ impl Service {
             Some(&before),
             &self.inner.device,
         );
-        // New, or other code than before: a manifest moved to another file with the same text,
-        // module and fill files is the same kernel, and keeps its bounds without a calibration.
-        let added: Vec<String> = next
-            .iter()
-            .filter(|k| {
-                before
-                    .get(&k.name)
-                    .is_none_or(|old| old.code_digest() != k.code_digest())
-            })
-            .map(|k| k.name.clone())
-            .collect();
-        let removed: Vec<String> = before
-            .iter()
-            .filter(|k| next.get(&k.name).is_none())
-            .map(|k| k.name.clone())
-            .collect();
+        let (added, removed) = catalogue_changes(&before, &next);
         // Predictions are of the code now loaded (a module's PTX is read once, here).
         let forecast = self.forecast().for_catalogue(&next);
         let _publishing = self
@@ -708,6 +693,34 @@ impl Service {
             .publishing
             .write()
             .unwrap_or_else(PoisonError::into_inner);
+        let rejections_changed = self.publish_catalogue(next, forecast, &rejected);
+        // What is served, and what is stale, changed for these now, not when a job ends: a
+        // client caching bounds, StaleKernels or Health must hear of it at once.
+        let touched: Vec<String> = added.iter().chain(&removed).cloned().collect();
+        if !touched.is_empty() {
+            let _ = self
+                .inner
+                .events
+                .send(Event::BoundsChanged { kernels: touched });
+        }
+        self.calibrate_changed(&added);
+        drop(_publishing);
+        if rejections_changed {
+            let _ = self.inner.events.send(Event::HealthChanged {
+                health: self.health(),
+            });
+        }
+        (added, removed, rejected)
+    }
+
+    /// Serve `next` with its predictions, and remember the rejections of this reload for
+    /// `Health`: whether they differ from the last reload's.
+    fn publish_catalogue(
+        &self,
+        next: Catalogue,
+        forecast: Forecast,
+        rejected: &[(String, String)],
+    ) -> bool {
         *self
             .inner
             .catalogue
@@ -718,30 +731,23 @@ impl Service {
             .forecast
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(forecast);
-        for (file, why) in &rejected {
+        for (file, why) in rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
-        let rejections_changed = {
-            let mut last = self
-                .inner
-                .reload_rejected
-                .write()
-                .unwrap_or_else(PoisonError::into_inner);
-            std::mem::replace(&mut *last, rejected.clone()) != rejected
-        };
-        // What is served, and what is stale, changed for these now, not when a job ends: a
-        // client caching bounds, StaleKernels or Health must hear of it at once.
-        let touched: Vec<String> = added.iter().chain(&removed).cloned().collect();
-        if !touched.is_empty() {
-            let _ = self
-                .inner
-                .events
-                .send(Event::BoundsChanged { kernels: touched });
-        }
+        let mut last = self
+            .inner
+            .reload_rejected
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        std::mem::replace(&mut *last, rejected.to_vec()) != rejected
+    }
+
+    /// Queue a calibration of the new or changed kernels that have no current bounds (and that
+    /// this daemon may run): a manifest put back with the code it had when it was calibrated is
+    /// served as it was (it was recalibrated, spending the GPU and replacing its calibration,
+    /// although the design calibrates only changed code).
+    fn calibrate_changed(&self, added: &[String]) {
         let catalogue = self.catalogue();
-        // Only those without current bounds: a manifest put back with the code it had when it
-        // was calibrated is served as it was (it was recalibrated, spending the GPU and
-        // replacing its calibration, although the design calibrates only changed code).
         let queued: Vec<String> = self
             .automatic(
                 added
@@ -753,23 +759,17 @@ impl Service {
             .into_iter()
             .map(|k| k.name)
             .collect();
-        if !queued.is_empty() {
-            match self.recalibrate(&queued) {
-                Ok(job) => tracing::info!(
-                    job,
-                    "calibrating new or changed kernels: {}",
-                    queued.join(", ")
-                ),
-                Err(e) => tracing::warn!("new kernels not queued for calibration: {e}"),
-            }
+        if queued.is_empty() {
+            return;
         }
-        drop(_publishing);
-        if rejections_changed {
-            let _ = self.inner.events.send(Event::HealthChanged {
-                health: self.health(),
-            });
+        match self.recalibrate(&queued) {
+            Ok(job) => tracing::info!(
+                job,
+                "calibrating new or changed kernels: {}",
+                queued.join(", ")
+            ),
+            Err(e) => tracing::warn!("new kernels not queued for calibration: {e}"),
         }
-        (added, removed, rejected)
     }
 
     /// The kernels served, for an error message: the first [`NAMES_IN_A_MESSAGE`] and how many
@@ -1250,6 +1250,27 @@ fn initial_health(
         return "ok".into();
     }
     format!("degraded: {}", why.join("; "))
+}
+
+/// The kernels a reload adds (new, or other code than before) and removes. A manifest moved to
+/// another file with the same text, module and fill files is the same kernel, and keeps its
+/// bounds without a calibration.
+fn catalogue_changes(before: &Catalogue, next: &Catalogue) -> (Vec<String>, Vec<String>) {
+    let added = next
+        .iter()
+        .filter(|k| {
+            before
+                .get(&k.name)
+                .is_none_or(|old| old.code_digest() != k.code_digest())
+        })
+        .map(|k| k.name.clone())
+        .collect();
+    let removed = before
+        .iter()
+        .filter(|k| next.get(&k.name).is_none())
+        .map(|k| k.name.clone())
+        .collect();
+    (added, removed)
 }
 
 /// The built-in suite and the manifests of `dirs`, and every manifest rejected, with the reason.

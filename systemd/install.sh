@@ -4,15 +4,30 @@
 # packagers can stage into a root; with DESTDIR empty on a live system it also creates the user
 # and reloads systemd and the bus, which a staging root must not do.
 #
-# Usage: [DESTDIR=/stage] [PREFIX=/usr] [SYSCONFDIR=/etc] [BINDIR=target/release] systemd/install.sh
+# Usage: [DESTDIR=/stage] [PREFIX=/usr] [BINDIR=target/release] systemd/install.sh
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/usr}
-SYSCONFDIR=${SYSCONFDIR:-/etc}
 BINDIR=${BINDIR:-${CARGO_TARGET_DIR:-$root/target}/release}
+
+# The daemon reads /etc/wcetd (compiled in: src/config.rs, src/bin/wcetd.rs), so a
+# configuration staged anywhere else would be silently ignored.
+if [ "${SYSCONFDIR:-/etc}" != /etc ]; then
+    echo "install.sh: SYSCONFDIR=$SYSCONFDIR is not supported: wcetd reads /etc/wcetd/wcetd.toml and /etc/wcetd/kernels.d (compiled in), so a configuration installed under $SYSCONFDIR would never be read; accepted: SYSCONFDIR unset or /etc (stage into a root with DESTDIR)" >&2
+    exit 1
+fi
+SYSCONFDIR=/etc
+# The system bus reads policy only from /usr/share/dbus-1/system.d and /etc/dbus-1/system.d
+# (not from \$PREFIX/share): under another prefix the policy goes to /etc, or the daemon is
+# refused its name and never starts.
+if [ "$PREFIX" = /usr ]; then
+    POLICYDIR=/usr/share/dbus-1/system.d
+else
+    POLICYDIR=/etc/dbus-1/system.d
+fi
 
 for bin in wcetd wcetctl; do
     if [ ! -x "$BINDIR/$bin" ]; then
@@ -24,7 +39,7 @@ done
 install -Dm0755 "$BINDIR/wcetd" "$DESTDIR$PREFIX/bin/wcetd"
 install -Dm0755 "$BINDIR/wcetctl" "$DESTDIR$PREFIX/bin/wcetctl"
 install -Dm0644 "$here/wcetd.service" "$DESTDIR$PREFIX/lib/systemd/system/wcetd.service"
-install -Dm0644 "$here/org.wcetd.Wcetd1.conf" "$DESTDIR$PREFIX/share/dbus-1/system.d/org.wcetd.Wcetd1.conf"
+install -Dm0644 "$here/org.wcetd.Wcetd1.conf" "$DESTDIR$POLICYDIR/org.wcetd.Wcetd1.conf"
 install -Dm0644 "$here/org.wcetd.Wcetd1.service" "$DESTDIR$PREFIX/share/dbus-1/system-services/org.wcetd.Wcetd1.service"
 install -Dm0644 "$here/wcetd.sysusers" "$DESTDIR$PREFIX/lib/sysusers.d/wcetd.conf"
 install -Dm0644 "$here/wcetd.tmpfiles" "$DESTDIR$PREFIX/lib/tmpfiles.d/wcetd.conf"
@@ -53,9 +68,10 @@ if [ -f "$root/docs/operations.md" ]; then
     install -Dm0644 "$root/docs/operations.md" "$DESTDIR$PREFIX/share/doc/wcetd/operations.md"
 fi
 
-# The unit hard-codes /usr/bin/wcetd; point it at the real prefix when it differs.
+# The unit hard-codes /usr/bin/wcetd and /usr/share/doc; point it at the real prefix when it differs.
 if [ "$PREFIX" != /usr ]; then
-    sed -i "s|^ExecStart=/usr/bin/wcetd|ExecStart=$PREFIX/bin/wcetd|" \
+    sed -i -e "s|^ExecStart=/usr/bin/wcetd|ExecStart=$PREFIX/bin/wcetd|" \
+        -e "s|file:/usr/share/doc/wcetd/|file:$PREFIX/share/doc/wcetd/|" \
         "$DESTDIR$PREFIX/lib/systemd/system/wcetd.service"
 fi
 

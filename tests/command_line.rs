@@ -47,6 +47,40 @@ fn a_full_standard_output_is_an_error_not_a_panic() {
     );
 }
 
+/// With no bus named, a session bus without the daemon does not hide the system service: a
+/// login under systemd has a session bus, and wcetctl stopped there ("no daemon owns ...").
+#[tokio::test]
+async fn wcetctl_finds_the_system_daemon_past_a_session_bus_without_one() {
+    let system = Env::new();
+    let session = Env::new();
+    let daemon = system.daemon(&["--no-initial-calibration"]).await;
+    let nowhere = session.dir.path().join("no-state");
+    let run = |session_address: &str| {
+        Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .args(["--state-dir", nowhere.to_str().unwrap(), "list"])
+            .env_remove("WCETD_BUS_ADDRESS")
+            .env("DBUS_SESSION_BUS_ADDRESS", session_address)
+            .env("DBUS_SYSTEM_BUS_ADDRESS", system.address())
+            .output()
+            .unwrap()
+    };
+    let out = run(session.address());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).contains("needle"),
+        "{err}"
+    );
+    drop(daemon);
+    let out = run(session.address());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("no daemon owns org.wcetd.Wcetd1")
+            && err.contains("the session bus, then the system bus"),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn a_missing_daemon_is_explained() {
     let env = Env::new();

@@ -404,6 +404,57 @@ fn install_sh_stages_man_pages_completions_and_the_configuration() {
         std::fs::read_to_string(root.join("etc/wcetd/wcetd.toml")).unwrap(),
         "launches = 500\n"
     );
+    assert!(root
+        .join("usr/share/dbus-1/system.d/org.wcetd.Wcetd1.conf")
+        .is_file());
+}
+
+/// Under another prefix the bus policy goes where the system bus reads it (it does not read
+/// `/usr/local/share/dbus-1/system.d`, and the daemon was refused its name), and the unit points
+/// at the prefix; a `SYSCONFDIR` the daemon would never read is refused before anything is staged.
+#[test]
+fn install_sh_under_another_prefix_stages_what_the_system_reads() {
+    let bindir = std::path::Path::new(env!("CARGO_BIN_EXE_wcetd"))
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let stage = tempfile::tempdir().unwrap();
+    let install = |vars: &[(&str, &str)]| {
+        Command::new("sh")
+            .arg(systemd_dir().join("install.sh"))
+            .env("DESTDIR", stage.path())
+            .env("BINDIR", &bindir)
+            .envs(vars.iter().copied())
+            .output()
+            .unwrap()
+    };
+    let refused = install(&[("SYSCONFDIR", "/usr/local/etc")]);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && why.contains("/etc/wcetd/wcetd.toml"),
+        "{why}"
+    );
+    assert_eq!(std::fs::read_dir(stage.path()).unwrap().count(), 0);
+
+    let out = install(&[("PREFIX", "/usr/local")]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = stage.path();
+    assert!(root
+        .join("etc/dbus-1/system.d/org.wcetd.Wcetd1.conf")
+        .is_file());
+    assert!(!root.join("usr/local/share/dbus-1/system.d").exists());
+    let unit =
+        std::fs::read_to_string(root.join("usr/local/lib/systemd/system/wcetd.service")).unwrap();
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/wcetd --system")
+            && unit.contains("file:/usr/local/share/doc/wcetd/operations.md")
+            && !unit.contains("/usr/bin/"),
+        "{unit}"
+    );
 }
 
 /// Whether `caller` may call `member` of `interface`: like [`may_call`], with rules that name a

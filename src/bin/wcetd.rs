@@ -290,27 +290,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let (services, workers, default) = start_services(&args, &state_dir)?;
     let (conn, private) = connect(&args, &state_dir).await?;
     let objects = serve(&args, &conn, &services, default).await?;
-    let name_lost = bus::name_lost(&conn).await?;
-    // Queued before the name is owned, so that a client that sees the name finds job 1; run
-    // only after: a daemon that finds the name taken must not have run a kernel (a stray second
-    // instance measured the GPU while the real one was calibrating), nor leave a job record.
-    let first_jobs: Vec<(u32, Option<u64>)> = services
-        .iter()
-        .map(|(n, service)| (*n, service.calibrate_missing()))
-        .collect();
-    if let Err(e) = bus::own_name(&conn).await {
-        // Off the bus first: the cancellation's JobFinished must not reach clients of the
-        // daemon that owns the name (a signal matched by path and interface alone read as its
-        // job 1 cancelled).
-        drop(name_lost);
-        let _ = conn.close().await;
-        for ((_, service), (_, job)) in services.iter().zip(&first_jobs) {
-            if let Some(job) = job {
-                let _ = service.cancel_job(*job);
-            }
-        }
-        return Err(e);
-    }
+    let (name_lost, first_jobs) = own_name(&conn, &services).await?;
     workers.into_iter().for_each(GpuWorker::start);
     announce(
         &services,
@@ -320,7 +300,65 @@ async fn run(args: Args) -> anyhow::Result<()> {
         &state_dir,
         &first_jobs,
     );
-    let lost_why = tokio::select! {
+    let lost_why = until_stop(&mut shutdown, &services, name_lost).await;
+    tracing::info!("shutting down");
+    // The stop's order: the workers first, so that no job is queued after this (`Busy`) and the
+    // jobs the stop cancels are announced while clients can still hear the daemon, before it
+    // leaves the bus (they had heard only the name go, and waited on a JobFinished that never
+    // came); then the bus; then the last save, so that no report comes in after it.
+    stop_workers(&services, &mut shutdown).await;
+    leave_the_bus(&conn, &objects).await;
+    let unsaved = save_all(&services).await;
+    if let Some(path) = &args.metrics_file {
+        write_metrics(&services, path);
+    }
+    if let Some(private) = &private {
+        remove_our_address(&state_dir, private);
+    }
+    exit_status(lost_why, unsaved)
+}
+
+/// Own the bus name, with each GPU's first calibration queued (its job number per GPU, if one
+/// was needed); on success, what ends when the name is lost.
+async fn own_name(
+    conn: &zbus::Connection,
+    services: &[(u32, Service)],
+) -> anyhow::Result<(impl std::future::Future<Output = String>, FirstJobs)> {
+    let name_lost = bus::name_lost(conn).await?;
+    // Queued before the name is owned, so that a client that sees the name finds job 1; run
+    // only after: a daemon that finds the name taken must not have run a kernel (a stray second
+    // instance measured the GPU while the real one was calibrating), nor leave a job record.
+    let first_jobs: FirstJobs = services
+        .iter()
+        .map(|(n, service)| (*n, service.calibrate_missing()))
+        .collect();
+    if let Err(e) = bus::own_name(conn).await {
+        // Off the bus first: the cancellation's JobFinished must not reach clients of the
+        // daemon that owns the name (a signal matched by path and interface alone read as its
+        // job 1 cancelled).
+        drop(name_lost);
+        let _ = conn.clone().close().await;
+        for ((_, service), (_, job)) in services.iter().zip(&first_jobs) {
+            if let Some(job) = job {
+                let _ = service.cancel_job(*job);
+            }
+        }
+        return Err(e);
+    }
+    Ok((name_lost, first_jobs))
+}
+
+/// Per GPU, the job number of the first calibration its start queued, if it needed one.
+type FirstJobs = Vec<(u32, Option<u64>)>;
+
+/// Until a shutdown signal, a lost device or a lost bus name: why the daemon must exit with
+/// failure (to be restarted on a clean process), `None` for a clean stop.
+async fn until_stop(
+    shutdown: &mut ShutdownSignals,
+    services: &[(u32, Service)],
+    name_lost: impl std::future::Future<Output = String>,
+) -> Option<String> {
+    tokio::select! {
         biased;
         signal = shutdown.wait() => {
             tracing::info!("{signal} received");
@@ -330,7 +368,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             }
             None
         }
-        why = any_device_lost(&services) => why.map(|w| format!("device lost ({w})")),
+        why = any_device_lost(services) => why.map(|w| format!("device lost ({w})")),
         why = name_lost => {
             // A lost name that comes with a shutdown signal is that shutdown: a service manager
             // that signals every process of the unit stops a private bus at the same instant,
@@ -344,12 +382,14 @@ async fn run(args: Args) -> anyhow::Result<()> {
                 Err(_) => Some(why),
             }
         }
-    };
-    tracing::info!("shutting down");
-    // The workers first: no job is queued after this (`Busy`), and the jobs the stop cancels
-    // are announced while clients can still hear the daemon, before it leaves the bus (they had
-    // heard only the name go, and waited on a JobFinished that never came). Every GPU at once,
-    // off the runtime's threads.
+    }
+}
+
+/// Stop every GPU's worker at once, off the runtime's threads: queued jobs end at once, a
+/// running one is cancelled and waited for up to [`WORKER_STOP`]. A second signal (Ctrl-C
+/// pressed again, a service manager that signals twice) ends the wait: the workers are left as a
+/// hung one is, the stored bounds intact, and what has ended is announced and saved as usual.
+async fn stop_workers(services: &[(u32, Service)], shutdown: &mut ShutdownSignals) {
     let stopping: Vec<_> = services
         .iter()
         .map(|(n, service)| {
@@ -361,9 +401,6 @@ async fn run(args: Args) -> anyhow::Result<()> {
             })
         })
         .collect();
-    // A second signal (Ctrl-C pressed again, a service manager that signals twice) stops the
-    // wait: the workers are left as a hung one is, the stored bounds intact, and what has ended
-    // is announced and saved as usual.
     let all_stopped = async {
         for stopped in stopping {
             let _ = stopped.await;
@@ -375,29 +412,35 @@ async fn run(args: Args) -> anyhow::Result<()> {
             tracing::warn!("{signal} again: not waiting for the GPU workers to end their jobs (stored bounds are intact)");
         }
     }
+}
+
+/// Announce every job that ended and was not announced yet, then release the name; each step
+/// bounded by [`RELEASE_WAIT`]: a bus that stopped answering must not keep the daemon from
+/// saving and exiting.
+async fn leave_the_bus(conn: &zbus::Connection, objects: &Objects) {
     let announce_all = async {
-        for (service, path, announced) in &objects {
-            dbus::announce_finished(&conn, service, path, announced).await;
+        for (service, path, announced) in objects {
+            dbus::announce_finished(conn, service, path, announced).await;
         }
     };
-    // Bounded as a whole, as the release below is.
     if tokio::time::timeout(RELEASE_WAIT, announce_all)
         .await
         .is_err()
     {
         tracing::warn!("the bus did not take the last JobFinished signals within {RELEASE_WAIT:?}");
     }
-    // Bounded: a bus that stopped answering must not keep the daemon from saving and exiting.
     let release = conn.release_name(wcetd::bus::BUS_NAME);
     if tokio::time::timeout(RELEASE_WAIT, release).await.is_err() {
         tracing::warn!(
             "the bus did not answer ReleaseName within {RELEASE_WAIT:?}; exiting anyway"
         );
     }
-    // After the name is released, so that no report comes in after this save (one that did
-    // before is in the journal, read at the next start). Every GPU at once, off the runtime's
-    // threads: each may wait 10 s for its journal, and one after another they could outlast a
-    // service manager's stop timeout.
+}
+
+/// The last save of every GPU's production observations, all at once and off the runtime's
+/// threads: each may wait 10 s for its journal, and one after another they could outlast a
+/// service manager's stop timeout. What was lost, per GPU whose floors were.
+async fn save_all(services: &[(u32, Service)]) -> Vec<String> {
     let saving: Vec<_> = services
         .iter()
         .map(|(n, service)| {
@@ -414,31 +457,33 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Err(e) => unsaved.push(format!("GPU {n}: saving failed ({e})")),
         }
     }
-    if let Some(path) = &args.metrics_file {
-        write_metrics(&services, path);
+    unsaved
+}
+
+/// Remove the private bus's address file: only our own record, and only in the directory this
+/// daemon still holds (a daemon whose directory was replaced under it removed the address of
+/// the one serving there now).
+fn remove_our_address(state_dir: &std::path::Path, private: &PrivateBus) {
+    let file = bus::address_file(state_dir);
+    let recorded = std::fs::read_to_string(&file).ok();
+    if wcetd::store::still_locked(&file).is_ok()
+        && recorded.as_deref().map(str::trim) == Some(private.address())
+    {
+        let _ = std::fs::remove_file(&file);
     }
-    if private.is_some() {
-        // Only our own record, and only in the directory this daemon still holds: a daemon whose
-        // directory was replaced under it removed the address of the one serving there now.
-        let file = bus::address_file(&state_dir);
-        let ours = private.as_ref().map(|p| p.address().to_string());
-        let recorded = std::fs::read_to_string(&file).ok();
-        if wcetd::store::still_locked(&file).is_ok()
-            && recorded.as_deref().map(str::trim) == ours.as_deref()
-        {
-            let _ = std::fs::remove_file(&file);
-        }
-    }
-    // Not a clean exit when floors raised since the last save could be neither saved nor
-    // journalled (a full disk): the next start serves bounds without them. The reporters were
-    // told at the time (`Failed`); the operator is told now, beside a lost device if both.
+}
+
+/// How the process ends: with failure after a lost device or bus name (so that the service
+/// manager restarts wcetd on a clean process, and the stored bounds are served again after the
+/// restart), and when floors raised since the last save could be neither saved nor journalled
+/// (a full disk): the next start serves bounds without them. The reporters were told at the
+/// time (`Failed`); the operator is told now, beside a lost device if both.
+fn exit_status(lost_why: Option<String>, unsaved: Vec<String>) -> anyhow::Result<()> {
     let unsaved = (!unsaved.is_empty()).then(|| format!(
         "production observations could not be saved at shutdown ({}), and floors reported since the last save were not journalled either: bounds they raised are served lower after the next start; free space in the state directory and report those times again",
         unsaved.join("; ")
     ));
     match (lost_why, unsaved) {
-        // Exit with failure so that the service manager restarts wcetd on a clean process; the
-        // stored bounds are served again after the restart.
         (Some(why), unsaved) => anyhow::bail!(
             "{why}; exiting so that wcetd is restarted{}",
             unsaved.map(|u| format!("; also: {u}")).unwrap_or_default()

@@ -243,19 +243,7 @@ fn calibrate_job(
         Ok(recipe) => recipe,
         Err(failed) => return failed,
     };
-    // Kernels that were running when a device was lost come after the others, tags and all,
-    // and what the others measured is published before they run ([`device_losses`]): the
-    // device may be lost again, which ends the job and publishes nothing more.
-    let suspect = |k: &KernelSpec| inner.losses.of(k).0 > 0;
-    let (suspects, clean): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
-        kernels.iter().partition(|k| suspect(k));
-    let steps: Vec<(Interference, &KernelSpec)> = [clean, suspects]
-        .into_iter()
-        .flat_map(|group| {
-            tags.iter()
-                .flat_map(move |&tag| group.clone().into_iter().map(move |k| (tag, k)))
-        })
-        .collect();
+    let steps = job_steps(inner, kernels, tags);
     let mut measured = Vec::new();
     let mut results = Vec::new();
     let mut report = JobReport::default();
@@ -264,53 +252,35 @@ fn calibrate_job(
     // when their tag (or group) is done.
     let mut evidence = recipe.slowdowns;
     for (i, &(tag, kernel)) in steps.iter().enumerate() {
-        let step = if still_served(inner, &kernel.name) {
-            Some(calibrate_step(gpu, inner, job, &recipe, &steps, i))
-        } else {
+        if !still_served(inner, &kernel.name) {
             if !report.skipped.contains(&kernel.name) {
                 report.skipped.push(kernel.name.clone());
             }
-            None
-        };
-        match step {
-            None => {}
-            Some(Ok(m)) => {
-                m.add_to(&mut evidence);
-                measured.push((tag, m));
-                // Its last step: it ran through on this device, whatever else fails.
-                if !steps[i + 1..].iter().any(|&(_, k)| k.name == kernel.name) {
-                    inner.losses.ran_through(kernel);
+        } else {
+            match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
+                Ok(m) => {
+                    m.add_to(&mut evidence);
+                    measured.push((tag, m));
+                    // Its last step: it ran through on this device, whatever else fails.
+                    if !steps[i + 1..].iter().any(|&(_, k)| k.name == kernel.name) {
+                        inner.losses.ran_through(kernel);
+                    }
+                }
+                Err(e) => {
+                    if let Some(end) = step_failed(inner, e, (tag, kernel), &mut report) {
+                        return end;
+                    }
                 }
             }
-            Some(Err(e)) if is_cancelled(&e) => {
-                return (
-                    JobState::Cancelled,
-                    format!("cancelled; {}", report.unchanged()),
-                );
-            }
-            Some(Err(e)) if is_lost(&e) => {
-                let failed = fail(
-                    inner,
-                    format!(
-                        "calibrating {} ({tag}): {e}; {}",
-                        kernel.name,
-                        report.unchanged()
-                    ),
-                );
-                note_lost(inner, &e);
-                return failed;
-            }
-            Some(Err(e)) => report
-                .failures
-                .push(format!("{} ({tag}): {e}", kernel.name)),
         }
         // Each tag's bounds are published, all at once, as soon as its last kernel is done (and
         // before the kernels that lost a device start): on an H100 the isolated suite takes
         // under a minute and the contended one a quarter of an hour (a stressed 8-SM launch
         // takes up to 160 ms), and a first start should not serve nothing for that long.
+        let group = |(tag, k): (Interference, &KernelSpec)| (tag, lost_a_device(inner, k));
         let tag_done = steps
             .get(i + 1)
-            .is_none_or(|&(next, k)| next != tag || suspect(k) != suspect(kernel));
+            .is_none_or(|&next| group(next) != group((tag, kernel)));
         if !tag_done {
             continue;
         }
@@ -340,6 +310,62 @@ fn calibrate_job(
         report.published.push(done);
     }
     report.finish(inner)
+}
+
+/// Whether `kernel` was running when a device was lost ([`device_losses`]).
+fn lost_a_device(inner: &Inner, kernel: &KernelSpec) -> bool {
+    inner.losses.of(kernel).0 > 0
+}
+
+/// A job's steps in order, each kernel under each tag. Kernels that were running when a device
+/// was lost come after the others, tags and all, and what the others measured is published
+/// before they run: the device may be lost again, which ends the job and publishes nothing more.
+fn job_steps<'k>(
+    inner: &Inner,
+    kernels: &'k [KernelSpec],
+    tags: &[Interference],
+) -> Vec<(Interference, &'k KernelSpec)> {
+    let (suspects, clean): (Vec<&KernelSpec>, Vec<&KernelSpec>) =
+        kernels.iter().partition(|k| lost_a_device(inner, k));
+    [clean, suspects]
+        .into_iter()
+        .flat_map(|group| {
+            tags.iter()
+                .flat_map(move |&tag| group.clone().into_iter().map(move |k| (tag, k)))
+        })
+        .collect()
+}
+
+/// A step that failed: a cancellation or a lost device ends the job (what it ends with), any
+/// other failure is reported with the job and the job goes on.
+fn step_failed(
+    inner: &Inner,
+    e: calibrate::CalibrateError,
+    (tag, kernel): (Interference, &KernelSpec),
+    report: &mut JobReport,
+) -> Option<JobEnd> {
+    if is_cancelled(&e) {
+        return Some((
+            JobState::Cancelled,
+            format!("cancelled; {}", report.unchanged()),
+        ));
+    }
+    if is_lost(&e) {
+        let failed = fail(
+            inner,
+            format!(
+                "calibrating {} ({tag}): {e}; {}",
+                kernel.name,
+                report.unchanged()
+            ),
+        );
+        note_lost(inner, &e);
+        return Some(failed);
+    }
+    report
+        .failures
+        .push(format!("{} ({tag}): {e}", kernel.name));
+    None
 }
 
 /// Commit `results` but those a reload removed, with reloads held off from that check to the

@@ -194,46 +194,91 @@ pub(crate) async fn watch(
 }
 
 /// Connect where the daemon should be and check that it is there (or can be started by the bus);
-/// a failure says what was tried and how to point wcetctl elsewhere.
+/// a failure says what was tried and how to point wcetctl elsewhere. With no bus named, the
+/// session bus (if the environment names one) is tried and then the system bus: a login under
+/// systemd has a session bus, and stopping at it never found the system service.
 pub(crate) async fn reach_daemon(
     explicit: Option<&str>,
     state_dir: &Path,
 ) -> anyhow::Result<zbus::Connection> {
     let choice = bus::client_address(explicit, state_dir);
-    let tried = match (&choice, explicit) {
-        (bus::BusChoice::Address(a), Some(_)) => format!("--bus-address {a}"),
-        (bus::BusChoice::Address(a), None) if std::env::var_os("WCETD_BUS_ADDRESS").is_some_and(|v| !v.is_empty()) => {
-            format!("$WCETD_BUS_ADDRESS ({a})")
+    let hint = "start the daemon (`systemctl start wcetd`, or `wcetd` for a private bus), or point wcetctl at its bus with --bus-address ADDR, $WCETD_BUS_ADDRESS or --state-dir DIR (where a private bus address is recorded)";
+    let candidates = match &choice {
+        bus::BusChoice::Auto => {
+            let session = std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some();
+            let mut both = vec![bus::BusChoice::System];
+            if session {
+                both.insert(0, bus::BusChoice::Session);
+            }
+            both
         }
-        (bus::BusChoice::Address(a), None) => format!(
+        named => vec![named.clone()],
+    };
+    let (mut unreachable, mut unowned) = (Vec::new(), Vec::new());
+    for candidate in &candidates {
+        let what = described(candidate, explicit, state_dir);
+        match bus::connect(candidate).await {
+            Err(e) => unreachable.push(format!("{what}: {e:#}")),
+            Ok(conn) if daemon_answers_on(&conn).await => return Ok(conn),
+            Ok(_) => unowned.push(what),
+        }
+    }
+    let none_recorded = format!(
+        "no --bus-address, no $WCETD_BUS_ADDRESS, no private bus recorded in {}",
+        bus::address_file(state_dir).display()
+    );
+    let prefix = if choice == bus::BusChoice::Auto {
+        format!("{none_recorded}; then ")
+    } else {
+        String::new()
+    };
+    if unowned.is_empty() {
+        anyhow::bail!(
+            "cannot reach a bus: tried {prefix}{}; {hint}",
+            unreachable.join("; ")
+        );
+    }
+    let also = if unreachable.is_empty() {
+        String::new()
+    } else {
+        format!("; could not connect to {}", unreachable.join("; "))
+    };
+    anyhow::bail!(
+        "no daemon owns {} on the bus (tried {prefix}{}{also}); {hint}",
+        wcetd::bus::BUS_NAME,
+        unowned.join(", then ")
+    )
+}
+
+/// What `choice` is, for a message: how the user named it, or where it was found.
+fn described(choice: &bus::BusChoice, explicit: Option<&str>, state_dir: &Path) -> String {
+    let from_env = std::env::var_os("WCETD_BUS_ADDRESS").is_some_and(|v| !v.is_empty());
+    match choice {
+        bus::BusChoice::Address(a) if explicit.is_some() => format!("--bus-address {a}"),
+        bus::BusChoice::Address(a) if from_env => format!("$WCETD_BUS_ADDRESS ({a})"),
+        bus::BusChoice::Address(a) => format!(
             "the private bus recorded in {} ({a})",
             bus::address_file(state_dir).display()
         ),
-        _ => format!(
-            "no --bus-address, no $WCETD_BUS_ADDRESS, no private bus recorded in {}; then the session bus, then the system bus",
-            bus::address_file(state_dir).display()
-        ),
-    };
-    let hint = "start the daemon (`systemctl start wcetd`, or `wcetd` for a private bus), or point wcetctl at its bus with --bus-address ADDR, $WCETD_BUS_ADDRESS or --state-dir DIR (where a private bus address is recorded)";
-    let conn = bus::connect(&choice)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot reach a bus: {e:#}; tried {tried}; {hint}"))?;
-    let dbus = zbus::fdo::DBusProxy::new(&conn).await?;
-    let name = zbus::names::BusName::try_from(wcetd::bus::BUS_NAME)?;
-    let owned = dbus.name_has_owner(name.clone()).await.unwrap_or(false);
-    let activatable = || async {
-        dbus.list_activatable_names()
-            .await
-            .map(|names| names.iter().any(|n| n.as_str() == wcetd::bus::BUS_NAME))
-            .unwrap_or(false)
-    };
-    if !owned && !activatable().await {
-        anyhow::bail!(
-            "no daemon owns {} on the bus (tried {tried}); {hint}",
-            wcetd::bus::BUS_NAME
-        );
+        other => other.to_string(),
     }
-    Ok(conn)
+}
+
+/// Whether the daemon owns its name on `conn`'s bus, or the bus can start it.
+async fn daemon_answers_on(conn: &zbus::Connection) -> bool {
+    let Ok(dbus) = zbus::fdo::DBusProxy::new(conn).await else {
+        return false;
+    };
+    let Ok(name) = zbus::names::BusName::try_from(wcetd::bus::BUS_NAME) else {
+        return false;
+    };
+    if dbus.name_has_owner(name).await.unwrap_or(false) {
+        return true;
+    }
+    dbus.list_activatable_names()
+        .await
+        .map(|names| names.iter().any(|n| n.as_str() == wcetd::bus::BUS_NAME))
+        .unwrap_or(false)
 }
 
 pub(crate) async fn jobs(json: bool, conn: &zbus::Connection) -> anyhow::Result<()> {
