@@ -757,44 +757,47 @@ pub async fn forward_events(
                 continue;
             }
         }
-        let sent = match event {
-            Event::JobProgress { job, progress } => {
-                Calibration::job_progress(calibration.signal_emitter(), job, progress).await
-            }
-            Event::JobFinished {
-                job,
-                state,
-                message,
-            } => {
-                Calibration::job_finished(
-                    calibration.signal_emitter(),
-                    job,
-                    state.as_str(),
-                    &message,
-                )
-                .await
-            }
-            Event::BoundsChanged { kernels } => {
-                let emitter = bounds.signal_emitter();
-                let iface = bounds.get().await;
-                let changed = iface.stale_kernels_changed(emitter).await;
-                // Health says whether stale bounds are served, so it may change with them.
-                let health = iface.health_changed(emitter).await;
-                Bounds::bounds_changed(emitter, kernels)
-                    .await
-                    .and(changed)
-                    .and(health)
-            }
-            Event::HealthChanged { .. } => {
-                bounds
-                    .get()
-                    .await
-                    .health_changed(bounds.signal_emitter())
-                    .await
-            }
-        };
-        if let Err(e) = sent {
+        if let Err(e) = emit(event, &bounds, &calibration).await {
             tracing::warn!(error = %e, "could not emit a signal");
+        }
+    }
+}
+
+/// One service event as its signals on the object of `bounds` and `calibration`.
+async fn emit(
+    event: Event,
+    bounds: &zbus::object_server::InterfaceRef<Bounds>,
+    calibration: &zbus::object_server::InterfaceRef<Calibration>,
+) -> zbus::Result<()> {
+    match event {
+        Event::JobProgress { job, progress } => {
+            Calibration::job_progress(calibration.signal_emitter(), job, progress).await
+        }
+        Event::JobFinished {
+            job,
+            state,
+            message,
+        } => {
+            Calibration::job_finished(calibration.signal_emitter(), job, state.as_str(), &message)
+                .await
+        }
+        Event::BoundsChanged { kernels } => {
+            let emitter = bounds.signal_emitter();
+            let iface = bounds.get().await;
+            let changed = iface.stale_kernels_changed(emitter).await;
+            // Health says whether stale bounds are served, so it may change with them.
+            let health = iface.health_changed(emitter).await;
+            Bounds::bounds_changed(emitter, kernels)
+                .await
+                .and(changed)
+                .and(health)
+        }
+        Event::HealthChanged { .. } => {
+            bounds
+                .get()
+                .await
+                .health_changed(bounds.signal_emitter())
+                .await
         }
     }
 }
