@@ -44,12 +44,20 @@ fn error(call: &'static str, code: CUresult) -> GpuError {
     }
 }
 
-/// The sticky errors of the 12.8 bindings. CUDA 13 adds `CUDA_ERROR_CONTAINED` (226) and
-/// `CUDA_ERROR_TENSOR_MEMORY_LEAK` (721), which these bindings cannot name.
+/// The sticky errors of the 12.8 bindings: those `cuda.h` says leave the process inconsistent
+/// ("must be terminated and relaunched"). `CONTAINED` (226), `TENSOR_MEMORY_LEAK` (721),
+/// `MPS_CLIENT_TERMINATED` (810) and `EXTERNAL_DEVICE` (911) are in these bindings too: until
+/// 2026-11-24 this list said they could not name the first two, and left all four out, so a
+/// contained fault failed every later job while the daemon stayed up. Treating a code as sticky
+/// that is not costs a device reset; the other way costs every job after it.
 fn is_sticky(code: CUresult) -> bool {
     matches!(
         code,
-        CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        CUresult::CUDA_ERROR_CONTAINED
+            | CUresult::CUDA_ERROR_TENSOR_MEMORY_LEAK
+            | CUresult::CUDA_ERROR_MPS_CLIENT_TERMINATED
+            | CUresult::CUDA_ERROR_EXTERNAL_DEVICE
+            | CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
             | CUresult::CUDA_ERROR_LAUNCH_FAILED
             | CUresult::CUDA_ERROR_LAUNCH_TIMEOUT
             | CUresult::CUDA_ERROR_ILLEGAL_INSTRUCTION
@@ -447,6 +455,10 @@ mod tests {
             CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
             CUresult::CUDA_ERROR_HARDWARE_STACK_ERROR,
             CUresult::CUDA_ERROR_INVALID_PC,
+            CUresult::CUDA_ERROR_CONTAINED,
+            CUresult::CUDA_ERROR_TENSOR_MEMORY_LEAK,
+            CUresult::CUDA_ERROR_MPS_CLIENT_TERMINATED,
+            CUresult::CUDA_ERROR_EXTERNAL_DEVICE,
         ] {
             assert!(is_sticky(code), "{code:?}");
         }
