@@ -261,6 +261,13 @@ struct RawCheck {
 /// The most threads a block may have on any CUDA device, and the largest grid dimension.
 const MAX_THREADS: u32 = 1024;
 const MAX_GRID: [u32; 3] = [u32::MAX >> 1, 65_535, 65_535];
+/// CUDA's limit on each block dimension (x, y, z); the product is limited by [`MAX_THREADS`].
+const MAX_BLOCK: [u32; 3] = [1024, 1024, 64];
+/// Most bytes of buffers one manifest may ask for: far above any GPU's memory (the largest have
+/// under 300 GB), so that a size no device can hold (a 16 EiB buffer was calibrated on the
+/// simulator and served as a 222-day bound) is refused when the file is read; the device's own
+/// free memory is checked when the kernel is prepared, on the GPU and the simulator alike.
+pub const MAX_BUFFER_BYTES: u64 = 1 << 40;
 
 const ACCEPTED_FILLS: &str = "zero, random-f32, random-u32, file:<path>";
 const ACCEPTED_SCALARS: &str = "one of buffer (with fill), i32, u32, i64, u64, f32, f64";
@@ -389,6 +396,18 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         .enumerate()
         .map(|(i, a)| arg(i, a, dir))
         .collect::<Result<Vec<_>, _>>()?;
+    let buffers = args
+        .iter()
+        .map(|a| match a {
+            Arg::Buffer { bytes, .. } => *bytes,
+            _ => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    if buffers > MAX_BUFFER_BYTES {
+        return Err(format!(
+            "the buffers take {buffers} bytes in all; accepted: 1 byte to {MAX_BUFFER_BYTES} (1 TiB) in all, and the device's free memory is checked when the kernel is prepared"
+        ));
+    }
     let module = dir.join(&raw.module);
     let module_kind = module_kind(&module)?;
     let bytes = read_module(&module)?;
@@ -494,6 +513,13 @@ fn check_geometry(raw: &Raw) -> Result<(), String> {
             "block is {:?}; accepted: every dimension at least 1",
             raw.block
         ));
+    }
+    for (i, (&b, &max)) in raw.block.iter().zip(&MAX_BLOCK).enumerate() {
+        if b > max {
+            return Err(format!(
+                "block[{i}] is {b}; accepted: 1 to {max} threads in that dimension (CUDA's limits: 1024, 1024, 64), at most {MAX_THREADS} in all"
+            ));
+        }
     }
     let threads: u64 = raw.block.iter().map(|&b| u64::from(b)).product();
     if threads > u64::from(MAX_THREADS) {
@@ -610,10 +636,36 @@ fn check_entry(kind: ModuleKind, bytes: &[u8], entry: &str, module: &Path) -> Re
     if found {
         Ok(())
     } else {
+        let looked_for = match kind {
+            ModuleKind::Ptx => format!("`.entry {entry}(` in the PTX"),
+            ModuleKind::Cu | ModuleKind::Cubin | ModuleKind::Fatbin => {
+                format!("`{entry}` as an extern \"C\" __global__ function")
+            }
+        };
         Err(format!(
-            "module {} does not define the entry point `{entry}` (an extern \"C\" __global__ function)",
-            module.display()
+            "module {} does not define the entry point `{entry}`: looked for {looked_for}{}",
+            module.display(),
+            found_entries(kind, bytes)
         ))
+    }
+}
+
+/// For an error: the entries a PTX module does define (at most ten), or nothing for the others.
+fn found_entries(kind: ModuleKind, bytes: &[u8]) -> String {
+    if kind != ModuleKind::Ptx {
+        return String::new();
+    }
+    let text = crate::ptx_text::without_comments(&String::from_utf8_lossy(bytes));
+    let names: Vec<String> = crate::ptx_text::entries(&text)
+        .into_iter()
+        .filter(|e| e.body.is_some())
+        .map(|e| format!("`{}`", e.name))
+        .take(10)
+        .collect();
+    if names.is_empty() {
+        "; it defines no entry".into()
+    } else {
+        format!("; it defines {}", names.join(", "))
     }
 }
 
@@ -994,7 +1046,15 @@ mod tests {
             ),
             (
                 manifest("").replace("entry = \"saxpy\"", "entry = \"daxpy\""),
-                "does not define the entry point `daxpy`",
+                "looked for `.entry daxpy(` in the PTX; it defines `saxpy`",
+            ),
+            (
+                manifest("").replace("block = [256, 1, 1]", "block = [1, 1, 65]"),
+                "block[2] is 65; accepted: 1 to 64",
+            ),
+            (
+                manifest("").replace("buffer = 65536, fill = \"zero\"", "buffer = 18446744073709551615"),
+                "accepted: 1 byte to 1099511627776 (1 TiB) in all",
             ),
             (
                 manifest("").replace("{ f32 = 2.0 }", "{ i32 = 2 }"),

@@ -41,12 +41,24 @@ pub struct DeviceProfile {
     /// Partition sizes are the multiples of this up to the device, plus the whole device.
     pub partition_step_sms: u32,
     pub sm_clock_mhz: u32,
+    /// Device memory in bytes: a manifest kernel whose buffers do not fit is refused when it is
+    /// run, as the CUDA backend refuses it (`cuMemGetInfo`), so that the simulator never times a
+    /// kernel no device of this kind could launch. Default: [`DEFAULT_MEMORY_BYTES`].
+    #[serde(default = "default_memory_bytes")]
+    pub memory_bytes: u64,
     pub throttle: ThrottleProfile,
     pub interference: InterferenceProfile,
     /// Rare delays of fixed length that hit any launch of any kernel (none unless set).
     #[serde(default)]
     pub delays: DelayProfile,
     pub kernels: BTreeMap<String, KernelPhysics>,
+}
+
+/// Device memory of a profile that does not say: an H100's 80 GB.
+pub const DEFAULT_MEMORY_BYTES: u64 = 80_000_000_000;
+
+fn default_memory_bytes() -> u64 {
+    DEFAULT_MEMORY_BYTES
 }
 
 /// A device's rare delays: with `probability` per launch, a launch of any kernel (and of the
@@ -618,6 +630,24 @@ impl SimGpu {
         }
     }
 
+    /// Refuse a manifest kernel whose buffers the device cannot hold, as the CUDA backend does.
+    fn check_memory(&self, kernel: &KernelSpec) -> Result<(), GpuError> {
+        let Some(m) = kernel.manifest() else {
+            return Ok(());
+        };
+        let (need, total) = (m.buffer_bytes(), self.profile.memory_bytes);
+        if need > total {
+            return Err(GpuError::Driver {
+                call: "cuMemAlloc",
+                detail: format!(
+                    "`{}` asks for {need} bytes of buffers; the device has {total} bytes (simulated)",
+                    m.name
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn check_fault(&self) -> Result<(), GpuError> {
         if let Some(why) = &self.lost {
             return Err(GpuError::Lost(why.clone()));
@@ -645,6 +675,7 @@ impl Gpu for SimGpu {
 
     fn run(&mut self, kernel: &KernelSpec, request: &RunRequest) -> Result<Batch, GpuError> {
         self.check_partition(request.sms)?;
+        self.check_memory(kernel)?;
         let physics = self.physics(kernel)?;
         self.check_fault()?;
         if let Some(error) = &physics.effects.device_fault {
@@ -797,6 +828,27 @@ mod tests {
             launches: 200,
             interference: Interference::Isolated,
         }
+    }
+
+    /// The simulator refuses a manifest kernel whose buffers the device cannot hold, as the GPU
+    /// does: a 16 EiB buffer had been timed and served as a 222-day bound.
+    #[test]
+    fn a_manifest_kernel_larger_than_the_device_memory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(\n    .param .u64 a\n)\n{\n    ret;\n}\n";
+        std::fs::write(dir.path().join("k.ptx"), ptx).unwrap();
+        let text = "name = \"big\"\nmodule = \"k.ptx\"\nentry = \"k\"\ngrid = [64, 1, 1]\nblock = [256, 1, 1]\nargs = [{ buffer = 20000000000 }]\n";
+        let path = dir.path().join("big.toml");
+        std::fs::write(&path, text).unwrap();
+        let kernel = KernelSpec::from_manifest(crate::manifest::load(&path).unwrap());
+        let mut small = SimGpu::new(DeviceProfile::embedded(), SimOptions::default());
+        let refused = small.run(&kernel, &request(16)).unwrap_err().to_string();
+        assert!(
+            refused.contains("20000000000 bytes of buffers; the device has 16000000000"),
+            "{refused}"
+        );
+        let mut large = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        assert!(large.run(&kernel, &request(64)).is_ok());
     }
 
     #[test]
