@@ -207,8 +207,14 @@ impl Catalogue {
         let mut rejected = Vec::new();
         for m in manifests {
             if let Some(taken) = catalogue.get(&m.name) {
+                // Which file keeps a name depends on when the two were read: a check (or a
+                // start) reads in name order, a running daemon's reload keeps the file that had
+                // it. Said, so that a check does not name a live manifest as the bad one.
                 let by = match taken.manifest() {
-                    Some(other) => format!("the manifest {}", other.path.display()),
+                    Some(other) => format!(
+                        "the manifest {} (read first: files are read in name order at a start and by `kernels check`; a running daemon's reload keeps the file that already had the name and rejects the other)",
+                        other.path.display()
+                    ),
                     None => "a built-in kernel".into(),
                 };
                 rejected.push((

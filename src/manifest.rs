@@ -1053,7 +1053,10 @@ mod tests {
                 "block[2] is 65; accepted: 1 to 64",
             ),
             (
-                manifest("").replace("buffer = 65536, fill = \"zero\"", "buffer = 18446744073709551615"),
+                manifest("").replace(
+                    "buffer = 65536, fill = \"zero\"",
+                    "buffer = 18446744073709551615",
+                ),
                 "accepted: 1 byte to 1099511627776 (1 TiB) in all",
             ),
             (

@@ -999,10 +999,14 @@ impl Service {
             ));
         }
         let files_changed = self.files_changed(kernel);
-        if let Some(why) = &files_changed {
-            notes.push(format!(
+        match &files_changed {
+            Some(code_watch::OffDisk::Changed(why)) => notes.push(format!(
                 "stale: {why}; reload the kernels (`wcetctl kernels reload`), which calibrates it if it is not the code these bounds were measured for"
-            ));
+            )),
+            Some(code_watch::OffDisk::Unreadable(why)) => notes.push(format!(
+                "stale: {why}; whether the code changed is unknown: make the files readable by the daemon again (current again at once if unchanged; a reload rejects the manifest until then)"
+            )),
+            None => {}
         }
         let manifest = self
             .catalogue()
@@ -1019,7 +1023,7 @@ impl Service {
                 cal.source
             ));
         }
-        files_changed
+        files_changed.map(|off| off.why().to_string())
     }
 
     /// What an answer at `partition` guarantees (exceedance, the conditions it holds under), with
@@ -1092,8 +1096,11 @@ impl Service {
     /// A manifest's prediction is of the module read at its load: once the watcher finds the
     /// module or a fill file changed on disk, it describes code the application no longer runs.
     fn prediction_outdated(&self, kernel: &str) -> Option<String> {
-        self.files_changed(kernel).map(|why| {
-            format!("none: {why}, and the prediction was of the code loaded; reload the kernels")
+        self.files_changed(kernel).map(|off| {
+            format!(
+                "none: {}, and the prediction was of the code loaded; reload the kernels",
+                off.why()
+            )
         })
     }
 

@@ -931,6 +931,32 @@ async fn a_module_edited_in_place_turns_its_bounds_stale_without_a_reload() {
     assert!(stale(
         &bounds.get_bound_info("app.scale", 64).await.unwrap()
     ));
+
+    // Put back, then made unreadable (a directory in its place, as a mount gone or permissions
+    // would): stale, but not said to have changed, nor a reload advised, which would reject it.
+    std::fs::write(&ptx, PTX).unwrap();
+    assert_eq!(
+        next_change(&mut changed).await,
+        vec!["app.scale".to_string()]
+    );
+    std::fs::remove_file(&ptx).unwrap();
+    std::fs::create_dir(&ptx).unwrap();
+    assert_eq!(
+        next_change(&mut changed).await,
+        vec!["app.scale".to_string()]
+    );
+    let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
+    let notes = info_str(&info, "notes");
+    assert!(
+        stale(&info) && notes.contains("whether the code changed is unknown"),
+        "{notes}"
+    );
+    let health = bounds.health().await.unwrap();
+    assert!(
+        health.contains("stale bounds for app.scale (a module or fill file cannot be read")
+            && !health.contains("changed on disk"),
+        "{health}"
+    );
 }
 
 /// A module replaced while its kernel is being measured: the times are of two codes, so nothing

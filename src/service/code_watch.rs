@@ -28,7 +28,25 @@ const RACY: Duration = Duration::from_secs(2);
 /// Kernels whose files on disk are not those their manifest was loaded with: name to (the
 /// loaded manifest's code digest, why). The digest ties the verdict to that load: a reload that
 /// reads the new files is another manifest, judged again.
-pub(super) type ChangedOnDisk = HashMap<String, (String, String)>;
+pub(super) type ChangedOnDisk = HashMap<String, (String, OffDisk)>;
+
+/// Why a manifest's files are not those it was loaded with.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum OffDisk {
+    /// Read, and found other than loaded: a reload calibrates the new code.
+    Changed(String),
+    /// Cannot be read now (permissions, a mount gone): whether the code changed is unknown, and a
+    /// reload would reject the manifest until the files can be read again.
+    Unreadable(String),
+}
+
+impl OffDisk {
+    pub(super) fn why(&self) -> &str {
+        match self {
+            OffDisk::Changed(why) | OffDisk::Unreadable(why) => why,
+        }
+    }
+}
 
 /// What the watcher last saw of each manifest's files.
 #[derive(Default)]
@@ -85,7 +103,8 @@ fn watch_once(inner: &Inner, watch: &mut CodeWatch) {
         .unwrap_or_else(PoisonError::into_inner);
     for name in &flipped {
         match changed.get(name) {
-            Some((_, why)) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`wcetctl kernels reload`) to calibrate it"),
+            Some((_, OffDisk::Changed(why))) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`wcetctl kernels reload`) to calibrate it"),
+            Some((_, OffDisk::Unreadable(why))) => tracing::warn!("bounds of {name} are stale: {why}; make the files readable by the daemon again (the bounds are current again as soon as they are, if unchanged)"),
             None => tracing::info!("the files of {name} are again those it was loaded with"),
         }
     }
@@ -117,7 +136,12 @@ impl CodeWatch {
             if self.seen.get(&m.name) == Some(&now) {
                 continue;
             }
-            judged.push((m, m.changed_on_disk()));
+            let verdict = match m.on_disk() {
+                crate::manifest::OnDisk::Same => None,
+                crate::manifest::OnDisk::Changed(why) => Some(OffDisk::Changed(why)),
+                crate::manifest::OnDisk::Unreadable(why) => Some(OffDisk::Unreadable(why)),
+            };
+            judged.push((m, verdict));
             // The change time alone: the kernel sets it, so it is never in the future (a module
             // unpacked with a future modification time would otherwise be hashed every look).
             let settled = now.stats.iter().flatten().all(|s| s.2 < racy);

@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::PoisonError;
 
+use super::code_watch::OffDisk;
 use super::{served, Service};
 use crate::store::KernelCalibration;
 
@@ -19,10 +20,13 @@ impl Service {
     /// has nothing to run here, imported again.
     pub(super) fn stale_advice(&self) -> Vec<String> {
         let catalogue = self.catalogue();
-        let (edited, stale): (Vec<String>, Vec<String>) = self
+        let (off_disk, stale): (Vec<String>, Vec<String>) = self
             .stale_kernels()
             .into_iter()
             .partition(|k| self.files_changed(k).is_some());
+        let (unreadable, edited): (Vec<String>, Vec<String>) = off_disk
+            .into_iter()
+            .partition(|k| matches!(self.files_changed(k), Some(OffDisk::Unreadable(_))));
         let (runnable, imported): (Vec<String>, Vec<String>) =
             stale.into_iter().partition(|k| catalogue.get(k).is_some());
         // A kernel a queued or running job calibrates needs no command, only the job's end.
@@ -72,6 +76,12 @@ impl Service {
             advice.push(format!(
                 "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
                 names(&edited)
+            ));
+        }
+        if !unreadable.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (a module or fill file cannot be read by the daemon now: see the kernel's notes in GetBoundInfo); make it readable again: the bounds are current again at once if the files are unchanged",
+                names(&unreadable)
             ));
         }
         if !imported.is_empty() {
@@ -124,7 +134,7 @@ impl Service {
     /// Why the module or a fill file of the manifest loaded under `kernel` is no longer what it
     /// was loaded with, as the GPU worker last found it: the application now runs other code
     /// than the bounds were measured for.
-    pub(super) fn files_changed(&self, kernel: &str) -> Option<String> {
+    pub(super) fn files_changed(&self, kernel: &str) -> Option<super::code_watch::OffDisk> {
         let code = self
             .catalogue()
             .get(kernel)?
@@ -137,7 +147,7 @@ impl Service {
             .unwrap_or_else(PoisonError::into_inner)
             .get(kernel)
             .filter(|(loaded, _)| *loaded == code)
-            .map(|(_, why)| why.clone())
+            .map(|(_, off)| off.clone())
     }
 
     /// Whether the kernel `k` measured is not the code the catalogue has under its name now: a
