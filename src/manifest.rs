@@ -312,7 +312,8 @@ pub(crate) fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> 
             "it is not a regular file (a FIFO, a device or a directory); accepted: a regular file",
         )
     };
-    if !std::fs::metadata(path)?.is_file() {
+    let meta = std::fs::metadata(path).map_err(|e| dangling(path, e))?;
+    if !meta.is_file() {
         return Err(not_regular());
     }
     let file = std::fs::OpenOptions::new()
@@ -325,6 +326,24 @@ pub(crate) fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> 
     let mut bytes = Vec::new();
     file.take(limit).read_to_end(&mut bytes)?;
     Ok(bytes)
+}
+
+/// A file that is not there but is listed (`ls` shows it) is a symbolic link to nothing: said so,
+/// with its target, instead of a bare "No such file or directory".
+fn dangling(path: &Path, e: std::io::Error) -> std::io::Error {
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return e;
+    }
+    match std::fs::read_link(path) {
+        Ok(target) => std::io::Error::new(
+            e.kind(),
+            format!(
+                "it is a symbolic link to {}, which does not exist (relative targets are relative to the link's directory)",
+                target.display()
+            ),
+        ),
+        Err(_) => e,
+    }
 }
 
 /// The text of a file named on a command line, read to at most `limit` bytes: a device or a
@@ -1089,6 +1108,18 @@ mod tests {
                 "case {i}: `{err}` lacks `{expected}`"
             );
         }
+    }
+
+    #[test]
+    fn a_dangling_symlink_is_named_as_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("gone.toml");
+        std::os::unix::fs::symlink("/nonexistent/k.toml", &link).unwrap();
+        let err = load(&link).unwrap_err();
+        assert!(
+            err.contains("a symbolic link to /nonexistent/k.toml, which does not exist"),
+            "{err}"
+        );
     }
 
     #[test]
