@@ -644,8 +644,15 @@ fn check_bundle(
             true,
         );
         let Some(kernel) = catalogue.get(name) else {
+            // Stale only where it was measured under another configuration: a bundle exported
+            // here and imported back is this device's (the note said stale while it was not).
+            let served = if cal.campaign.environment.fingerprint == inner.device.fingerprint {
+                "served as measured under this device's configuration"
+            } else {
+                "served stale (the exporting card's configuration)"
+            };
             out.notes.push(format!(
-                "{name} ({tag}): not checked, nothing to run here: served stale (the exporting card's)"
+                "{name} ({tag}): not checked, nothing to run here: {served}"
             ));
             out.publish.push((*tag, name.clone(), cal.clone()));
             continue;

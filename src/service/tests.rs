@@ -1415,3 +1415,47 @@ fn a_kernel_a_job_names_points_at_that_job_alone() {
         "{why}"
     );
 }
+
+/// A bundle exported here and imported back: a kernel known only from imported samples has
+/// nothing to run, and its calibration is this device's, so the job does not call it stale (it
+/// said "served stale" while it was served current).
+#[test]
+fn a_bundle_imported_back_on_its_own_device_is_not_called_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    let wait = |job: u64| {
+        let mut events = service.subscribe();
+        while !service.job(job).unwrap().state.finished() {
+            let _ = events.blocking_recv();
+        }
+        service.job(job).unwrap()
+    };
+    let samples: Vec<(u32, u64)> = service
+        .device()
+        .partition_sizes
+        .iter()
+        .flat_map(|&m| (0..200u64).map(move |i| (m, 1_000_000 / u64::from(m) + 20_000 + i)))
+        .collect();
+    let options = ImportOptions {
+        geometry: None,
+        interference: Interference::Isolated,
+        source: "lab rig".into(),
+    };
+    let job = service.import_samples("lab.k", &samples, options).unwrap();
+    assert_eq!(wait(job).state, JobState::Done);
+    let bundle = service.export_calibration(&["lab.k".to_string()]).unwrap();
+    let text = serde_json::to_string(&bundle).unwrap();
+    service.import_calibration(&text, false).unwrap();
+    let job = service.jobs().last().unwrap().0;
+    let status = wait(job);
+    assert_eq!(status.state, JobState::Done, "{}", status.message);
+    assert!(
+        status
+            .message
+            .contains("served as measured under this device's configuration")
+            && !status.message.contains("stale"),
+        "{}",
+        status.message
+    );
+    assert!(!service.bound_info("lab.k", 64, None).unwrap().stale);
+}
