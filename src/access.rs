@@ -63,7 +63,9 @@ impl OperatorPolicy {
         if self.allows(uid, &groups) {
             Ok(())
         } else {
-            tracing::warn!(uid, method, "refused an operator call");
+            // The object path says which GPU was asked (`/org/wcetd/Wcetd1/gpu/N`).
+            let path = header.path().map(|p| p.to_string()).unwrap_or_default();
+            tracing::warn!(uid, method, path, "refused an operator call");
             Err(denied(format!("UID {uid}")))
         }
     }
@@ -136,7 +138,8 @@ impl ReporterPolicy {
                 })?;
                 let allowed = self.allows(uid, &groups);
                 if !allowed {
-                    tracing::warn!(uid, method, "refused a report");
+                    let path = header.path().map(|p| p.to_string()).unwrap_or_default();
+                    tracing::warn!(uid, method, path, "refused a report");
                 }
                 if let Some(s) = sender {
                     let mut decided = self.decided.lock().unwrap_or_else(PoisonError::into_inner);

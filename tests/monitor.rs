@@ -666,14 +666,37 @@ async fn log_lines_name_their_gpu() {
     tokio::time::timeout(Duration::from_secs(90), async {
         let fx = Fixture::new();
         let conn = fx.connect().await;
-        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--sim-devices", "2"]);
+        // Paced, so that each GPU's first job is still running when the next is queued.
+        let flags = ["--sim-devices", "2", "--sim-pace-us", "1000"];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &flags);
         wait_for_daemon(&conn, &mut d).await;
         let log = d.log_text();
         for n in [0, 1] {
             let queued = format!("gpu{{n={n}}}: wcetd::service::jobs: recalibration queued job=1");
             assert!(log.contains(&queued), "{queued} in\n{log}");
         }
+        // A job cancelled before it started ends outside the worker: its line named no GPU.
+        let gpu1 = "/org/wcetd/Wcetd1/gpu/1";
+        let job: u64 = conn
+            .call_method(
+                Some(NAME),
+                gpu1,
+                Some(CALIBRATION),
+                "Recalibrate",
+                &(vec!["lud"],),
+            )
+            .await
+            .expect("Recalibrate")
+            .body()
+            .deserialize()
+            .unwrap();
+        conn.call_method(Some(NAME), gpu1, Some(CALIBRATION), "CancelJob", &(job,))
+            .await
+            .expect("CancelJob");
         d.stop();
+        let ended = format!("gpu{{n=1}}: wcetd::service::worker: job finished job={job}");
+        let log = d.log_text();
+        assert!(log.contains(&ended), "{ended} in\n{log}");
     })
     .await
     .expect("test ran past its time limit");

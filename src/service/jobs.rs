@@ -148,6 +148,8 @@ impl Service {
     }
 
     pub fn cancel_job(&self, id: u64) -> Result<()> {
+        // Its lines (a job ended before it started) name the GPU, as every job's do.
+        let _in_span = self.in_span();
         let mut jobs = self
             .inner
             .jobs
@@ -180,6 +182,8 @@ impl Service {
     /// there leaves a temporary file the next start removes, never a torn store). `false` when the
     /// worker did not end in time, as when a launch hangs.
     pub fn stop_worker(&self, within: std::time::Duration) -> bool {
+        // Its lines (a job ended before it started) name the GPU, as every job's do.
+        let _in_span = self.in_span();
         {
             let mut jobs = self
                 .inner
