@@ -174,8 +174,8 @@ pub fn render_to(snapshots: &[Snapshot], out: &mut dyn Write) -> std::io::Result
         ),
         (
             "wcetd_reported_launches_total",
-            "Launch times reported from production (Monitor1.Report), over every calibration.",
-            |o| o.reported_total,
+            "Launch times reported from production (Monitor1.Report), over every calibration, as of the last save of the observations (at most --observation-save-interval behind GetObserved), so that a crash never takes it down.",
+            |o| o.reported_total_saved,
         ),
     ];
     for (name, help, value) in counters {
@@ -470,6 +470,7 @@ mod tests {
                 interference: vec![],
                 floor_ns: 900_000,
                 reported_total: 3,
+                reported_total_saved: 3,
                 overruns_total: 1,
                 past_epochs: 0,
                 last_report: Some(now),

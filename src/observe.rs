@@ -337,6 +337,11 @@ pub struct Series {
     pub floor_ns: u64,
     pub floor_at: DateTime<Utc>,
     pub reported_total: u64,
+    /// `reported_total` as the observations file last held it (read at start, or written by the
+    /// last save that succeeded): a crash never takes the count below it, so it is what the
+    /// metrics file exports as a counter (it went down after a crash, which Prometheus reads as
+    /// a reset and counts again). Not stored: it is the stored value.
+    pub reported_saved: u64,
     pub overruns_total: u64,
     pub last_report: DateTime<Utc>,
     /// Oldest first; the last one is current.
@@ -349,6 +354,7 @@ impl Series {
             floor_ns: 0,
             floor_at: now,
             reported_total: 0,
+            reported_saved: 0,
             overruns_total: 0,
             last_report: now,
             epochs: Vec::new(),
@@ -933,6 +939,7 @@ impl ObservationFile {
         }
         let mut kernels: Vec<String> = lock().kernels().map(str::to_string).collect();
         kernels.sort();
+        let mut written = Vec::new();
         crate::store::write_atomically(&self.path, |out| {
             write!(
                 out,
@@ -953,10 +960,18 @@ impl ObservationFile {
                     }
                     first = false;
                     serde_json::to_writer(&mut *out, &stored(kernel, sms, interference, s))?;
+                    written.push((kernel, (sms, interference), s.reported_total));
                 }
             }
             out.write_all(b"]}\n")
         })?;
+        let mut guard = lock();
+        for (kernel, key, total) in written {
+            if let Some(s) = guard.kernels.get_mut(kernel).and_then(|k| k.get_mut(&key)) {
+                s.reported_saved = s.reported_saved.max(total);
+            }
+        }
+        drop(guard);
         // Saved: what was set aside is in the file. Left behind, it is only read again.
         let aside = self.journal_paths().1;
         if std::fs::remove_file(&aside).is_ok() {
@@ -1235,6 +1250,7 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
                 floor_ns,
                 floor_at: s.floor_at,
                 reported_total: s.reported_total,
+                reported_saved: s.reported_total,
                 overruns_total: s.overruns_total,
                 last_report: s.last_report,
                 epochs,
@@ -1444,6 +1460,36 @@ mod tests {
             assert_eq!((s.reported_total, s.overruns_total), (3, 0));
             assert_eq!(s.epochs.len(), 2);
         }
+    }
+
+    /// The count the metrics file exports is the saved one: a crash loses the times reported
+    /// since the last save, and a counter that then went down was read by Prometheus as a reset
+    /// (4.26 million phantom launches in a review's crash test).
+    #[test]
+    fn the_saved_report_count_is_what_a_crash_leaves() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let key = ("k", 8, Interference::Isolated);
+        let judged = Judged {
+            calibration: "c",
+            bound_ns: Some(10_000),
+        };
+        let counts = |obs: &ReportedTimes| {
+            let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
+            (s.reported_total, s.reported_saved)
+        };
+        let obs = std::sync::Mutex::new(ReportedTimes::default());
+        obs.lock()
+            .unwrap()
+            .record(key, judged, &[500, 600], Utc::now());
+        assert_eq!(counts(&obs.lock().unwrap()), (2, 0));
+        file.save(&obs, "SIM-0").unwrap();
+        assert_eq!(counts(&obs.lock().unwrap()), (2, 2));
+        obs.lock().unwrap().record(key, judged, &[700], Utc::now());
+        assert_eq!(counts(&obs.lock().unwrap()), (3, 2));
+        // A crash now: the next start reads what was saved, and exports no less than before.
+        let (back, _) = file.load();
+        assert_eq!(counts(&back), (2, 2));
     }
 
     /// Floors journalled since the last save are raised at load, with or without a file; a torn

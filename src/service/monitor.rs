@@ -118,6 +118,9 @@ pub struct ObservedInfo {
     pub floor_ns: u64,
     /// Over every epoch kept or dropped.
     pub reported_total: u64,
+    /// Of `reported_total`, what the observations file holds: never less after a crash (the
+    /// metrics file's counter).
+    pub reported_total_saved: u64,
     pub overruns_total: u64,
     /// Earlier epochs kept, each with the calibration it judged.
     pub past_epochs: u32,
@@ -1151,6 +1154,7 @@ impl Service {
             interference: Vec::new(),
             floor_ns: 0,
             reported_total: 0,
+            reported_total_saved: 0,
             overruns_total: 0,
             past_epochs: 0,
             last_report: None,
@@ -1186,6 +1190,7 @@ impl Service {
             }
             found = true;
             out.reported_total += s.reported_total;
+            out.reported_total_saved += s.reported_saved;
             out.overruns_total += s.overruns_total;
             out.last_report = out.last_report.max(Some(s.last_report));
             let judged_now = self.judging_now(kernel, t, &served);
