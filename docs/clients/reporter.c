@@ -26,6 +26,9 @@
 #define NAME "org.wcetd.Wcetd1"
 #define PATH "/org/wcetd/Wcetd1"
 #define RING 65536 /* a power of two, and the most times one Report may carry */
+/* The daemon refuses a time of 0 or above an hour, and one refused time refuses its whole call:
+ * such times are counted here and never sent. */
+#define MAX_TIME_NS 3600000000000ULL
 
 struct wcetd_reporter {
     char kernel[65];
@@ -34,7 +37,7 @@ struct wcetd_reporter {
     uint64_t batch[RING]; /* the reporter thread's copy of what it sends */
     _Atomic uint64_t head; /* written by the launch path */
     _Atomic uint64_t tail; /* written by the reporter thread */
-    _Atomic uint64_t dropped;
+    _Atomic uint64_t dropped; /* ring full, or a time the daemon would refuse */
     _Atomic int closing;
     uint64_t sent, failed;
     sd_bus *bus;
@@ -44,7 +47,8 @@ struct wcetd_reporter {
 /* The launch path. */
 void wcetd_reporter_record(struct wcetd_reporter *r, uint64_t time_ns) {
     uint64_t head = atomic_load_explicit(&r->head, memory_order_relaxed);
-    if (head - atomic_load_explicit(&r->tail, memory_order_acquire) >= RING) {
+    if (time_ns == 0 || time_ns > MAX_TIME_NS ||
+        head - atomic_load_explicit(&r->tail, memory_order_acquire) >= RING) {
         atomic_fetch_add_explicit(&r->dropped, 1, memory_order_relaxed);
         return;
     }

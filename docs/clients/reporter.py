@@ -24,6 +24,8 @@ from jeepney.wrappers import DBusErrorResponse, unwrap_msg
 NAME = "org.wcetd.Wcetd1"
 PATH = "/org/wcetd/Wcetd1"
 MAX_PER_CALL = 65536  # the daemon refuses more times in one Report
+MAX_TIME_NS = 3_600_000_000_000  # the daemon refuses a time of 0 or above an hour...
+MAX_ERRORS_KEPT = 100  # ...and one refused time refuses its whole call, so they are kept out
 
 
 class Reporter:
@@ -33,9 +35,11 @@ class Reporter:
         self.batch = batch
         self.interval_s = interval_s
         self.capacity = capacity
-        self.dropped = 0
+        self.dropped = 0  # queue full
+        self.invalid = 0  # 0 ns or above an hour: never sent (one would refuse its whole batch)
+        self.refused = 0  # times in calls the daemon refused or that did not reach it
         self.sent = 0
-        self.errors = []
+        self.errors = []  # the last MAX_ERRORS_KEPT reasons
         self._queue = collections.deque()  # append and popleft are atomic in CPython
         self._wake = threading.Event()
         self._closing = False
@@ -46,6 +50,9 @@ class Reporter:
 
     def record(self, kernel, sms, time_ns):
         """The launch path: O(1), no bus, no lock, never waits."""
+        if not 0 < time_ns <= MAX_TIME_NS:
+            self.invalid += 1
+            return
         if len(self._queue) >= self.capacity:
             self.dropped += 1
             return
@@ -81,8 +88,11 @@ class Reporter:
                     unwrap_msg(self._conn.send_and_get_reply(msg))
                     self.sent += len(chunk)
                 except DBusErrorResponse as e:
-                    # A refused report is not retried: the message says what was wrong.
+                    # A refused report is not retried: the message says what was wrong. A daemon
+                    # that is restarting (ServiceUnknown, NoReply) loses the chunk too: counted.
+                    self.refused += len(chunk)
                     self.errors.append(f"{e.name}: {' '.join(map(str, e.data))}")
+                    del self.errors[:-MAX_ERRORS_KEPT]
 
 
 def main():
@@ -112,7 +122,8 @@ def main():
             reporter.record(kernel, sms, bound // 2 + i % (bound // 4))  # stand-ins for measured times
         reporter.record(kernel, sms, bound + 1000)  # one launch over its bound
         reporter.close()
-        print(f"reported {reporter.sent} times, dropped {reporter.dropped}")
+        print(f"reported {reporter.sent} times, dropped {reporter.dropped}, "
+              f"invalid {reporter.invalid}, refused {reporter.refused}")
         for e in reporter.errors:
             print(f"reporter.py: {e}", file=sys.stderr)
         (obs,) = call("org.wcetd.Monitor1", "GetObserved", "su", (kernel, sms))
