@@ -69,9 +69,10 @@ pub fn merge(
             .find(|a| a.get_long() == Some(key.as_str()) && !NOT_IN_FILE.contains(&key.as_str()))
             .ok_or_else(|| {
                 anyhow!(
-                    "configuration {}: key `{key}` is unknown; accepted: {}",
+                    "configuration {}: key `{key}` is unknown; accepted: {}, and for tests: {}",
                     file.display(),
-                    accepted_keys(cmd).join(", ")
+                    accepted_keys(cmd).join(", "),
+                    test_keys(cmd).join(", ")
                 )
             })?;
         let tokens = flag_tokens(arg, key, value)
@@ -120,6 +121,17 @@ fn conflicting(cmd: &clap::Command, arg: &clap::Arg, long: &str) -> bool {
 pub fn accepted_keys(cmd: &clap::Command) -> Vec<String> {
     cmd.get_arguments()
         .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .filter(|l| !NOT_IN_FILE.contains(l))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Keys a file accepts that `--help` does not show: the simulator's fault injection, for tests
+/// (accepted all the same, so the error lists them too).
+fn test_keys(cmd: &clap::Command) -> Vec<String> {
+    cmd.get_arguments()
+        .filter(|a| a.is_hide_set())
         .filter_map(|a| a.get_long())
         .filter(|l| !NOT_IN_FILE.contains(l))
         .map(str::to_string)

@@ -275,8 +275,8 @@ fn calibrate_job(
         }
         // Each tag's bounds are published, all at once, as soon as its last kernel is done (and
         // before the kernels that lost a device start): on an H100 the isolated suite takes
-        // under a minute and the contended one a quarter of an hour (a stressed 8-SM launch
-        // takes up to 160 ms), and a first start should not serve nothing for that long.
+        // about 35 s and the contended one most of half an hour (a stressed 8-SM launch took
+        // up to 172 ms), and a first start should not serve nothing for that long.
         let group = |(tag, k): (Interference, &KernelSpec)| (tag, lost_a_device(inner, k));
         let tag_done = steps
             .get(i + 1)
