@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What ran on the lent GPU machine (which has no Rust toolchain and no dbus-daemon): release
 # binaries built here and stripped into $BIN (default .device), dbus-daemon and its libraries in
-# $BIN/dbus, results under $OUT. Every step has its own time limit, so one hang cannot take the
+# $BIN/dbus (a wrapper that sets LD_LIBRARY_PATH for the copied libraries), results under $OUT. Every step has its own time limit, so one hang cannot take the
 # rest of the call with it. Usage: device-run.sh check|campaign NAME|probes|daemon
 set -u
 BIN=${BIN:-.device}
@@ -28,7 +28,7 @@ campaign)
     # them of memory bandwidth), so contended sweeps name fewer sizes and launches.
     timeout "${LIMIT:-300}" "$BIN/wcetctl" campaign --backend cuda --launches "${LAUNCHES:-1000}" \
         --interference "${INTERFERENCE:-isolated}" ${SIZES:+--sizes "$SIZES"} \
-        --out "/tmp/$name" 2>&1 | tr '\r' '\n' | grep -v '^\s*$' | tail -3
+        ${PROBE:+--delay-probe "$PROBE"} --out "/tmp/$name" 2>&1 | tr '\r' '\n' | grep -v '^\s*$' | tail -3
     echo "campaign rc=${PIPESTATUS[0]}"
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv
     tar czf "$OUT/$name.tar.gz" -C /tmp "$name"
