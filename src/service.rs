@@ -99,6 +99,9 @@ pub struct ServiceConfig {
     /// about the device is in a `gpu{n=N}` span, so that with several GPUs the journal says
     /// which card a job, a fault or an overrun was on.
     pub gpu: u32,
+    /// `MethodConfig::process_shift` for this device; `None`: [`CUDA_PROCESS_SHIFT`] on a real
+    /// GPU, 0 on the simulator.
+    pub process_shift: Option<f64>,
 }
 
 impl Default for ServiceConfig {
@@ -112,6 +115,7 @@ impl Default for ServiceConfig {
             interference: vec![Interference::Isolated, Interference::Contended],
             monitor: MonitorConfig::default(),
             gpu: 0,
+            process_shift: None,
         }
     }
 }
@@ -409,11 +413,18 @@ impl Service {
     pub fn load(
         mut gpu: Box<dyn Gpu>,
         store: Store,
-        config: ServiceConfig,
+        mut config: ServiceConfig,
     ) -> (Service, GpuWorker) {
         let span = tracing::info_span!("gpu", n = config.gpu);
         let _in_span = span.enter();
         let device = gpu.info().clone();
+        config.recipe.method_config.process_shift =
+            config
+                .process_shift
+                .unwrap_or(match device.backend {
+                    crate::gpu::Backend::Cuda => crate::model::CUDA_PROCESS_SHIFT,
+                    crate::gpu::Backend::Sim => 0.0,
+                });
         // An idle reading is no launch's clock (as `read_clock` in worker.rs skips it): none
         // until a busy one.
         let now = gpu.telemetry();

@@ -34,7 +34,7 @@ pub use bound::{
     exceedance_text, weaker_than, BoundEntry, BoundTable, ExceedanceBasis, Provenance,
 };
 pub use law::Point;
-pub use method::{Method, MethodConfig};
+pub use method::{Method, MethodConfig, CUDA_PROCESS_SHIFT};
 
 use crate::kernels::Geometry;
 

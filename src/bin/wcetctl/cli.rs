@@ -440,6 +440,21 @@ pub(crate) struct Datasets {
     /// calibration job.
     #[arg(long)]
     pub(crate) delays: Option<PathBuf>,
+    /// How far the typical time may be higher in another process (0.02: 2%), as the daemon's
+    /// `--process-shift`. Default: 0.02 when the calibration samples were recorded on a real GPU
+    /// (their directory's stamp.json says `"backend": "cuda"`), as the daemon does there; else 0.
+    #[arg(long, value_parser = process_shift)]
+    pub(crate) process_shift: Option<f64>,
+}
+
+/// A fraction of the typical time, from 0 up to (not including) 1.
+fn process_shift(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if (0.0..1.0).contains(&f) => Ok(f),
+        _ => Err(format!(
+            "`{s}` is not a fraction of the typical time; accepted: a number from 0 up to (not including) 1, e.g. 0.02 for 2%"
+        )),
+    }
 }
 
 /// A GPU index on the command line.

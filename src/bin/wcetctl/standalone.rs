@@ -536,6 +536,33 @@ pub(crate) fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfi
     Ok(config)
 }
 
+impl Datasets {
+    /// The method's configuration as the daemon would have it on the device the samples were
+    /// recorded on: the delay probe's findings, and the process shift.
+    fn method_config(&self) -> anyhow::Result<MethodConfig> {
+        let mut config = method_config(self.delays.as_deref())?;
+        config.process_shift = self
+            .process_shift
+            .unwrap_or_else(|| recorded_process_shift(&self.samples));
+        Ok(config)
+    }
+}
+
+/// The daemon's default `--process-shift` for the device `samples` were recorded on: the CUDA
+/// backend's when the stamp.json beside them says so, else the simulator's 0.
+fn recorded_process_shift(samples: &Path) -> f64 {
+    let stamp = samples.with_file_name("stamp.json");
+    let backend = std::fs::read_to_string(stamp)
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+        .and_then(|v| v["backend"].as_str().map(str::to_owned));
+    if backend.as_deref() == Some("cuda") {
+        wcetd::model::CUDA_PROCESS_SHIFT
+    } else {
+        0.0
+    }
+}
+
 pub(crate) fn evaluate(
     json: bool,
     data: &Datasets,
@@ -560,7 +587,7 @@ pub(crate) fn evaluate(
             held.keys().cloned().collect::<Vec<_>>().join(", ")
         );
     }
-    let config = method_config(data.delays.as_deref())?;
+    let config = data.method_config()?;
     let evals = offline::evaluate_all(
         &calibration,
         &held,
@@ -689,6 +716,7 @@ pub(crate) fn plot(
             false
         }
     };
+    let config = data.method_config()?;
     let mut written = Vec::new();
     for kernel in &chosen {
         let single: samples::SampleSet = [(kernel.clone(), calibration[kernel].clone())].into();
@@ -698,7 +726,7 @@ pub(crate) fn plot(
             &geometry,
             &sizes,
             &Method::ALL,
-            &MethodConfig::default(),
+            &config,
             SampleBudget::default(),
         );
         for e in evals.iter().filter(|e| e.error.is_some()) {
