@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Contended over isolated median per kernel and size, as a Markdown table:
 
-    python3 calibration/hardware/contention.py calibration/datasets/h100-2026-11-22"""
+    python3 calibration/hardware/contention.py calibration/datasets/h100-2026-11-22
+    python3 calibration/hardware/contention.py calibration/datasets/h200-2026-11-24 a ca
+
+The two optional arguments name the isolated and the contended campaign (default c1 and
+contended1)."""
 import csv, gzip, statistics, sys
 from collections import defaultdict
 from pathlib import Path
@@ -15,8 +19,9 @@ def medians(path):
             t[r["kernel"]][int(r["sms"])].append(int(r["time_ns"]))
     return {k: {m: statistics.median(v) for m, v in s.items()} for k, s in t.items()}
 
-iso = medians(root / "c1" / "samples-isolated.csv.gz")
-con = medians(root / "contended1" / "samples-contended.csv.gz")
+iso_dir, con_dir = (sys.argv[2], sys.argv[3]) if len(sys.argv) > 3 else ("c1", "contended1")
+iso = medians(root / iso_dir / "samples-isolated.csv.gz")
+con = medians(root / con_dir / "samples-contended.csv.gz")
 sizes = sorted(next(iter(con.values())).keys())
 print("| kernel | " + " | ".join(f"{m} SMs" for m in sizes) + " |")
 print("|---|" + "---|" * len(sizes))

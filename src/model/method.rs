@@ -911,6 +911,37 @@ mod tests {
         assert!(t.entries.windows(2).all(|w| w[0].bound_ns >= w[1].bound_ns));
     }
 
+    /// Another process's launches may have a typical time `process_shift` higher: every bound,
+    /// measured or not, is then at least that much above the bound without it, and says why.
+    #[test]
+    fn the_process_shift_raises_every_bound_by_its_share_and_says_so() {
+        let samples: Vec<(u32, Vec<u64>)> = [(8, 4000.0), (32, 1000.0), (132, 250.0)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, t))| (m, around(t, i as u64)))
+            .collect();
+        let borrowed: Vec<(u32, &[u64])> = samples.iter().map(|(m, s)| (*m, &s[..])).collect();
+        let o = obs(&borrowed);
+        let sizes = [8, 16, 32, 64, 132];
+        let without = bound_table(&o, &sizes, Method::Wcetd, &MethodConfig::default()).unwrap();
+        let shifted = MethodConfig {
+            process_shift: 0.02,
+            ..MethodConfig::default()
+        };
+        let with = bound_table(&o, &sizes, Method::Wcetd, &shifted).unwrap();
+        for (a, b) in without.entries.iter().zip(&with.entries) {
+            assert!(
+                b.bound_ns as f64 >= a.bound_ns as f64 * 1.02 - 1.0,
+                "{} SMs: {} without, {} with",
+                a.sms,
+                a.bound_ns,
+                b.bound_ns
+            );
+        }
+        assert!(with.notes.iter().any(|n| n.contains("another process")));
+        assert!(!without.notes.iter().any(|n| n.contains("another process")));
+    }
+
     /// 200 launches around `t` ns with 1% uniform jitter.
     fn around(t: f64, seed: u64) -> Vec<u64> {
         use rand::{Rng, SeedableRng};
