@@ -8,7 +8,7 @@
 //! The simulator is not evidence about real GPUs; these are real launches. Each test here can
 //! fail: without the delay probe the same data put a bound under a real launch.
 
-use std::process::Command;
+mod real_data;
 
 const DATASET: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -17,38 +17,17 @@ const DATASET: &str = concat!(
 
 /// `wcetctl --json evaluate --methods wcetd` on `c3` with `extra` arguments: (pairs scored,
 /// (kernel, sms, bound, largest launch) wherever the bound is below a recorded launch).
-fn scenario_b(extra: &[&str]) -> (usize, Vec<(String, u64, u64, u64)>) {
-    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
-        .current_dir(DATASET)
-        .args(["--json", "evaluate", "--methods", "wcetd"])
-        .args(["--samples", "c3/samples-isolated.csv.gz"])
-        .args(["--geometry", "c3/geometry.csv"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut scored = 0;
-    let mut under = Vec::new();
-    for kernel in report["kernels"].as_array().unwrap() {
-        assert!(kernel["error"].is_null(), "{kernel}");
-        for pair in kernel["pairs"].as_array().unwrap() {
-            scored += 1;
-            let (bound, max) = (
-                pair["bound_ns"].as_u64().unwrap(),
-                pair["holdout_max_ns"].as_u64().unwrap(),
-            );
-            if bound < max {
-                let name = kernel["kernel"].as_str().unwrap().to_string();
-                under.push((name, pair["sms"].as_u64().unwrap(), bound, max));
-            }
-        }
-    }
-    (scored, under)
+fn scenario_b(extra: &[&str]) -> (usize, Vec<real_data::Under>) {
+    let args: Vec<&str> = [
+        "--samples",
+        "c3/samples-isolated.csv.gz",
+        "--geometry",
+        "c3/geometry.csv",
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    real_data::scored(DATASET, &args)
 }
 
 #[test]

@@ -7,7 +7,7 @@
 //! These are real launches, and the test can fail: without the allowance for the typical time
 //! moving between processes, one bound is under a launch of the second process.
 
-use std::process::Command;
+mod real_data;
 
 const DATASET: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -17,40 +17,21 @@ const DATASET: &str = concat!(
 /// `wcetctl --json evaluate --methods wcetd`, calibrated on `a` and scored on `b`, with `extra`
 /// arguments: (pairs scored, (kernel, sms, bound, largest launch) wherever a bound is below a
 /// launch of `b`).
-fn a_scored_on_b(extra: &[&str]) -> (usize, Vec<(String, u64, u64, u64)>) {
-    let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
-        .current_dir(DATASET)
-        .args(["--json", "evaluate", "--methods", "wcetd"])
-        .args(["--samples", "a/samples-isolated.csv.gz"])
-        .args(["--holdout", "b/samples-isolated.csv.gz"])
-        .args(["--geometry", "a/geometry.csv"])
-        .args(["--delays", "a/delays.csv.gz"])
-        .args(extra)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let mut scored = 0;
-    let mut under = Vec::new();
-    for kernel in report["kernels"].as_array().unwrap() {
-        assert!(kernel["error"].is_null(), "{kernel}");
-        for pair in kernel["pairs"].as_array().unwrap() {
-            scored += 1;
-            let (bound, max) = (
-                pair["bound_ns"].as_u64().unwrap(),
-                pair["holdout_max_ns"].as_u64().unwrap(),
-            );
-            if bound < max {
-                let name = kernel["kernel"].as_str().unwrap().to_string();
-                under.push((name, pair["sms"].as_u64().unwrap(), bound, max));
-            }
-        }
-    }
-    (scored, under)
+fn a_scored_on_b(extra: &[&str]) -> (usize, Vec<real_data::Under>) {
+    let args: Vec<&str> = [
+        "--samples",
+        "a/samples-isolated.csv.gz",
+        "--holdout",
+        "b/samples-isolated.csv.gz",
+        "--geometry",
+        "a/geometry.csv",
+        "--delays",
+        "a/delays.csv.gz",
+    ]
+    .into_iter()
+    .chain(extra.iter().copied())
+    .collect();
+    real_data::scored(DATASET, &args)
 }
 
 /// The default on a dataset recorded on a real GPU (its stamp says `cuda`) is the daemon's
