@@ -419,12 +419,10 @@ impl Service {
         let _in_span = span.enter();
         let device = gpu.info().clone();
         config.recipe.method_config.process_shift =
-            config
-                .process_shift
-                .unwrap_or(match device.backend {
-                    crate::gpu::Backend::Cuda => crate::model::CUDA_PROCESS_SHIFT,
-                    crate::gpu::Backend::Sim => 0.0,
-                });
+            config.process_shift.unwrap_or(match device.backend {
+                crate::gpu::Backend::Cuda => crate::model::CUDA_PROCESS_SHIFT,
+                crate::gpu::Backend::Sim => 0.0,
+            });
         // An idle reading is no launch's clock (as `read_clock` in worker.rs skips it): none
         // until a busy one.
         let now = gpu.telemetry();
