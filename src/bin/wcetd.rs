@@ -107,7 +107,8 @@ struct Args {
     #[arg(long, default_value_t = 1e-9, value_parser = probability)]
     exceedance: f64,
     /// How far a kernel's typical time may be higher in another process than in the daemon's
-    /// (0.02: 2%); every bound allows for it. Default: 0.02 on a real GPU (measured between
+    /// (0.02: 2%); every bound of the `wcetd` method allows for it (the published strategies,
+    /// kept for comparison, do not). Default: 0.02 on a real GPU (measured between
     /// processes on H100 and H200 cards: up to 1.84%, docs/hardware-validation.md), 0 on the
     /// simulator.
     #[arg(long, value_parser = process_shift)]

@@ -193,6 +193,11 @@ pub(crate) enum Command {
         /// are the geometry of its kernel where the geometry CSV has no row for it.
         #[arg(long = "kernel-dir", value_name = "DIR")]
         kernel_dirs: Vec<PathBuf>,
+        /// How far the typical time may be higher in another process (0.02: 2%), as the daemon's
+        /// `--process-shift`. Default: 0.02 when the samples were recorded on a real GPU (their
+        /// directory's stamp.json says `"backend": "cuda"`), else 0.
+        #[arg(long, value_parser = process_shift)]
+        process_shift: Option<f64>,
     },
     /// Write a simulated samples CSV: every built-in kernel at every partition size.
     Simulate {

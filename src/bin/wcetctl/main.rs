@@ -170,12 +170,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             ref sizes,
             method,
             ref kernel_dirs,
+            process_shift,
         } => fit(
             cli.json,
             samples,
             (geometry.as_deref(), kernel_dirs),
             sizes,
-            method,
+            (method, process_shift),
         ),
         Command::Simulate {
             ref profile,

@@ -195,7 +195,7 @@ pub(crate) fn fit(
     samples_path: &Path,
     (geometry, kernel_dirs): (Option<&Path>, &[PathBuf]),
     sizes: &[u32],
-    method: Method,
+    (method, process_shift): (Method, Option<f64>),
 ) -> anyhow::Result<()> {
     if sizes.contains(&0) {
         bail!("--sizes contains 0; accepted: comma-separated SM counts, each at least 1");
@@ -204,7 +204,10 @@ pub(crate) fn fit(
     sizes.sort_unstable();
     sizes.dedup();
     let set = read_samples(samples_path)?;
-    let config = MethodConfig::default();
+    let config = MethodConfig {
+        process_shift: shift_in_effect(process_shift, samples_path),
+        ..MethodConfig::default()
+    };
     let mut geometry = read_geometry(geometry)?;
     for m in manifests_in(kernel_dirs)? {
         if let (false, Some(blocks_per_sm)) = (geometry.contains_key(&m.name), m.blocks_per_sm) {
@@ -541,26 +544,40 @@ impl Datasets {
     /// recorded on: the delay probe's findings, and the process shift.
     fn method_config(&self) -> anyhow::Result<MethodConfig> {
         let mut config = method_config(self.delays.as_deref())?;
-        config.process_shift = self
-            .process_shift
-            .unwrap_or_else(|| recorded_process_shift(&self.samples));
+        config.process_shift = shift_in_effect(self.process_shift, &self.samples);
         Ok(config)
     }
 }
 
-/// The daemon's default `--process-shift` for the device `samples` were recorded on: the CUDA
-/// backend's when the stamp.json beside them says so, else the simulator's 0.
-fn recorded_process_shift(samples: &Path) -> f64 {
+/// `given`, else the daemon's default for the device `samples` were recorded on, said on
+/// standard error as the delay probe's findings are (a dataset copied away from its stamp.json
+/// gets 0, and the line shows it).
+fn shift_in_effect(given: Option<f64>, samples: &Path) -> f64 {
+    let (shift, why) = match given {
+        Some(s) => (s, "as given"),
+        None if recorded_on_a_gpu(samples) => (
+            wcetd::model::CUDA_PROCESS_SHIFT,
+            "the samples' stamp.json says a real GPU",
+        ),
+        None => (
+            0.0,
+            "no stamp.json beside the samples says they are from a real GPU",
+        ),
+    };
+    eprintln!(
+        "wcetctl: typical time in another process allowed {:.1}% higher ({why})",
+        shift * 100.0
+    );
+    shift
+}
+
+/// Whether the stamp.json beside `samples` says they were recorded with the CUDA backend.
+fn recorded_on_a_gpu(samples: &Path) -> bool {
     let stamp = samples.with_file_name("stamp.json");
-    let backend = std::fs::read_to_string(stamp)
+    std::fs::read_to_string(stamp)
         .ok()
         .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-        .and_then(|v| v["backend"].as_str().map(str::to_owned));
-    if backend.as_deref() == Some("cuda") {
-        wcetd::model::CUDA_PROCESS_SHIFT
-    } else {
-        0.0
-    }
+        .is_some_and(|v| v["backend"].as_str() == Some("cuda"))
 }
 
 pub(crate) fn evaluate(
