@@ -99,8 +99,9 @@ pub struct ServiceConfig {
     /// about the device is in a `gpu{n=N}` span, so that with several GPUs the journal says
     /// which card a job, a fault or an overrun was on.
     pub gpu: u32,
-    /// `MethodConfig::process_shift` for this device; `None`: [`CUDA_PROCESS_SHIFT`] on a real
-    /// GPU, 0 on the simulator.
+    /// The process shift for this device; `None`: [`crate::model::CUDA_PROCESS_SHIFT`] on a
+    /// real GPU, 0 on the simulator. [`Service::load`] writes it into
+    /// `recipe.method_config.process_shift` (whatever that held), once the device is known.
     pub process_shift: Option<f64>,
 }
 
