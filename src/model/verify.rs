@@ -306,6 +306,43 @@ mod tests {
         );
     }
 
+    /// The sweep's launches ran in the campaign's process, so they are judged against the bound
+    /// without the allowance for another process: a slow launch 1% over that bound is still an
+    /// outlier with a 2% process shift configured, which it would not be against the raised bound.
+    #[test]
+    fn the_process_shift_does_not_hide_a_sweep_outlier() {
+        let flat = |m: u32| 1_000_000 / u64::from(m);
+        let samples = |t: u64, n: u64| (0..n).map(|i| t + i % 7).collect::<Vec<u64>>();
+        let sizes: Vec<u32> = (1..=16).map(|i| i * 8).collect();
+        let mut obs = Observations::default();
+        for m in [8, 16, 32, 64, 128] {
+            obs.by_size.insert(m, samples(flat(m), 200));
+        }
+        obs.verified.insert(24, samples(flat(24), 32));
+        let unshifted = method::bound_table(
+            &obs,
+            &sizes,
+            method::Method::Wcetd,
+            &MethodConfig::default(),
+        )
+        .unwrap();
+        let at_24 = unshifted.entry(24).unwrap().bound_ns;
+        let mut slow = samples(flat(24), 32);
+        slow[5] = at_24 * 101 / 100;
+        obs.verified.insert(24, slow);
+        let shifted = MethodConfig {
+            process_shift: 0.02,
+            ..MethodConfig::default()
+        };
+        // Against the shifted bound the launch is below it: judging there would miss it.
+        let raised = method::bound_table(&obs, &sizes, method::Method::Wcetd, &shifted).unwrap();
+        assert!(raised.entry(24).unwrap().bound_ns > at_24 * 101 / 100);
+        assert_eq!(
+            outliers(&obs, &sizes, &shifted).unwrap(),
+            vec![Outlier { sms: 24 }]
+        );
+    }
+
     #[test]
     fn a_loose_curve_is_measured_within_the_cap_and_a_tight_one_is_not() {
         let flat = |m: u32| 1_000_000 / u64::from(m);
