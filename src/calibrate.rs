@@ -434,8 +434,22 @@ pub fn no_tighter_than_own_fit(
             most * 100.0
         ));
     }
+    // Every bound now at least the refit's, which allows for this daemon's process shift: so does
+    // the table (a bundle of a daemon before the shift is not raised for it again at each start).
+    let covered = own
+        .entries
+        .iter()
+        .all(|o| table.entry(o.sms).is_some_and(|e| e.bound_ns >= o.bound_ns));
+    if covered {
+        let shift = table
+            .allowed_process_shift()
+            .max(own.allowed_process_shift());
+        table.process_shift = Some(shift);
+    }
     if what.is_empty() {
-        return Ok((cal.clone(), None));
+        let mut out = cal.clone();
+        out.table = table;
+        return Ok((out, None));
     }
     let note = format!(
         "refitted here from the launches the bundle ships ({} at {claimed:e}), and made no tighter than that: {}",

@@ -304,6 +304,7 @@ fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
     let available: Vec<String> = g.available.iter().map(ToString::to_string).collect();
     put("interference_available", available.into());
     put("stressor_sms", g.stressor_sms.into());
+    put("process_shift", b.process_shift.into());
     let mut notes = b.notes.clone();
     notes.extend(g.weaker_note());
     put("notes", notes.join("; ").into());

@@ -203,6 +203,9 @@ pub struct BoundInfo {
     pub law: String,
     pub tail: String,
     pub interference: Interference,
+    /// The rise of the typical time in another process the bound allows for, as a share
+    /// ([`crate::model::BoundTable::allowed_process_shift`]).
+    pub process_shift: f64,
     pub notes: Vec<String>,
     pub clock: ClockScaling,
     /// Measured median and mean launch time at this size (0 where this size was not measured).
@@ -432,7 +435,11 @@ impl Service {
         } else {
             now.sm_clock_mhz.unwrap_or(0)
         };
-        let calibration = carry_over::initial_calibration(&store, &device);
+        let mut calibration = carry_over::initial_calibration(&store, &device);
+        carry_over::allow_for_process_shift(
+            &mut calibration,
+            config.recipe.method_config.process_shift,
+        );
         let (events, _) = broadcast::channel(1024);
         let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, &device);
         let forecast = Forecast::new(
@@ -979,6 +986,7 @@ impl Service {
                 .as_ref()
                 .map_or("none".into(), |t| t.kind.to_string()),
             interference,
+            process_shift: cal.table.allowed_process_shift(),
             notes,
             clock,
             typical_ns,

@@ -446,3 +446,46 @@ async fn wcetctl_stops_waiting_when_the_daemon_dies_under_its_job() {
     .await
     .expect("test ran past its time limit");
 }
+
+/// An upgrade that configures a larger process shift than the stored calibration allowed for (on
+/// a real GPU: bounds stored before the shift existed) serves every bound raised by the
+/// difference from the first answer, says so in `GetBoundInfo`, and keeps the store as fitted:
+/// started again without it, the daemon serves the stored bounds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bounds_stored_without_the_process_shift_are_raised_at_start() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &["--process-shift", "0.02"]);
+        wait_for_daemon(&conn, &mut d).await;
+        let raised = curves(&conn).await;
+        for (kernel, curve) in &old {
+            let (before, after) = (curve.as_ref().unwrap(), raised[kernel].as_ref().unwrap());
+            for (&(m, b), &(m2, a)) in before.iter().zip(after) {
+                assert_eq!(m, m2);
+                let least = b as f64 * 1.02;
+                assert!(
+                    a as f64 >= least && a as f64 <= least + 1.0,
+                    "{kernel} at {m} SMs: {a} served, {b} stored"
+                );
+            }
+        }
+        let info: std::collections::HashMap<String, zbus::OwnedVariant> =
+            call(&conn, BOUNDS, "GetBoundInfo", &("needle", 64u32))
+                .await
+                .expect("GetBoundInfo");
+        assert_eq!(f64::try_from(&info["process_shift"]).unwrap(), 0.02);
+        let notes = <&str>::try_from(&info["notes"]).unwrap();
+        assert!(notes.contains("raised by 2.00% at start"), "{notes}");
+        let log = d.log_text();
+        d.stop();
+        assert!(log.contains("raised by the difference"), "{log}");
+        let mut again = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut again).await;
+        assert_eq!(curves(&conn).await, old, "the store keeps what was fitted");
+        again.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}

@@ -133,9 +133,62 @@ pub struct BoundTable {
     pub tail: Option<TailBound>,
     pub entries: Vec<BoundEntry>,
     pub notes: Vec<String>,
+    /// How much higher the typical time may be in another process than in the one measured,
+    /// as a share, that the bounds allow for ([`super::MethodConfig::process_shift`]). `None`
+    /// in stores written before 2026-11-25: [`Self::allowed_process_shift`] reads the note.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_shift: Option<f64>,
 }
 
+/// The start of the note the `wcetd` method writes for a process shift (the share follows, in
+/// percent): how a table stored before [`BoundTable::process_shift`] says what it allows for.
+pub(super) const PROCESS_SHIFT_NOTE: &str = "the typical time may be up to ";
+
 impl BoundTable {
+    /// The process shift the bounds allow for: the recorded one, or, in a table stored before it
+    /// was recorded, the one its note states (tables of 2026-11-24), else none.
+    pub fn allowed_process_shift(&self) -> f64 {
+        if let Some(shift) = self.process_shift {
+            return shift;
+        }
+        self.notes
+            .iter()
+            .filter_map(|n| n.strip_prefix(PROCESS_SHIFT_NOTE))
+            .filter(|rest| rest.contains("% higher in another process"))
+            .filter_map(|rest| rest.split('%').next()?.parse::<f64>().ok())
+            .map(|percent| percent / 100.0)
+            .fold(0.0, f64::max)
+    }
+
+    /// Raise every bound of a `wcetd` table that allows for less process shift than `shift` by
+    /// the difference, (1 + shift) / (1 + allowed), rounded up: at least what a refit with
+    /// `shift` gives from the same launches, since the shift multiplies the typical time and the
+    /// rest of the bound (tail ratio, additive delays, rule 1's samples) only gains from being
+    /// multiplied too. Returns the note added, or `None` where nothing changed (another method:
+    /// the published strategies take no shift; or enough allowed already: a lower `shift` never
+    /// lowers a bound).
+    pub fn allow_for_process_shift(&mut self, shift: f64) -> Option<String> {
+        let allowed = self.allowed_process_shift();
+        // (A NaN shift, which the flag's parser refuses, raises nothing either.)
+        let more = shift.partial_cmp(&allowed) == Some(std::cmp::Ordering::Greater);
+        if self.method != Method::Wcetd || !more {
+            return None;
+        }
+        let factor = (1.0 + shift) / (1.0 + allowed);
+        for e in &mut self.entries {
+            e.bound_ns = (e.bound_ns as f64 * factor).ceil() as u64;
+        }
+        self.process_shift = Some(shift);
+        let note = format!(
+            "calibrated allowing {:.1}% for the typical time in another process, {:.1}% is configured now: every bound raised by {:.2}% at start (recalibrate to refit with it)",
+            allowed * 100.0,
+            shift * 100.0,
+            (factor - 1.0) * 100.0
+        );
+        self.notes.push(note.clone());
+        Some(note)
+    }
+
     /// The entry for exactly `sms`.
     pub fn entry(&self, sms: u32) -> Option<&BoundEntry> {
         self.entries.iter().find(|e| e.sms == sms)
@@ -224,6 +277,7 @@ mod tests {
                 })
                 .collect(),
             notes: Vec::new(),
+            process_shift: Some(0.0),
         }
     }
 

@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+use super::bound::PROCESS_SHIFT_NOTE;
 use super::law::{FittedLaw, Point};
 use super::tail::{self, TailBound};
 use super::{published, validate, verify};
@@ -241,6 +242,7 @@ fn wcetd(
         monotone: typical.monotone,
         tail: Some(tail),
         entries,
+        process_shift: Some(config.process_shift),
     })
 }
 
@@ -413,7 +415,7 @@ fn wcetd_notes(
     }
     if config.process_shift > 0.0 {
         notes.push(format!(
-            "the typical time may be up to {:.1}% higher in another process than in the one measured (another placement in memory): every bound allows for it",
+            "{PROCESS_SHIFT_NOTE}{:.1}% higher in another process than in the one measured (another placement in memory): every bound allows for it",
             config.process_shift * 100.0
         ));
     }
@@ -940,6 +942,57 @@ mod tests {
         }
         assert!(with.notes.iter().any(|n| n.contains("another process")));
         assert!(!without.notes.iter().any(|n| n.contains("another process")));
+    }
+
+    /// A table stored before the shift, raised at start to the configured one, is never below
+    /// what a refit with it would serve, at any size, with the device's delays and unseen
+    /// slowdowns in play too (they are outside the shift in the method, inside the raise); a
+    /// table that allows for it already, by its record or, stored before the record, by its
+    /// note, is left alone, as is a published strategy's.
+    #[test]
+    fn raising_a_stored_table_for_the_process_shift_is_never_below_a_refit() {
+        let samples: Vec<(u32, Vec<u64>)> = [(8, 4000.0), (32, 1000.0), (132, 250.0)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(m, t))| (m, around(t, 10 + i as u64)))
+            .collect();
+        let borrowed: Vec<(u32, &[u64])> = samples.iter().map(|(m, s)| (*m, &s[..])).collect();
+        let o = obs(&borrowed);
+        let sizes = [8, 16, 24, 32, 64, 96, 132];
+        let base = MethodConfig {
+            device_delay_ns: 40.0,
+            device_delay_exceedance: 1e-6,
+            unseen_condition_margin: 0.01,
+            ..MethodConfig::default()
+        };
+        let mut stored = bound_table(&o, &sizes, Method::Wcetd, &base).unwrap();
+        assert_eq!(stored.allowed_process_shift(), 0.0);
+        let shifted = MethodConfig {
+            process_shift: 0.02,
+            ..base
+        };
+        let refit = bound_table(&o, &sizes, Method::Wcetd, &shifted).unwrap();
+        let note = stored.allow_for_process_shift(0.02).expect("raised");
+        assert!(note.contains("0.0%") && note.contains("2.0%"), "{note}");
+        for (raised, r) in stored.entries.iter().zip(&refit.entries) {
+            assert!(
+                raised.bound_ns >= r.bound_ns,
+                "{} SMs: raised {} under the refit's {}",
+                r.sms,
+                raised.bound_ns,
+                r.bound_ns
+            );
+        }
+        assert_eq!(stored.allowed_process_shift(), 0.02);
+        assert_eq!(stored.allow_for_process_shift(0.02), None, "raised once");
+        assert_eq!(stored.allow_for_process_shift(0.01), None, "never lowered");
+        // A table of 2026-11-24: the shift in its notes only.
+        let mut of_the_day = refit.clone();
+        of_the_day.process_shift = None;
+        assert_eq!(of_the_day.allowed_process_shift(), 0.02);
+        assert_eq!(of_the_day.allow_for_process_shift(0.02), None);
+        let mut published = bound_table(&o, &sizes, Method::Envelope, &base).unwrap();
+        assert_eq!(published.allow_for_process_shift(0.02), None);
     }
 
     /// 200 launches around `t` ns with 1% uniform jitter.

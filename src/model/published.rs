@@ -175,5 +175,7 @@ fn simple_table(
         tail: None,
         entries,
         notes: Vec::new(),
+        // The published strategies take no process shift (docs/method.md).
+        process_shift: Some(0.0),
     }
 }

@@ -8,6 +8,29 @@
 use crate::gpu::{DeviceInfo, Interference};
 use crate::store::{Calibration, Origin, Store};
 
+/// A stored calibration fitted allowing for less process shift than is configured now (one
+/// stored before the shift existed, 2026-11-24, or under a smaller `--process-shift`) has every
+/// bound raised by the difference before it is served: on a real H200 a bound without it was
+/// under a launch of another process (docs/hardware-validation.md, section 5). Only raises; the
+/// store keeps what was fitted, so this is redone at each start until a recalibration refits.
+pub(super) fn allow_for_process_shift(calibration: &mut Calibration, shift: f64) {
+    let mut raised = Vec::new();
+    for tag in [Interference::Isolated, Interference::Contended] {
+        for (name, cal) in calibration.tables_mut(tag).iter_mut() {
+            if cal.table.allow_for_process_shift(shift).is_some() {
+                raised.push(format!("{name} ({tag})"));
+            }
+        }
+    }
+    if !raised.is_empty() {
+        tracing::warn!(
+            kernels = %raised.join(", "),
+            process_shift = shift,
+            "stored bounds allowed for less process shift than configured: raised by the difference; recalibrate to refit them"
+        );
+    }
+}
+
 /// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
 /// most recent one of this card under another fingerprint or of another card, or nothing.
 pub(super) fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
