@@ -365,6 +365,10 @@ struct Inner {
     /// The manifests (or directories) the last reload rejected, each with why, for `Health`
     /// until a reload rejects none: a reload's answer reaches only the operator who ran it.
     reload_rejected: RwLock<Vec<(String, String)>>,
+    /// The manifests rejected at start, each with why: a query for a kernel one of them defined
+    /// says so, rather than that no such kernel exists, until a reload rereads them.
+    start_rejected: Vec<(String, String)>,
+    reloaded: AtomicBool,
     /// Where jobs are recorded from queued to ended, so that the next start names those a crash
     /// interrupted ([`interrupted`]).
     job_record: interrupted::JobRecords,
@@ -492,6 +496,8 @@ impl Service {
             reloading: Mutex::new(()),
             publishing: RwLock::new(()),
             reload_rejected: RwLock::default(),
+            start_rejected: rejected,
+            reloaded: AtomicBool::new(false),
             job_record,
             stopping: AtomicBool::new(false),
             span: span.clone(),
@@ -751,6 +757,7 @@ impl Service {
         for (file, why) in rejected {
             tracing::warn!("kernel manifest {file} rejected: {why}");
         }
+        self.inner.reloaded.store(true, Ordering::SeqCst);
         let mut last = self
             .inner
             .reload_rejected
@@ -815,14 +822,60 @@ impl Service {
                 .get(kernel)
                 .is_some_and(|k| served(&catalogue, kernel, k));
         if known {
-            Ok(())
-        } else {
-            Err(ServiceError::UnknownKernel(format!(
+            return Ok(());
+        }
+        let why = self.waiting_in_store(kernel).unwrap_or_else(|| {
+            format!(
                 "no kernel named `{}`; accepted: {}",
                 quoted_name(kernel),
                 self.some_kernels()
-            )))
-        }
+            )
+        });
+        Err(ServiceError::UnknownKernel(why))
+    }
+
+    /// Why `kernel`, which is not served, still has bounds in the store: the manifest that
+    /// defined it was rejected (at start, or at the last reload: the reason), or no manifest
+    /// loaded now defines it. `None` where the store has nothing of that name.
+    fn waiting_in_store(&self, kernel: &str) -> Option<String> {
+        let snap = self.snapshot();
+        let cal = [Interference::Isolated, Interference::Contended]
+            .into_iter()
+            .find_map(|tag| snap.tables(tag).get(kernel))?;
+        let reload = self
+            .inner
+            .reload_rejected
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let of_its_file = |(file, _): &&(String, String)| {
+            cal.origin == Origin::Manifest && std::path::Path::new(&cal.source).starts_with(file)
+        };
+        let rejected = reload
+            .iter()
+            .find(of_its_file)
+            .map(|r| ("at the last reload", r))
+            .or_else(|| {
+                let before_any_reload = !self.inner.reloaded.load(Ordering::SeqCst);
+                let mut at_start = self.inner.start_rejected.iter();
+                let at_start = at_start.find(of_its_file).filter(|_| before_any_reload);
+                at_start.map(|r| ("at start", r))
+            });
+        const REASON: usize = 400;
+        Some(match rejected {
+            Some((when, (file, why))) => {
+                let why = match why.char_indices().nth(REASON) {
+                    None => why.clone(),
+                    Some((end, _)) => format!("{}...", &why[..end]),
+                };
+                format!(
+                    "kernel `{kernel}` is not served: its manifest {file} was rejected {when} ({why}); its bounds wait in the store: fix the file and run `wcetctl kernels reload`"
+                )
+            }
+            None => format!(
+                "kernel `{kernel}` is not served: no manifest loaded now defines it; its bounds ({}, from {}) wait in the store until a manifest with the same code is loaded (`wcetctl kernels reload`)",
+                cal.id, cal.source
+            ),
+        })
     }
 
     /// The calibration of `kernel` under `tag`, or under the safer of the two when `tag` is None,

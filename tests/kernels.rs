@@ -1056,3 +1056,48 @@ async fn a_manifest_put_back_unchanged_is_not_recalibrated() {
     assert!(!bool::try_from(&info["stale"]).unwrap());
     assert_eq!(id(info), before);
 }
+
+/// A kernel whose manifest is broken when the daemon starts is not served, and a query for it
+/// says why (the file, its fault, and that its bounds wait in the store), not that no such
+/// kernel exists; with the file gone, that no manifest defines it now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_whose_manifest_was_rejected_says_so_when_asked_for() {
+    let (kdir, path, mut d) = daemon_with_manifest().await;
+    assert_eq!(d.recalibrate(&["app.scale"]).await.0, "done");
+    let text = std::fs::read_to_string(&path).unwrap();
+    restart(&mut d, kdir.path(), || {
+        std::fs::write(
+            &path,
+            text.replace("grid = [4096, 1, 1]", "grid = [0, 1, 1]"),
+        )
+        .unwrap()
+    })
+    .await;
+    let bounds = d.bounds().await;
+    let refused = bounds.get_bound("app.scale", 64).await.unwrap_err();
+    assert_eq!(error_name(&refused), "org.wcetd.Error.UnknownKernel");
+    let message = refused.to_string();
+    for part in [
+        "was rejected at start",
+        path.to_str().unwrap(),
+        "grid",
+        "wait in the store",
+        "wcetctl kernels reload",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    std::fs::remove_file(&path).unwrap();
+    d.calibration().await.reload_kernels().await.unwrap();
+    let message = bounds
+        .get_bound_info("app.scale", 64)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("no manifest loaded now defines it"),
+        "{message}"
+    );
+    std::fs::write(&path, text).unwrap();
+    d.calibration().await.reload_kernels().await.unwrap();
+    assert!(bounds.get_bound("app.scale", 64).await.unwrap() > 0);
+}
