@@ -98,28 +98,129 @@ async fn python_and_c_reporters_batch_and_report() {
     } else {
         skip("reporter.py: python3 with jeepney not found (apt-get install python3-jeepney, or pip install jeepney)");
     }
-    if works("gcc", &["--version"]) && works("pkg-config", &["--exists", "libsystemd"]) {
-        let binary = fx.dir.path().join("reporter-c");
-        let flags = String::from_utf8(
-            Command::new("pkg-config")
-                .args(["--cflags", "--libs", "libsystemd"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
-        let status = Command::new("gcc")
-            .args(["-std=c11", "-Wall", "-Werror", "-pthread"])
-            .arg(dir.join("reporter.c"))
-            .arg("-o")
-            .arg(&binary)
-            .args(flags.split_whitespace())
-            .status()
-            .expect("gcc");
-        assert!(status.success(), "reporter.c does not compile");
+    if let Some(binary) = compile_c_reporter(&fx) {
         run_reporter(&fx, &conn, "srad", binary.to_str().unwrap(), &[]).await;
-    } else {
-        skip("reporter.c: gcc or libsystemd not found (apt-get install gcc pkg-config libsystemd-dev)");
     }
     d.stop();
+}
+
+/// `reporter.c` compiled into the fixture's directory, or `None` (skipped) without gcc and
+/// libsystemd.
+fn compile_c_reporter(fx: &Fixture) -> Option<PathBuf> {
+    if !(works("gcc", &["--version"]) && works("pkg-config", &["--exists", "libsystemd"])) {
+        skip("reporter.c: gcc or libsystemd not found (apt-get install gcc pkg-config libsystemd-dev)");
+        return None;
+    }
+    let binary = fx.dir.path().join("reporter-c");
+    let flags = String::from_utf8(
+        Command::new("pkg-config")
+            .args(["--cflags", "--libs", "libsystemd"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let status = Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Werror", "-pthread"])
+        .arg(clients_dir().join("reporter.c"))
+        .arg("-o")
+        .arg(&binary)
+        .args(flags.split_whitespace())
+        .status()
+        .expect("gcc");
+    assert!(status.success(), "reporter.c does not compile");
+    Some(binary)
+}
+
+/// Run a reporter for `kernel` at 64 SMs while the daemon is away (stopped); once it says it is
+/// keeping the times, start the daemon again on the same state. The reporter must deliver every
+/// time, the overrun included, and exit 0: a restart must not lose a time that raises a bound.
+async fn report_across_a_restart(
+    fx: &Fixture,
+    conn: &zbus::Connection,
+    kernel: &str,
+    bound: u64,
+    program: &str,
+    args: &[&str],
+) {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(args)
+        .args([kernel, "64", &COUNT.to_string()])
+        .env("WCETD_BUS_ADDRESS", fx.address())
+        .env("WCETD_REPORT_BOUND", bound.to_string())
+        .env("WCETD_REPORT_WAIT_S", "60")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().expect("starting the reporter");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut said = Vec::new();
+    let away = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = stderr.next_line().await.unwrap() {
+            let keeping = line.contains("wcetd is away");
+            said.push(line);
+            if keeping {
+                return true;
+            }
+        }
+        false
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{program} never said the daemon was away"));
+    assert!(away, "{program} ended without keeping its times: {said:?}");
+    let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+    wait_for_daemon(conn, &mut d).await;
+    let rest = tokio::spawn(async move {
+        let mut more = Vec::new();
+        while let Ok(Some(line)) = stderr.next_line().await {
+            more.push(line);
+        }
+        more
+    });
+    let status = tokio::time::timeout(Duration::from_secs(60), child.wait())
+        .await
+        .unwrap_or_else(|_| panic!("{program} did not deliver within a minute of the restart"))
+        .expect("the reporter's status");
+    let mut stdout = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut child.stdout.take().unwrap(), &mut stdout)
+        .await
+        .unwrap();
+    said.extend(rest.await.unwrap());
+    assert!(status.success(), "{program}: {status}\n{stdout}\n{said:?}");
+    let d_obs: HashMap<String, zbus::OwnedVariant> =
+        call(conn, "org.wcetd.Monitor1", "GetObserved", &(kernel, 64u32))
+            .await
+            .expect("GetObserved");
+    let t = |k: &str| u64::try_from(&d_obs[k]).unwrap();
+    assert_eq!(
+        (t("count"), t("overruns")),
+        (COUNT, 1),
+        "{program}: {d_obs:?}\n{stdout}\n{said:?}"
+    );
+    d.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reporters_keep_their_times_while_the_daemon_restarts() {
+    let fx = Fixture::new();
+    let conn = fx.connect().await;
+    let curves = calibrate_state(&fx).await;
+    let bound_at_64 = |kernel: &str| {
+        let curve = curves[kernel].as_ref().unwrap();
+        curve.iter().find(|(m, _)| *m == 64).unwrap().1
+    };
+    let dir = clients_dir();
+    if works("python3", &["-c", "import jeepney"]) {
+        let script = dir.join("reporter.py");
+        let args = [script.to_str().unwrap()];
+        let bound = bound_at_64("hotspot");
+        report_across_a_restart(&fx, &conn, "hotspot", bound, "python3", &args).await;
+    } else {
+        skip("reporter.py: python3 with jeepney not found (apt-get install python3-jeepney, or pip install jeepney)");
+    }
+    if let Some(binary) = compile_c_reporter(&fx) {
+        let bound = bound_at_64("srad");
+        report_across_a_restart(&fx, &conn, "srad", bound, binary.to_str().unwrap(), &[]).await;
+    }
 }

@@ -7,6 +7,13 @@
  * and launching thread; sd-bus objects are used by the reporter thread only (sd-bus is not
  * thread-safe).
  *
+ * While wcetd is not on the bus (restarting, or the bus itself restarting), the times stay in the
+ * ring and are sent when it is back (when the ring fills meanwhile, new times are dropped and
+ * counted): a launch time that would raise a bound (rule 1) must not be lost to a restart. A
+ * report the daemon refused is not retried (the error says what was wrong). A call that got no
+ * reply may have been counted before the daemon went away; sent again it is counted twice, which
+ * raises no bound that one copy would not.
+ *
  * Reporting needs root, the daemon's user, or membership of group `wcetd` or `wcetd-report`.
  *
  * Build: gcc -std=c11 -pthread reporter.c $(pkg-config --cflags --libs libsystemd) -o reporter
@@ -14,6 +21,7 @@
  *        reports times below the bound and one above it, then prints GetObserved.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -40,9 +48,25 @@ struct wcetd_reporter {
     _Atomic uint64_t dropped; /* ring full, or a time the daemon would refuse */
     _Atomic int closing;
     uint64_t sent, failed;
-    sd_bus *bus;
+    int away; /* the last send did not reach the daemon: said once, until one does */
+    unsigned wait_s; /* how long close() waits for a daemon that is away */
+    char address[512];
+    sd_bus *bus; /* NULL after the bus itself went away: connected again at the next send */
     pthread_t thread;
 };
+
+static int open_bus(const char *address, sd_bus **bus);
+
+/* The daemon is not on the bus, or did not answer: the times are kept and sent again. */
+static int daemon_away(const sd_bus_error *e, int rc) {
+    static const char *away[] = {"org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
+                                 "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Disconnected",
+                                 "org.freedesktop.DBus.Error.Timeout"};
+    if (!e->name) return rc == -ECONNRESET || rc == -ENOTCONN || rc == -EPIPE || rc == -ECONNREFUSED || rc == -ENOENT;
+    for (size_t i = 0; i < sizeof away / sizeof *away; i++)
+        if (!strcmp(e->name, away[i])) return 1;
+    return 0;
+}
 
 /* The launch path. */
 void wcetd_reporter_record(struct wcetd_reporter *r, uint64_t time_ns) {
@@ -56,30 +80,40 @@ void wcetd_reporter_record(struct wcetd_reporter *r, uint64_t time_ns) {
     atomic_store_explicit(&r->head, head + 1, memory_order_release);
 }
 
-/* Send everything in the ring (at most RING times per call). */
-static void flush(struct wcetd_reporter *r) {
+/* Send everything in the ring (at most RING times per call). Returns 1 when it is empty. The ring
+ * gives the times up only once the daemon has them, or refused them. */
+static int flush(struct wcetd_reporter *r) {
     uint64_t *batch = r->batch;
     uint64_t tail = atomic_load_explicit(&r->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&r->head, memory_order_acquire);
     size_t n = 0;
     for (; tail != head; tail++) batch[n++] = r->ring[tail % RING];
-    atomic_store_explicit(&r->tail, tail, memory_order_release);
-    if (n == 0) return;
+    if (n == 0) return 1;
     sd_bus_message *m = NULL;
     sd_bus_error e = SD_BUS_ERROR_NULL;
-    int rc = sd_bus_message_new_method_call(r->bus, &m, NAME, PATH, "org.wcetd.Monitor1", "Report");
+    int rc = r->bus ? 0 : open_bus(r->address, &r->bus);
+    if (rc >= 0) rc = sd_bus_message_new_method_call(r->bus, &m, NAME, PATH, "org.wcetd.Monitor1", "Report");
     if (rc >= 0) rc = sd_bus_message_append(m, "su", r->kernel, r->sms);
     if (rc >= 0) rc = sd_bus_message_append_array(m, 't', batch, n * sizeof(uint64_t));
     if (rc >= 0) rc = sd_bus_call(r->bus, m, 0, &e, NULL);
-    if (rc < 0) {
+    int away = rc < 0 && daemon_away(&e, rc);
+    if (away) {
+        if (!r->away)
+            fprintf(stderr, "reporter.c: wcetd is away (%s): keeping %zu times to send when it is back\n",
+                    e.name ? e.name : strerror(-rc), n);
+        if (!e.name) r->bus = sd_bus_flush_close_unref(r->bus); /* the bus itself: connect again */
+    } else if (rc < 0) {
         /* A refused report is not retried: the message says what was wrong. */
         fprintf(stderr, "reporter.c: Report: %s: %s\n", e.name ? e.name : "error", e.message ? e.message : strerror(-rc));
         r->failed += n;
     } else {
         r->sent += n;
     }
+    r->away = away;
+    if (!away) atomic_store_explicit(&r->tail, tail, memory_order_release);
     sd_bus_error_free(&e);
     sd_bus_message_unref(m);
+    return !away && tail == atomic_load_explicit(&r->head, memory_order_acquire);
 }
 
 static void *run(void *arg) {
@@ -89,7 +123,16 @@ static void *run(void *arg) {
         nanosleep(&pause, NULL);
         flush(r);
     }
-    flush(r);
+    /* Closing: what is left, waiting up to wait_s for a daemon that is away. */
+    for (unsigned tries = 0; !flush(r); tries++) {
+        if (tries >= 10 * r->wait_s) {
+            uint64_t left = atomic_load(&r->head) - atomic_load(&r->tail);
+            fprintf(stderr, "reporter.c: %" PRIu64 " times unsent at close: wcetd is away\n", left);
+            r->failed += left;
+            break;
+        }
+        nanosleep(&pause, NULL);
+    }
     return NULL;
 }
 
@@ -101,11 +144,14 @@ static int open_bus(const char *address, sd_bus **bus) {
     return 0;
 }
 
-struct wcetd_reporter *wcetd_reporter_open(const char *address, const char *kernel, uint32_t sms) {
+/* `wait_s`: how long wcetd_reporter_close() waits for a daemon that is away. */
+struct wcetd_reporter *wcetd_reporter_open(const char *address, const char *kernel, uint32_t sms, unsigned wait_s) {
     struct wcetd_reporter *r = calloc(1, sizeof *r);
-    if (!r || strlen(kernel) >= sizeof r->kernel) return free(r), NULL;
+    if (!r || strlen(kernel) >= sizeof r->kernel || strlen(address) >= sizeof r->address) return free(r), NULL;
     strcpy(r->kernel, kernel);
+    strcpy(r->address, address);
     r->sms = sms;
+    r->wait_s = wait_s;
     if (open_bus(address, &r->bus) < 0 || pthread_create(&r->thread, NULL, run, r) != 0) {
         sd_bus_unref(r->bus);
         free(r);
@@ -135,15 +181,22 @@ int main(int argc, char **argv) {
     sd_bus_error e = SD_BUS_ERROR_NULL;
     uint64_t bound, sent;
     int r;
+    /* WCETD_REPORT_BOUND: the bound to report around, without asking (the daemon may be away: the
+     * reporter then keeps the times until it is back, up to WCETD_REPORT_WAIT_S seconds). */
+    const char *given = getenv("WCETD_REPORT_BOUND"), *wait = getenv("WCETD_REPORT_WAIT_S");
     if (!address) return fprintf(stderr, "reporter.c: set WCETD_BUS_ADDRESS to the daemon's bus address\n"), 1;
     if ((r = open_bus(address, &bus)) < 0) return fprintf(stderr, "reporter.c: connecting: %s\n", strerror(-r)), 1;
-    r = sd_bus_call_method(bus, NAME, PATH, "org.wcetd.Bounds1", "GetBound", &e, &reply, "su", kernel, sms);
-    if (r < 0 || (r = sd_bus_message_read(reply, "t", &bound)) < 0)
-        return fprintf(stderr, "reporter.c: GetBound: %s\n", e.message ? e.message : strerror(-r)), 1;
-    reply = sd_bus_message_unref(reply);
+    if (given && *given) {
+        bound = strtoull(given, NULL, 10);
+    } else {
+        r = sd_bus_call_method(bus, NAME, PATH, "org.wcetd.Bounds1", "GetBound", &e, &reply, "su", kernel, sms);
+        if (r < 0 || (r = sd_bus_message_read(reply, "t", &bound)) < 0)
+            return fprintf(stderr, "reporter.c: GetBound: %s\n", e.message ? e.message : strerror(-r)), 1;
+        reply = sd_bus_message_unref(reply);
+    }
     printf("GetBound(%s, %u) = %" PRIu64 " ns\n", kernel, sms, bound);
 
-    struct wcetd_reporter *rep = wcetd_reporter_open(address, kernel, sms);
+    struct wcetd_reporter *rep = wcetd_reporter_open(address, kernel, sms, wait ? (unsigned)strtoul(wait, NULL, 10) : 10);
     if (!rep) return fprintf(stderr, "reporter.c: cannot start the reporter\n"), 1;
     for (uint64_t i = 0; i + 1 < count; i++) wcetd_reporter_record(rep, bound / 2 + i % (bound / 4)); /* stand-ins */
     wcetd_reporter_record(rep, bound + 1000); /* one launch over its bound */
