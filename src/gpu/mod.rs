@@ -210,6 +210,10 @@ pub enum GpuError {
     /// later call fails the same way until the process restarts.
     #[error("device lost: {0}; the CUDA context cannot be recovered in this process, so wcetd must restart (under systemd it does, Restart=on-failure)")]
     Lost(String),
+    /// A launch ran past [`cuda`]'s launch time limit: it cannot be stopped inside this process.
+    /// The CUDA backend abandons its device state and reports it as [`GpuError::Lost`].
+    #[error("launch hung: {0}")]
+    Hung(String),
     #[error("CUDA driver error in {call}: {detail}")]
     Driver { call: &'static str, detail: String },
     #[error("{0}")]

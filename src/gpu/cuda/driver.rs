@@ -9,6 +9,7 @@
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Once;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUresult};
 
@@ -19,14 +20,65 @@ use crate::gpu::GpuError;
 /// Run one driver call. cudarc panics when a symbol is missing from an older libcuda; that panic
 /// is caught here so that the layer never unwinds into the daemon.
 pub fn check(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), GpuError> {
+    match code_of(call, f)? {
+        CUresult::CUDA_SUCCESS => Ok(()),
+        code => Err(error(call, code)),
+    }
+}
+
+/// [`check`] for a query: whether the work it asks about has finished (`CUDA_ERROR_NOT_READY`:
+/// not yet).
+fn finished(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<bool, GpuError> {
+    match code_of(call, f)? {
+        CUresult::CUDA_SUCCESS => Ok(true),
+        CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+        code => Err(error(call, code)),
+    }
+}
+
+/// The code a driver call returned, or the error for a symbol missing from libcuda.
+fn code_of(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<CUresult, GpuError> {
     quiet_missing_symbols();
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(CUresult::CUDA_SUCCESS) => Ok(()),
-        Ok(code) => Err(error(call, code)),
-        Err(_) => Err(GpuError::Driver {
-            call,
-            detail: "symbol missing from libcuda: the driver is older than this API".into(),
-        }),
+    catch_unwind(AssertUnwindSafe(f)).map_err(|_| GpuError::Driver {
+        call,
+        detail: "symbol missing from libcuda: the driver is older than this API".into(),
+    })
+}
+
+/// How long one launch may run before it is taken as hung: far beyond any kernel a real-time
+/// scheduler runs (microseconds to milliseconds), short enough that a kernel that never ends (a
+/// loop bound read from the wrong buffer, a spin on a flag nothing sets) gives the GPU back in a
+/// minute rather than never. A waiting driver call cannot be interrupted, so every wait on a
+/// user's kernel polls instead ([`wait_within`]).
+pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a wait polls without sleeping: the host is back at once for kernels of up to this
+/// long, as the driver's own spin-wait would be, so the gap between timed launches stays short.
+const SPIN: Duration = Duration::from_millis(10);
+
+/// Poll `done` until it says the work has finished, for at most `limit`; then
+/// [`GpuError::Hung`], naming `what`. Errors of `done` are returned as they come.
+pub fn wait_within(
+    what: &str,
+    limit: Duration,
+    mut done: impl FnMut() -> Result<bool, GpuError>,
+) -> Result<(), GpuError> {
+    let start = Instant::now();
+    loop {
+        if done()? {
+            return Ok(());
+        }
+        let waited = start.elapsed();
+        if waited >= limit {
+            return Err(GpuError::Hung(format!(
+                "{what} had not finished after {limit:?} (the launch time limit): a kernel that does not end cannot be stopped inside this process"
+            )));
+        }
+        if waited < SPIN {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -203,10 +255,11 @@ impl Event {
         })
     }
 
-    pub fn synchronize(&self) -> Result<(), GpuError> {
-        // SAFETY: the event is live.
-        check("cuEventSynchronize", || unsafe {
-            sys::cuEventSynchronize(self.0)
+    /// Wait for the event, for at most `limit` ([`wait_within`]: `what` names the work).
+    pub fn wait(&self, what: &str, limit: Duration) -> Result<(), GpuError> {
+        wait_within(what, limit, || {
+            // SAFETY: the event is live.
+            finished("cuEventQuery", || unsafe { sys::cuEventQuery(self.0) })
         })
     }
 
@@ -376,6 +429,19 @@ pub fn sync_stream(stream: sys::CUstream) -> Result<(), GpuError> {
     })
 }
 
+/// Wait for everything on `stream`, for at most `limit` ([`wait_within`]): where a user's kernel
+/// may be on it.
+pub fn sync_stream_within(
+    stream: sys::CUstream,
+    what: &str,
+    limit: Duration,
+) -> Result<(), GpuError> {
+    wait_within(what, limit, || {
+        // SAFETY: the stream is live.
+        finished("cuStreamQuery", || unsafe { sys::cuStreamQuery(stream) })
+    })
+}
+
 /// An int in pinned host memory mapped into the device: the host raises it to stop a persistent
 /// kernel without a launch or a copy.
 pub struct MappedFlag {
@@ -468,6 +534,34 @@ mod tests {
             CUresult::CUDA_ERROR_NOT_SUPPORTED,
         ] {
             assert!(!is_sticky(code), "{code:?}");
+        }
+    }
+
+    /// A wait on a launch ends when the launch does, passes the driver's errors through, and
+    /// gives up at its limit with an error that names the work (no driver is needed: the query
+    /// is a stand-in).
+    #[test]
+    fn a_wait_on_a_launch_ends_with_it_or_at_its_limit() {
+        let mut polls = 0;
+        let done = wait_within("a timed launch", Duration::from_secs(60), || {
+            polls += 1;
+            Ok(polls == 3)
+        });
+        assert!(done.is_ok() && polls == 3, "{done:?} after {polls} polls");
+        let failed = wait_within("a timed launch", Duration::from_secs(60), || {
+            Err(GpuError::Fault("illegal address".into()))
+        });
+        assert!(matches!(failed, Err(GpuError::Fault(_))), "{failed:?}");
+        let limit = Duration::from_millis(20);
+        let started = Instant::now();
+        let hung = wait_within("a timed launch", limit, || Ok(false));
+        assert!(started.elapsed() >= limit);
+        match hung {
+            Err(GpuError::Hung(why)) => {
+                assert!(why.starts_with("a timed launch had not finished"), "{why}");
+                assert!(why.contains("launch time limit"), "{why}");
+            }
+            other => panic!("not a hang: {other:?}"),
         }
     }
 }

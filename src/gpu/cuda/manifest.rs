@@ -8,7 +8,10 @@ use std::collections::hash_map::Entry;
 
 use cudarc::driver::sys::{self, CUfunction_attribute};
 
-use super::driver::{check, occupancy, sync_stream, Current, DeviceBuffer, Library, Param, Shape};
+use super::driver::{
+    check, occupancy, sync_stream_within, Current, DeviceBuffer, Library, Param, Shape,
+    LAUNCH_TIMEOUT,
+};
 use super::nvrtc::{self, Image};
 use super::run::{Prepared, Step};
 use super::suite::HostBuf;
@@ -163,7 +166,7 @@ fn params(m: &Manifest, bufs: &[DeviceBuffer]) -> Vec<Param> {
 fn step_once(step: &Step, stream: sys::CUstream) -> Result<(), GpuError> {
     let mut params = step.params.clone();
     super::driver::launch(step.func, step.shape, stream, &mut params)?;
-    sync_stream(stream)
+    sync_stream_within(stream, "the output check's launch", LAUNCH_TIMEOUT)
 }
 
 /// The buffer `c` names (the check counts buffers among all arguments; `bufs` holds only them).

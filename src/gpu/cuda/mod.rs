@@ -47,6 +47,8 @@ const PARTITION_IDLE: Duration = Duration::from_secs(600);
 struct Primary {
     dev: sys::CUdevice,
     ctx: sys::CUcontext,
+    /// Set after a hung launch: the release could wait on it for ever ([`CudaGpu::abandon`]).
+    abandoned: bool,
 }
 
 impl Primary {
@@ -56,12 +58,19 @@ impl Primary {
         check("cuDevicePrimaryCtxRetain", || unsafe {
             sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
         })?;
-        Ok(Primary { dev, ctx })
+        Ok(Primary {
+            dev,
+            ctx,
+            abandoned: false,
+        })
     }
 }
 
 impl Drop for Primary {
     fn drop(&mut self) {
+        if self.abandoned {
+            return;
+        }
         let dev = self.dev;
         // SAFETY: retained once in `retain`, released once here.
         let _ = check("cuDevicePrimaryCtxRelease", || unsafe {
@@ -93,6 +102,18 @@ struct Session {
 }
 
 impl Session {
+    /// What stands in for a session given up after a hung launch: it holds no handle.
+    fn abandoned() -> Session {
+        Session {
+            prepared: None,
+            host_plan: None,
+            partitions: HashMap::new(),
+            libraries: HashMap::new(),
+            latch: None,
+            stop: None,
+        }
+    }
+
     fn new(primary: &Primary) -> Result<Session, GpuError> {
         let _current = Current::push(primary.ctx)?;
         Ok(Session {
@@ -272,6 +293,21 @@ impl CudaGpu {
                 GpuError::Lost(why)
             }
         }
+    }
+
+    /// After a hung launch ([`GpuError::Hung`]): nothing made in this process's contexts may be
+    /// touched again, since freeing a buffer, destroying a partition or resetting the context
+    /// would wait on the launch for ever. The session is leaked and the primary context never
+    /// released; the device is lost to this process, and the daemon exits for its service
+    /// manager to restart it (the process's exit ends the launch). The kernel that hung is
+    /// charged with the loss, so after repeated losses it is held back (`docs/operations.md`).
+    fn abandon(&mut self, why: &str) -> GpuError {
+        tracing::error!("launch hung: {why}");
+        std::mem::forget(std::mem::replace(&mut self.session, Session::abandoned()));
+        self.primary.abandoned = true;
+        let why = format!("{why}; the device's state in this process was abandoned");
+        self.lost = Some(why.clone());
+        GpuError::Lost(why)
     }
 
     fn check_lost(&self) -> Result<(), GpuError> {

@@ -11,7 +11,8 @@
 use cudarc::driver::sys;
 
 use super::driver::{
-    launch, occupancy, sync_stream, Current, DeviceBuffer, Event, Library, MappedFlag, Param, Shape,
+    launch, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer, Event, Library,
+    MappedFlag, Param, Shape, LAUNCH_TIMEOUT,
 };
 use super::green::GreenContext;
 use super::suite::{self, Arg, Launch, Plan};
@@ -105,7 +106,8 @@ fn upload_and_run(
     for (l, f) in launches.iter().zip(funcs) {
         run_one(f, l, &bufs, stream)?;
     }
-    sync_stream(stream)?;
+    let limit = LAUNCH_TIMEOUT * launches.len().max(1) as u32;
+    sync_stream_within(stream, "the check's launches", limit)?;
     Ok(bufs)
 }
 
@@ -282,7 +284,7 @@ fn time_launches(
             let _ = sync_stream(stream);
             return Err(e);
         }
-        stop.synchronize()?;
+        stop.wait("a timed launch", LAUNCH_TIMEOUT)?;
         if i >= warmup {
             times.push(stop.ns_since(&start)?);
         }
@@ -431,6 +433,10 @@ impl Gpu for CudaGpu {
         self.check_lost()?;
         self.check_partition(request.sms)?;
         let mut result = self.run_batch(kernel, request);
+        if let Err(GpuError::Hung(why)) = &result {
+            let at = format!("`{}` at {} SMs", kernel.name, request.sms);
+            return Err(self.abandon(&format!("{at}: {why}")));
+        }
         if let Err(e) = &result {
             match recovery_for(e) {
                 Recovery::ResetDevice => result = Err(self.after_fault(e)),
@@ -455,6 +461,7 @@ impl Gpu for CudaGpu {
         self.check_lost()?;
         self.check_partition(sms)?;
         match self.probe_delays(sms, launches) {
+            Err(GpuError::Hung(why)) => Err(self.abandon(&format!("the delay probe: {why}"))),
             Err(e) if recovery_for(&e) == Recovery::ResetDevice => Err(self.after_fault(&e)),
             other => other,
         }
