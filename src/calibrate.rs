@@ -414,8 +414,27 @@ pub fn no_tighter_than_own_fit(
             "stated at {now:e} per launch, not the {stated:e} it claimed"
         ));
     }
-    // Raised as a launch timed there would raise it: on a monotone kernel the smaller sizes too
-    // (where either fit finds it monotone, the more a raise reaches).
+    what.extend(raise_to_refit(&mut table, &own));
+    let note = (!what.is_empty()).then(|| {
+        format!(
+            "refitted here from the launches the bundle ships ({} at {claimed:e}), and made no tighter than that: {}",
+            cal.table.method,
+            what.join(", ")
+        )
+    });
+    table.notes.extend(note.clone());
+    let mut out = cal.clone();
+    out.table = table;
+    Ok((out, note))
+}
+
+/// Raise every bound of `table` to the refit's (`own`) where that is higher, as a launch timed
+/// there would raise it: on a monotone kernel the smaller sizes too (where either fit finds it
+/// monotone, the more a raise reaches). Returns what was raised, if anything.
+fn raise_to_refit(
+    table: &mut crate::model::BoundTable,
+    own: &crate::model::BoundTable,
+) -> Option<String> {
     table.monotone |= own.monotone;
     let before: Vec<u64> = table.entries.iter().map(|e| e.bound_ns).collect();
     for o in &own.entries {
@@ -427,12 +446,6 @@ pub fn no_tighter_than_own_fit(
             most = most.max(e.bound_ns as f64 / was.max(1) as f64 - 1.0);
             raised += 1;
         }
-    }
-    if raised > 0 {
-        what.push(format!(
-            "bounds raised at {raised} sizes, by up to {:.1}%",
-            most * 100.0
-        ));
     }
     // Every bound now at least the refit's, which allows for this daemon's process shift: so does
     // the table (a bundle of a daemon before the shift is not raised for it again at each start).
@@ -446,20 +459,12 @@ pub fn no_tighter_than_own_fit(
             .max(own.allowed_process_shift());
         table.process_shift = Some(shift);
     }
-    if what.is_empty() {
-        let mut out = cal.clone();
-        out.table = table;
-        return Ok((out, None));
-    }
-    let note = format!(
-        "refitted here from the launches the bundle ships ({} at {claimed:e}), and made no tighter than that: {}",
-        cal.table.method,
-        what.join(", ")
-    );
-    table.notes.push(note.clone());
-    let mut out = cal.clone();
-    out.table = table;
-    Ok((out, Some(note)))
+    (raised > 0).then(|| {
+        format!(
+            "bounds raised at {raised} sizes, by up to {:.1}%",
+            most * 100.0
+        )
+    })
 }
 
 /// Launches per size when a calibration from elsewhere is checked on this card.

@@ -460,22 +460,8 @@ impl Service {
             config.monitor.clone(),
         ));
         monitor::spawn_saver(Arc::clone(&monitor), span.clone());
-        let mut moved_aside = store.quarantined();
-        moved_aside.extend(monitor.moved_aside());
-        let unusable: Vec<String> = store
-            .unusable_others()
-            .into_iter()
-            .map(|(path, why)| format!("{} ({why})", path.display()))
-            .collect();
-        let job_record = interrupted::JobRecords::of(&store, &device);
-        // With what earlier starts set aside since the last successful job.
-        let moved_aside = job_record.set_aside(&moved_aside);
+        let (health, job_record) = health_at_start(&store, &device, &monitor, &rejected);
         let losses = device_losses::DeviceLosses::load(&store, &device, config.gpu);
-        let interrupted = interrupted::read(job_record.path());
-        if let Some(why) = &interrupted {
-            tracing::warn!(path = %job_record.path().display(), "{why}");
-        }
-        let health = initial_health(&device, interrupted, &moved_aside, &unusable, &rejected);
         let inner = Arc::new(Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),
@@ -1276,6 +1262,33 @@ pub(crate) fn quoted_name(name: &str) -> String {
         None => name.to_string(),
         Some((end, _)) => format!("{}... ({} characters)", &name[..end], name.chars().count()),
     }
+}
+
+/// Health at start ([`initial_health`]) from what this start and earlier ones set aside since the
+/// last successful job (store and observation files), other configurations' files that cannot be
+/// used, a job the last run did not finish, and the manifests `rejected`; with the record of
+/// jobs it was read from.
+fn health_at_start(
+    store: &Store,
+    device: &DeviceInfo,
+    monitor: &monitor::MonitorState,
+    rejected: &[(String, String)],
+) -> (String, interrupted::JobRecords) {
+    let mut moved_aside = store.quarantined();
+    moved_aside.extend(monitor.moved_aside());
+    let unusable: Vec<String> = store
+        .unusable_others()
+        .into_iter()
+        .map(|(path, why)| format!("{} ({why})", path.display()))
+        .collect();
+    let job_record = interrupted::JobRecords::of(store, device);
+    let moved_aside = job_record.set_aside(&moved_aside);
+    let interrupted = interrupted::read(job_record.path());
+    if let Some(why) = &interrupted {
+        tracing::warn!(path = %job_record.path().display(), "{why}");
+    }
+    let health = initial_health(device, interrupted, &moved_aside, &unusable, rejected);
+    (health, job_record)
 }
 
 /// `ok`, or `degraded` naming the partition sizes the placement probe refused at open (they are
