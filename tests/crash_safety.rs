@@ -449,8 +449,8 @@ async fn wcetctl_stops_waiting_when_the_daemon_dies_under_its_job() {
 
 /// An upgrade that configures a larger process shift than the stored calibration allowed for (on
 /// a real GPU: bounds stored before the shift existed) serves every bound raised by the
-/// difference from the first answer, says so in `GetBoundInfo`, and keeps the store as fitted:
-/// started again without it, the daemon serves the stored bounds.
+/// difference from the first answer and says so in `GetBoundInfo`; with no job since, the file
+/// still holds the bounds as fitted, which a start without the flag serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_stored_without_the_process_shift_are_raised_at_start() {
     tokio::time::timeout(Duration::from_secs(60), async {
@@ -483,8 +483,28 @@ async fn bounds_stored_without_the_process_shift_are_raised_at_start() {
         assert!(log.contains("raised by the difference"), "{log}");
         let mut again = Daemon::spawn(fx.address(), &fx.state(), &[]);
         wait_for_daemon(&conn, &mut again).await;
-        assert_eq!(curves(&conn).await, old, "the store keeps what was fitted");
+        assert_eq!(curves(&conn).await, old, "no job saved the raised bounds");
         again.stop();
+        // A job saves the calibration, the other kernels' raised bounds with it, and the shift
+        // they allow for: the next start raises nothing twice.
+        let shifted = ["--process-shift", "0.02"];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &shifted);
+        wait_for_daemon(&conn, &mut d).await;
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["needle"],))
+            .await
+            .expect("Recalibrate");
+        assert_eq!(wait_for_job(&conn, job).await.0, "done");
+        let after_job = curves(&conn).await;
+        d.stop();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &shifted);
+        wait_for_daemon(&conn, &mut d).await;
+        let restarted = curves(&conn).await;
+        assert_eq!(restarted, after_job, "raised again at the next start");
+        for (kernel, curve) in raised.iter().filter(|(k, _)| *k != "needle") {
+            assert_eq!(&restarted[kernel], curve, "{kernel}");
+        }
+        assert!(!d.log_text().contains("raised by the difference"));
+        d.stop();
     })
     .await
     .expect("test ran past its time limit");

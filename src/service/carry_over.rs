@@ -11,8 +11,9 @@ use crate::store::{Calibration, Origin, Store};
 /// A stored calibration fitted allowing for less process shift than is configured now (one
 /// stored before the shift existed, 2026-11-24, or under a smaller `--process-shift`) has every
 /// bound raised by the difference before it is served: on a real H200 a bound without it was
-/// under a launch of another process (docs/hardware-validation.md, section 5). Only raises; the
-/// store keeps what was fitted, so this is redone at each start until a recalibration refits.
+/// under a launch of another process (docs/hardware-validation.md, section 5). Only raises. The
+/// file keeps what was fitted until a job saves the calibration (then the raised tables, with the
+/// shift they allow for: never raised twice); until then this is redone at each start.
 pub(super) fn allow_for_process_shift(calibration: &mut Calibration, shift: f64) {
     let mut raised = Vec::new();
     for tag in [Interference::Isolated, Interference::Contended] {
