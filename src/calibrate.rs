@@ -448,17 +448,17 @@ fn raise_to_refit(
         }
     }
     // Every bound now at least the refit's, which allows for this daemon's process shift: so does
-    // the table (a bundle of a daemon before the shift is not raised for it again at each start).
+    // the table (a bundle of a daemon before the shift is not raised for it again at each start),
+    // and no more than that is claimed (a shift in a file is a number nobody here checked).
     let covered = own
         .entries
         .iter()
         .all(|o| table.entry(o.sms).is_some_and(|e| e.bound_ns >= o.bound_ns));
-    if covered {
-        let shift = table
-            .allowed_process_shift()
-            .max(own.allowed_process_shift());
-        table.process_shift = Some(shift);
-    }
+    table.process_shift = Some(if covered {
+        own.allowed_process_shift()
+    } else {
+        0.0
+    });
     (raised > 0).then(|| {
         format!(
             "bounds raised at {raised} sizes, by up to {:.1}%",

@@ -825,16 +825,22 @@ impl Service {
     /// loaded now defines it. `None` where the store has nothing of that name.
     fn waiting_in_store(&self, kernel: &str) -> Option<String> {
         let snap = self.snapshot();
-        let cal = [Interference::Isolated, Interference::Contended]
+        let tables = [Interference::Isolated, Interference::Contended]
+            .map(|tag| snap.tables(tag).get(kernel))
             .into_iter()
-            .find_map(|tag| snap.tables(tag).get(kernel))?;
+            .flatten();
+        // The manifest's own calibration where there is one (the other tag's may be imported).
+        let cal = tables.clone().find(|c| c.origin == Origin::Manifest);
+        let cal = cal.or_else(|| tables.clone().next())?;
         let reload = self
             .inner
             .reload_rejected
             .read()
             .unwrap_or_else(PoisonError::into_inner);
+        // Paths as given at that start (`--kernel-dir` relative once, absolute another time).
+        let real = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| PathBuf::from(p));
         let of_its_file = |(file, _): &&(String, String)| {
-            cal.origin == Origin::Manifest && std::path::Path::new(&cal.source).starts_with(file)
+            cal.origin == Origin::Manifest && real(&cal.source).starts_with(real(file))
         };
         let rejected = reload
             .iter()

@@ -133,21 +133,26 @@ fn compile_c_reporter(fx: &Fixture) -> Option<PathBuf> {
 }
 
 /// Run a reporter for `kernel` at 64 SMs while the daemon is away (stopped); once it says it is
-/// keeping the times, start the daemon again on the same state. The reporter must deliver every
-/// time, the overrun included, and exit 0: a restart must not lose a time that raises a bound.
+/// keeping the times, restart the bus itself (the reporter's connection breaks, and the bus comes
+/// back at the same path), then start the daemon again on the same state. The reporter must
+/// deliver every time, the overrun included, and exit 0: a restart of the daemon or of the bus
+/// must not lose a time that raises a bound.
 async fn report_across_a_restart(
-    fx: &Fixture,
-    conn: &zbus::Connection,
+    bus: &mut Option<PrivateBus>,
+    dir: &Path,
     kernel: &str,
     bound: u64,
     program: &str,
     args: &[&str],
 ) {
     use tokio::io::{AsyncBufReadExt, BufReader};
+    // The bus's path without its guid, as a system bus's address is: the restarted bus has
+    // another guid, which a client given the old one would refuse.
+    let address = |bus: &PrivateBus| bus.address().split(",guid=").next().unwrap().to_string();
     let mut cmd = tokio::process::Command::new(program);
     cmd.args(args)
         .args([kernel, "64", &COUNT.to_string()])
-        .env("WCETD_BUS_ADDRESS", fx.address())
+        .env("WCETD_BUS_ADDRESS", address(bus.as_ref().unwrap()))
         .env("WCETD_REPORT_BOUND", bound.to_string())
         .env("WCETD_REPORT_WAIT_S", "60")
         .stdout(Stdio::piped())
@@ -169,8 +174,15 @@ async fn report_across_a_restart(
     .await
     .unwrap_or_else(|_| panic!("{program} never said the daemon was away"));
     assert!(away, "{program} ended without keeping its times: {said:?}");
-    let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
-    wait_for_daemon(conn, &mut d).await;
+    *bus = None;
+    let restarted = PrivateBus::start(&dir.join("bus")).expect("restarting the bus");
+    let conn = zbus::connection::Builder::address(restarted.address())
+        .build()
+        .await
+        .expect("connecting to the restarted bus");
+    let mut d = Daemon::spawn(restarted.address(), &dir.join("state"), &[]);
+    *bus = Some(restarted);
+    wait_for_daemon(&conn, &mut d).await;
     let rest = tokio::spawn(async move {
         let mut more = Vec::new();
         while let Ok(Some(line)) = stderr.next_line().await {
@@ -188,39 +200,41 @@ async fn report_across_a_restart(
         .unwrap();
     said.extend(rest.await.unwrap());
     assert!(status.success(), "{program}: {status}\n{stdout}\n{said:?}");
-    let d_obs: HashMap<String, zbus::OwnedVariant> =
-        call(conn, "org.wcetd.Monitor1", "GetObserved", &(kernel, 64u32))
+    let observed: HashMap<String, zbus::OwnedVariant> =
+        call(&conn, "org.wcetd.Monitor1", "GetObserved", &(kernel, 64u32))
             .await
             .expect("GetObserved");
-    let t = |k: &str| u64::try_from(&d_obs[k]).unwrap();
+    let t = |k: &str| u64::try_from(&observed[k]).unwrap();
     assert_eq!(
         (t("count"), t("overruns")),
         (COUNT, 1),
-        "{program}: {d_obs:?}\n{stdout}\n{said:?}"
+        "{program}: {observed:?}\n{stdout}\n{said:?}"
     );
     d.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reporters_keep_their_times_while_the_daemon_restarts() {
+async fn reporters_keep_their_times_while_the_daemon_and_the_bus_restart() {
     let fx = Fixture::new();
-    let conn = fx.connect().await;
     let curves = calibrate_state(&fx).await;
     let bound_at_64 = |kernel: &str| {
         let curve = curves[kernel].as_ref().unwrap();
         curve.iter().find(|(m, _)| *m == 64).unwrap().1
     };
-    let dir = clients_dir();
+    let c_reporter = compile_c_reporter(&fx);
+    let Fixture { dir, bus } = fx;
+    let mut bus = Some(bus);
     if works("python3", &["-c", "import jeepney"]) {
-        let script = dir.join("reporter.py");
+        let script = clients_dir().join("reporter.py");
         let args = [script.to_str().unwrap()];
         let bound = bound_at_64("hotspot");
-        report_across_a_restart(&fx, &conn, "hotspot", bound, "python3", &args).await;
+        report_across_a_restart(&mut bus, dir.path(), "hotspot", bound, "python3", &args).await;
     } else {
         skip("reporter.py: python3 with jeepney not found (apt-get install python3-jeepney, or pip install jeepney)");
     }
-    if let Some(binary) = compile_c_reporter(&fx) {
+    if let Some(binary) = c_reporter {
+        let program = binary.to_str().unwrap();
         let bound = bound_at_64("srad");
-        report_across_a_restart(&fx, &conn, "srad", bound, binary.to_str().unwrap(), &[]).await;
+        report_across_a_restart(&mut bus, dir.path(), "srad", bound, program, &[]).await;
     }
 }

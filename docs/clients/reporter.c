@@ -21,7 +21,6 @@
  *        reports times below the bound and one above it, then prints GetObserved.
  */
 #define _POSIX_C_SOURCE 200809L
-#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -57,13 +56,14 @@ struct wcetd_reporter {
 
 static int open_bus(const char *address, sd_bus **bus);
 
-/* The daemon is not on the bus, or did not answer: the times are kept and sent again. */
-static int daemon_away(const sd_bus_error *e, int rc) {
+/* The daemon is not on the bus, or did not answer: the times are kept and sent again. (A failure
+ * of the connection itself is judged by the caller, on the connection: sd-bus gives it an error
+ * name of its own, System.Error.ENOTCONN and the like.) */
+static int daemon_away(const sd_bus_error *e) {
     static const char *away[] = {"org.freedesktop.DBus.Error.ServiceUnknown", "org.freedesktop.DBus.Error.NameHasNoOwner",
                                  "org.freedesktop.DBus.Error.NoReply", "org.freedesktop.DBus.Error.Disconnected",
                                  "org.freedesktop.DBus.Error.Timeout"};
-    if (!e->name) return rc == -ECONNRESET || rc == -ENOTCONN || rc == -EPIPE || rc == -ECONNREFUSED || rc == -ENOENT;
-    for (size_t i = 0; i < sizeof away / sizeof *away; i++)
+    for (size_t i = 0; e->name && i < sizeof away / sizeof *away; i++)
         if (!strcmp(e->name, away[i])) return 1;
     return 0;
 }
@@ -96,12 +96,14 @@ static int flush(struct wcetd_reporter *r) {
     if (rc >= 0) rc = sd_bus_message_append(m, "su", r->kernel, r->sms);
     if (rc >= 0) rc = sd_bus_message_append_array(m, 't', batch, n * sizeof(uint64_t));
     if (rc >= 0) rc = sd_bus_call(r->bus, m, 0, &e, NULL);
-    int away = rc < 0 && daemon_away(&e, rc);
+    /* The bus itself went away (or could not be reached again): connect again next time. */
+    int bus_gone = rc < 0 && (!r->bus || sd_bus_is_open(r->bus) <= 0);
+    int away = bus_gone || (rc < 0 && daemon_away(&e));
     if (away) {
         if (!r->away)
             fprintf(stderr, "reporter.c: wcetd is away (%s): keeping %zu times to send when it is back\n",
                     e.name ? e.name : strerror(-rc), n);
-        if (!e.name) r->bus = sd_bus_flush_close_unref(r->bus); /* the bus itself: connect again */
+        if (bus_gone) r->bus = sd_bus_flush_close_unref(r->bus);
     } else if (rc < 0) {
         /* A refused report is not retried: the message says what was wrong. */
         fprintf(stderr, "reporter.c: Report: %s: %s\n", e.name ? e.name : "error", e.message ? e.message : strerror(-rc));
@@ -136,11 +138,15 @@ static void *run(void *arg) {
     return NULL;
 }
 
+/* A connection to the bus at `address`, or NULL in *bus and the error. */
 static int open_bus(const char *address, sd_bus **bus) {
     int r;
+    *bus = NULL;
     if ((r = sd_bus_new(bus)) < 0 || (r = sd_bus_set_address(*bus, address)) < 0 ||
-        (r = sd_bus_set_bus_client(*bus, 1)) < 0 || (r = sd_bus_start(*bus)) < 0)
+        (r = sd_bus_set_bus_client(*bus, 1)) < 0 || (r = sd_bus_start(*bus)) < 0) {
+        *bus = sd_bus_unref(*bus);
         return r;
+    }
     return 0;
 }
 
@@ -202,6 +208,9 @@ int main(int argc, char **argv) {
     wcetd_reporter_record(rep, bound + 1000); /* one launch over its bound */
     uint64_t lost = wcetd_reporter_close(rep, &sent);
     printf("reported %" PRIu64 " times, lost %" PRIu64 "\n", sent, lost);
+    /* The bus may have restarted while the reporter waited: ask on a connection of now. */
+    bus = sd_bus_unref(bus);
+    if ((r = open_bus(address, &bus)) < 0) return fprintf(stderr, "reporter.c: connecting: %s\n", strerror(-r)), 1;
 
     r = sd_bus_call_method(bus, NAME, PATH, "org.wcetd.Monitor1", "GetObserved", &e, &reply, "su", kernel, sms);
     if (r < 0 || (r = sd_bus_message_enter_container(reply, 'a', "{sv}")) < 0)

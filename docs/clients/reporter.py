@@ -81,8 +81,9 @@ class Reporter:
             self._wake.set()
 
     def close(self, wait_s=10.0):
-        """Send what is queued, waiting up to `wait_s` for a daemon that is away, and stop the
-        thread; what is still unsent then is counted in `refused`."""
+        """Send what is queued, waiting up to `wait_s` (plus one call's timeout, at worst) for a
+        daemon that is away, and stop the thread; what is still unsent then is counted in
+        `refused`."""
         self._deadline = time.monotonic() + wait_s
         self._closing = True
         self._wake.set()
@@ -111,11 +112,11 @@ class Reporter:
         groups = collections.defaultdict(list)
         while self._queue:
             kernel, sms, t = self._queue.popleft()
+            self._pending_count += 1  # still within the capacity record() checks
             groups[(kernel, sms)].append(t)
         for (kernel, sms), times in groups.items():
             for i in range(0, len(times), MAX_PER_CALL):
                 self._pending.append((kernel, sms, times[i:i + MAX_PER_CALL]))
-                self._pending_count += len(times[i:i + MAX_PER_CALL])
         while self._pending:
             kernel, sms, chunk = self._pending[0]
             away = self._send(kernel, sms, chunk)
@@ -143,11 +144,16 @@ class Reporter:
             # A refused report is not retried: the message says what was wrong.
             self.refused += len(chunk)
             self._note(f"{e.name}: {' '.join(map(str, e.data))}")
-        except OSError as e:  # the bus itself went away: connect again next time
+        except Exception as e:  # the bus itself went away, or connecting again failed
+            # (jeepney raises OSError for a broken socket, ValueError for a failed handshake):
+            # connect again next time. Nothing else is raised here, and the thread must not die.
             if self._conn is not None:
-                self._conn.close()
+                try:
+                    self._conn.close()
+                except OSError:
+                    pass
             self._conn = None
-            return f"the bus: {e}"
+            return f"the bus: {e!r}"
         return None
 
 
@@ -187,6 +193,8 @@ def main():
               f"invalid {reporter.invalid}, refused {reporter.refused}")
         for e in reporter.errors:
             print(f"reporter.py: {e}", file=sys.stderr)
+        conn.close()  # the bus may have restarted while the reporter waited: ask on a new one
+        conn = open_dbus_connection(bus=address)
         (obs,) = call("org.wcetd.Monitor1", "GetObserved", "su", (kernel, sms))
         v = {k: val[1] for k, val in obs.items()}
         print(f"GetObserved({kernel}, {sms}): count={v['count']} p50={v['p50_ns']} p99={v['p99_ns']} "

@@ -52,6 +52,15 @@ fn code_of(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<CUresult,
 /// user's kernel polls instead ([`wait_within`]).
 pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// `error`, having leaked `held` (buffers, a stressor) if it is a hang: freeing what a launch that
+/// does not end may use would wait on it for ever ([`super::CudaGpu`] abandons the rest).
+pub fn leak_if_hung<T>(error: GpuError, held: T) -> GpuError {
+    if matches!(error, GpuError::Hung(_)) {
+        std::mem::forget(held);
+    }
+    error
+}
+
 /// How long a wait polls without sleeping: the host is back at once for kernels of up to this
 /// long, as the driver's own spin-wait would be, so the gap between timed launches stays short.
 const SPIN: Duration = Duration::from_millis(10);
@@ -77,7 +86,7 @@ pub fn wait_within(
         if waited < SPIN {
             std::thread::yield_now();
         } else {
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_micros(100));
         }
     }
 }

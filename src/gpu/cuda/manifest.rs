@@ -9,8 +9,8 @@ use std::collections::hash_map::Entry;
 use cudarc::driver::sys::{self, CUfunction_attribute};
 
 use super::driver::{
-    check, occupancy, sync_stream_within, Current, DeviceBuffer, Library, Param, Shape,
-    LAUNCH_TIMEOUT,
+    check, leak_if_hung, occupancy, sync_stream_within, Current, DeviceBuffer, Library, Param,
+    Shape, LAUNCH_TIMEOUT,
 };
 use super::nvrtc::{self, Image};
 use super::run::{Prepared, Step};
@@ -66,7 +66,9 @@ pub(super) fn prepare(
         params: params(m, &bufs),
     };
     if let Some(c) = &m.check {
-        step_once(&step, main.stream)?;
+        if let Err(e) = step_once(&step, main.stream) {
+            return Err(leak_if_hung(e, bufs));
+        }
         check_output(m, c, &bufs, main.stream)?;
     }
     let blocks_per_sm = match m.blocks_per_sm {

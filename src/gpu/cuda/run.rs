@@ -11,8 +11,8 @@
 use cudarc::driver::sys;
 
 use super::driver::{
-    launch, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer, Event, Library,
-    MappedFlag, Param, Shape, LAUNCH_TIMEOUT,
+    launch, leak_if_hung, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer, Event,
+    Library, MappedFlag, Param, Shape, LAUNCH_TIMEOUT,
 };
 use super::green::GreenContext;
 use super::suite::{self, Arg, Launch, Plan};
@@ -106,9 +106,12 @@ fn upload_and_run(
     for (l, f) in launches.iter().zip(funcs) {
         run_one(f, l, &bufs, stream)?;
     }
+    // Our own kernels, enqueued together: a minute for each.
     let limit = LAUNCH_TIMEOUT * launches.len().max(1) as u32;
-    sync_stream_within(stream, "the check's launches", limit)?;
-    Ok(bufs)
+    match sync_stream_within(stream, "the check's launches", limit) {
+        Ok(()) => Ok(bufs),
+        Err(e) => Err(leak_if_hung(e, bufs)),
+    }
 }
 
 /// Run the whole algorithm at the check size and compare with the CPU reference.
@@ -230,6 +233,14 @@ impl<'a> Stressor<'a> {
     }
 }
 
+impl Stressor<'_> {
+    /// After a hung launch: the stressor is told to stop, and nothing is freed or waited on.
+    fn abandon(self) {
+        self.stop.set(1);
+        std::mem::forget(self);
+    }
+}
+
 impl Drop for Stressor<'_> {
     fn drop(&mut self) {
         self.stop.set(1);
@@ -341,7 +352,11 @@ impl CudaGpu {
         let (times, telemetry) = self
             .monitor
             .during(|| time_launches(&mut step, stream, &hold, warmup, request.launches));
-        drop(stressor);
+        match (&times, stressor) {
+            // Its buffer cannot be freed while the hung launch may run: stopped, and leaked.
+            (Err(GpuError::Hung(_)), Some(stressor)) => stressor.abandon(),
+            (_, stressor) => drop(stressor),
+        }
         Ok(Batch {
             times_ns: times?,
             granted_sms: part.main.sms,
@@ -398,13 +413,17 @@ impl CudaGpu {
             ];
             launch(func, shape, main.stream, &mut params)
         };
-        time_launches(&mut step, main.stream, &hold, 10, launches)
+        let timed = time_launches(&mut step, main.stream, &hold, 10, launches);
+        timed.map_err(|e| leak_if_hung(e, buf))
     }
 }
 
 /// What a failed batch leaves behind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Recovery {
+    /// A launch did not end: nothing may be freed, reset or waited on again in this process
+    /// ([`CudaGpu::abandon`]).
+    Abandon,
     /// A sticky fault poisoned the context: reset the device and drop every cached handle.
     ResetDevice,
     /// The driver refused stream memory operations: time with the gate kernel from now on.
@@ -415,6 +434,7 @@ pub(super) enum Recovery {
 
 pub(super) fn recovery_for(error: &GpuError) -> Recovery {
     match error {
+        GpuError::Hung(_) => Recovery::Abandon,
         GpuError::Fault(_) | GpuError::Lost(_) => Recovery::ResetDevice,
         GpuError::Driver {
             call: "cuStreamWaitValue32",
@@ -433,20 +453,25 @@ impl Gpu for CudaGpu {
         self.check_lost()?;
         self.check_partition(request.sms)?;
         let mut result = self.run_batch(kernel, request);
-        if let Err(GpuError::Hung(why)) = &result {
-            let at = format!("`{}` at {} SMs", kernel.name, request.sms);
-            return Err(self.abandon(&format!("{at}: {why}")));
+        if let Some(e) = result
+            .as_ref()
+            .err()
+            .filter(|e| recovery_for(e) == Recovery::UseGate)
+        {
+            tracing::warn!("{e}; holding launches with the gate kernel instead");
+            self.session.latch = None;
+            self.session.prepared = None;
+            result = self.run_batch(kernel, request);
         }
         if let Err(e) = &result {
             match recovery_for(e) {
-                Recovery::ResetDevice => result = Err(self.after_fault(e)),
-                Recovery::UseGate => {
-                    tracing::warn!("{e}; holding launches with the gate kernel instead");
-                    self.session.latch = None;
-                    self.session.prepared = None;
-                    result = self.run_batch(kernel, request);
+                Recovery::Abandon => {
+                    let at = format!("`{}` at {} SMs", kernel.name, request.sms);
+                    return Err(self.abandon(&format!("{at}: {e}")));
                 }
-                Recovery::DropPrepared => self.session.prepared = None,
+                Recovery::ResetDevice => result = Err(self.after_fault(e)),
+                // (Refused again with the gate: nothing more to fall back on.)
+                Recovery::UseGate | Recovery::DropPrepared => self.session.prepared = None,
             }
         }
         self.evict_idle_partitions(request.sms);
@@ -461,7 +486,9 @@ impl Gpu for CudaGpu {
         self.check_lost()?;
         self.check_partition(sms)?;
         match self.probe_delays(sms, launches) {
-            Err(GpuError::Hung(why)) => Err(self.abandon(&format!("the delay probe: {why}"))),
+            Err(e) if recovery_for(&e) == Recovery::Abandon => {
+                Err(self.abandon(&format!("the delay probe: {e}")))
+            }
             Err(e) if recovery_for(&e) == Recovery::ResetDevice => Err(self.after_fault(&e)),
             other => other,
         }
@@ -495,6 +522,11 @@ mod tests {
                 detail: "x".into()
             }),
             Recovery::DropPrepared
+        );
+        // A hang is never reset or dropped: both would free what the launch may still use.
+        assert_eq!(
+            recovery_for(&GpuError::Hung("a timed launch".into())),
+            Recovery::Abandon
         );
     }
 }
