@@ -1,7 +1,9 @@
-//! Thin, owning wrappers over the raw CUDA driver API (`cudarc::driver::sys`): the one place that
-//! turns a `CUresult` (or a missing driver symbol) into a [`GpuError`], and the RAII types for
-//! the current context, device memory, events, libraries and mapped host flags that undo
-//! themselves on drop, so that every error path leaves the thread and the device as it found them.
+//! Thin, owning wrappers over the raw CUDA driver API (cudarc's types, called through [`raw`],
+//! which returns the driver's code as an integer): the one place that turns a code (or a missing
+//! driver symbol) into a [`GpuError`], naming it as `CUresult` only where the bindings know it,
+//! and the RAII types for the current context, device memory, events, libraries and mapped host
+//! flags that undo themselves on drop, so that every error path leaves the thread and the device
+//! as it found them.
 //!
 //! The raw API is used instead of cudarc's safe layer because green contexts, context-independent
 //! libraries and per-stream timing need handles the safe layer does not expose.
@@ -14,12 +16,14 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys::{self, CUresult};
 
 use super::nvrtc::Image;
+use super::raw;
 use super::suite::HostBuf;
 use crate::gpu::GpuError;
 
 /// Run one driver call. cudarc panics when a symbol is missing from an older libcuda; that panic
 /// is caught here so that the layer never unwinds into the daemon.
-pub fn check(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), GpuError> {
+/// `f` is a call of [`raw`], which returns the driver's code as a plain integer.
+pub fn check(call: &'static str, f: impl FnOnce() -> u32) -> Result<(), GpuError> {
     match code_of(call, f)? {
         CUresult::CUDA_SUCCESS => Ok(()),
         code => Err(error(call, code)),
@@ -28,7 +32,7 @@ pub fn check(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<(), Gpu
 
 /// [`check`] for a query: whether the work it asks about has finished (`CUDA_ERROR_NOT_READY`:
 /// not yet).
-fn finished(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<bool, GpuError> {
+fn finished(call: &'static str, f: impl FnOnce() -> u32) -> Result<bool, GpuError> {
     match code_of(call, f)? {
         CUresult::CUDA_SUCCESS => Ok(true),
         CUresult::CUDA_ERROR_NOT_READY => Ok(false),
@@ -36,13 +40,32 @@ fn finished(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<bool, Gp
     }
 }
 
-/// The code a driver call returned, or the error for a symbol missing from libcuda.
-fn code_of(call: &'static str, f: impl FnOnce() -> CUresult) -> Result<CUresult, GpuError> {
+/// The code a driver call returned; the error for a symbol missing from libcuda, or for a code
+/// these bindings do not name.
+fn code_of(call: &'static str, f: impl FnOnce() -> u32) -> Result<CUresult, GpuError> {
     quiet_missing_symbols();
-    catch_unwind(AssertUnwindSafe(f)).map_err(|_| GpuError::Driver {
+    let code = catch_unwind(AssertUnwindSafe(f)).map_err(|_| GpuError::Driver {
         call,
         detail: "symbol missing from libcuda: the driver is older than this API".into(),
+    })?;
+    named(code).ok_or_else(|| unnamed(call, code))
+}
+
+/// `code` as the bindings' `CUresult`, where they name it.
+fn named(code: u32) -> Option<CUresult> {
+    raw::KNOWN_CODES.binary_search(&code).ok().map(|_| {
+        // SAFETY: `CUresult` is `#[repr(u32)]` and `code` is one of its discriminants.
+        unsafe { std::mem::transmute::<u32, CUresult>(code) }
     })
+}
+
+/// A code a driver newer than these bindings returned: taken as a device fault, which costs a
+/// reset where it was not one; taken as a call error, a sticky one would fail every later job
+/// while the daemon stayed up ([`is_sticky`]).
+fn unnamed(call: &'static str, code: u32) -> GpuError {
+    GpuError::Fault(format!(
+        "{call}: CUDA error {code}, a code the CUDA 12.8 bindings do not name (a newer driver's), taken as a device fault"
+    ))
 }
 
 /// How long one launch may run before it is taken as hung: far beyond any kernel a real-time
@@ -157,9 +180,9 @@ fn describe(code: CUresult) -> String {
     let mut text: *const std::ffi::c_char = std::ptr::null();
     // SAFETY: cuGetErrorString writes a pointer to a static, NUL-terminated string or leaves it null.
     let found = catch_unwind(AssertUnwindSafe(|| unsafe {
-        sys::cuGetErrorString(code, &mut text)
+        raw::cuGetErrorString(code, &mut text)
     }));
-    if matches!(found, Ok(CUresult::CUDA_SUCCESS)) && !text.is_null() {
+    if matches!(found, Ok(0)) && !text.is_null() {
         // SAFETY: non-null and NUL-terminated per the driver's contract; static lifetime.
         let msg = unsafe { CStr::from_ptr(text) }.to_string_lossy();
         format!("{code:?}: {msg}")
@@ -176,7 +199,7 @@ impl Current {
     pub fn push(ctx: sys::CUcontext) -> Result<Current, GpuError> {
         // SAFETY: `ctx` is a live context owned by the caller (primary or from a green context).
         check("cuCtxPushCurrent", || unsafe {
-            sys::cuCtxPushCurrent_v2(ctx)
+            raw::cuCtxPushCurrent_v2(ctx)
         })?;
         Ok(Current(()))
     }
@@ -187,7 +210,7 @@ impl Drop for Current {
         let mut popped = std::ptr::null_mut();
         // SAFETY: pops exactly the context `push` pushed on this thread.
         let _ = check("cuCtxPopCurrent", || unsafe {
-            sys::cuCtxPopCurrent_v2(&mut popped)
+            raw::cuCtxPopCurrent_v2(&mut popped)
         });
     }
 }
@@ -203,7 +226,7 @@ impl DeviceBuffer {
         let mut ptr = 0;
         // SAFETY: out-pointer to a local; size is at least 4 bytes so the call is well-formed.
         check("cuMemAlloc", || unsafe {
-            sys::cuMemAlloc_v2(&mut ptr, bytes.max(4))
+            raw::cuMemAlloc_v2(&mut ptr, bytes.max(4))
         })?;
         Ok(DeviceBuffer { ptr, bytes })
     }
@@ -217,7 +240,7 @@ impl DeviceBuffer {
         // SAFETY: `src` points to `host.bytes()` readable bytes that outlive the synchronisation
         // below, and the allocation is that large.
         check("cuMemcpyHtoDAsync", || unsafe {
-            sys::cuMemcpyHtoDAsync_v2(buf.ptr, src, host.bytes(), stream)
+            raw::cuMemcpyHtoDAsync_v2(buf.ptr, src, host.bytes(), stream)
         })?;
         sync_stream(stream)?;
         Ok(buf)
@@ -230,7 +253,7 @@ impl DeviceBuffer {
         let dst: *mut c_void = out.as_mut_ptr();
         // SAFETY: `dst` has room for `len <= self.bytes` bytes and lives past the synchronisation.
         check("cuMemcpyDtoHAsync", || unsafe {
-            sys::cuMemcpyDtoHAsync_v2(dst, self.ptr, len, stream)
+            raw::cuMemcpyDtoHAsync_v2(dst, self.ptr, len, stream)
         })?;
         sync_stream(stream)?;
         Ok(out)
@@ -240,7 +263,7 @@ impl DeviceBuffer {
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         // SAFETY: the pointer came from cuMemAlloc and is freed exactly once.
-        let _ = check("cuMemFree", || unsafe { sys::cuMemFree_v2(self.ptr) });
+        let _ = check("cuMemFree", || unsafe { raw::cuMemFree_v2(self.ptr) });
     }
 }
 
@@ -252,7 +275,7 @@ impl Event {
         let mut ev = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; flags 0 = default (timing enabled, spin-wait).
         check("cuEventCreate", || unsafe {
-            sys::cuEventCreate(&mut ev, 0)
+            raw::cuEventCreate(&mut ev, 0)
         })?;
         Ok(Event(ev))
     }
@@ -260,7 +283,7 @@ impl Event {
     pub fn record(&self, stream: sys::CUstream) -> Result<(), GpuError> {
         // SAFETY: event and stream are live and belong to the current context.
         check("cuEventRecord", || unsafe {
-            sys::cuEventRecord(self.0, stream)
+            raw::cuEventRecord(self.0, stream)
         })
     }
 
@@ -268,7 +291,7 @@ impl Event {
     pub fn wait(&self, what: &str, limit: Duration) -> Result<(), GpuError> {
         wait_within(what, limit, || {
             // SAFETY: the event is live.
-            finished("cuEventQuery", || unsafe { sys::cuEventQuery(self.0) })
+            finished("cuEventQuery", || unsafe { raw::cuEventQuery(self.0) })
         })
     }
 
@@ -278,7 +301,7 @@ impl Event {
         let mut ms = 0.0f32;
         // SAFETY: both events are live, recorded and completed (the caller synchronised).
         check("cuEventElapsedTime", || unsafe {
-            sys::cuEventElapsedTime(&mut ms, start.0, self.0)
+            raw::cuEventElapsedTime(&mut ms, start.0, self.0)
         })?;
         Ok((f64::from(ms) * 1e6).round().max(0.0) as u64)
     }
@@ -288,7 +311,7 @@ impl Drop for Event {
     fn drop(&mut self) {
         // SAFETY: created by cuEventCreate, destroyed once.
         let _ = check("cuEventDestroy", || unsafe {
-            sys::cuEventDestroy_v2(self.0)
+            raw::cuEventDestroy_v2(self.0)
         });
     }
 }
@@ -303,7 +326,7 @@ impl Library {
         let mut lib = std::ptr::null_mut();
         // SAFETY: `image` is a CUBIN or NUL-terminated PTX alive for the call; no options passed.
         check("cuLibraryLoadData", || unsafe {
-            sys::cuLibraryLoadData(
+            raw::cuLibraryLoadData(
                 &mut lib,
                 image.as_ptr().cast(),
                 std::ptr::null_mut(),
@@ -324,12 +347,12 @@ impl Library {
         let mut kernel = std::ptr::null_mut();
         // SAFETY: the library is loaded and `cname` is NUL-terminated.
         check("cuLibraryGetKernel", || unsafe {
-            sys::cuLibraryGetKernel(&mut kernel, self.0, cname.as_ptr())
+            raw::cuLibraryGetKernel(&mut kernel, self.0, cname.as_ptr())
         })?;
         let mut func = std::ptr::null_mut();
         // SAFETY: `kernel` was just returned by the driver; a context is current (caller's duty).
         check("cuKernelGetFunction", || unsafe {
-            sys::cuKernelGetFunction(&mut func, kernel)
+            raw::cuKernelGetFunction(&mut func, kernel)
         })?;
         Ok(func)
     }
@@ -339,7 +362,7 @@ impl Drop for Library {
     fn drop(&mut self) {
         // SAFETY: loaded by cuLibraryLoadData, unloaded once.
         let _ = check("cuLibraryUnload", || unsafe {
-            sys::cuLibraryUnload(self.0)
+            raw::cuLibraryUnload(self.0)
         });
     }
 }
@@ -401,7 +424,7 @@ pub fn launch(
     // SAFETY: `ptrs` holds one pointer per kernel parameter, each to a value of the parameter's
     // type that outlives this call (the driver copies them before returning).
     check("cuLaunchKernel", || unsafe {
-        sys::cuLaunchKernel(
+        raw::cuLaunchKernel(
             func,
             grid[0],
             grid[1],
@@ -421,7 +444,7 @@ pub fn occupancy(func: sys::CUfunction, threads: u32, shared_bytes: u32) -> Resu
     let mut blocks = 0;
     // SAFETY: `func` belongs to the current context.
     check("cuOccupancyMaxActiveBlocksPerMultiprocessor", || unsafe {
-        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        raw::cuOccupancyMaxActiveBlocksPerMultiprocessor(
             &mut blocks,
             func,
             threads as i32,
@@ -434,7 +457,7 @@ pub fn occupancy(func: sys::CUfunction, threads: u32, shared_bytes: u32) -> Resu
 pub fn sync_stream(stream: sys::CUstream) -> Result<(), GpuError> {
     // SAFETY: the stream is live.
     check("cuStreamSynchronize", || unsafe {
-        sys::cuStreamSynchronize(stream)
+        raw::cuStreamSynchronize(stream)
     })
 }
 
@@ -447,7 +470,7 @@ pub fn sync_stream_within(
 ) -> Result<(), GpuError> {
     wait_within(what, limit, || {
         // SAFETY: the stream is live.
-        finished("cuStreamQuery", || unsafe { sys::cuStreamQuery(stream) })
+        finished("cuStreamQuery", || unsafe { raw::cuStreamQuery(stream) })
     })
 }
 
@@ -466,12 +489,12 @@ impl MappedFlag {
         let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
         // SAFETY: out-pointer to a local; 4 bytes of pinned memory.
         check("cuMemHostAlloc", || unsafe {
-            sys::cuMemHostAlloc(&mut host, 4, flags)
+            raw::cuMemHostAlloc(&mut host, 4, flags)
         })?;
         let mut ctx = std::ptr::null_mut();
         // SAFETY: out-pointer to a local.
         check("cuCtxGetCurrent", || unsafe {
-            sys::cuCtxGetCurrent(&mut ctx)
+            raw::cuCtxGetCurrent(&mut ctx)
         })?;
         let mut flag = MappedFlag {
             host,
@@ -482,7 +505,7 @@ impl MappedFlag {
         let device = &mut flag.device;
         // SAFETY: `host` is mapped pinned memory from cuMemHostAlloc above.
         check("cuMemHostGetDevicePointer", || unsafe {
-            sys::cuMemHostGetDevicePointer_v2(device, host, 0)
+            raw::cuMemHostGetDevicePointer_v2(device, host, 0)
         })?;
         Ok(flag)
     }
@@ -501,7 +524,7 @@ impl MappedFlag {
         // SAFETY: `device` maps 4 bytes of pinned host memory that outlive the stream's work (the
         // owner synchronises before dropping the flag).
         check("cuStreamWaitValue32", || unsafe {
-            sys::cuStreamWaitValue32_v2(stream, self.device, value, geq)
+            raw::cuStreamWaitValue32_v2(stream, self.device, value, geq)
         })
     }
 }
@@ -515,7 +538,7 @@ impl Drop for MappedFlag {
             .flatten();
         // SAFETY: allocated by cuMemHostAlloc, freed once; no kernel reads it any more (the owner
         // synchronises the stressor's stream before dropping).
-        let _ = check("cuMemFreeHost", || unsafe { sys::cuMemFreeHost(self.host) });
+        let _ = check("cuMemFreeHost", || unsafe { raw::cuMemFreeHost(self.host) });
     }
 }
 
@@ -572,5 +595,40 @@ mod tests {
             }
             other => panic!("not a hang: {other:?}"),
         }
+    }
+
+    /// The driver's code arrives as an integer: a code the bindings name becomes their
+    /// `CUresult` (success, not ready, a sticky fault), one they do not name (CUDA 13.0's 36, a
+    /// newer driver's) is a device fault saying so, never an enum value outside its variants; a
+    /// missing symbol is a call error.
+    #[test]
+    fn driver_codes_are_named_before_they_become_an_enum() {
+        assert!(raw::KNOWN_CODES.windows(2).all(|w| w[0] < w[1]));
+        assert!(check("cuInit", || 0).is_ok());
+        assert_eq!(finished("cuEventQuery", || 600).ok(), Some(false));
+        assert_eq!(finished("cuEventQuery", || 0).ok(), Some(true));
+        assert!(matches!(
+            check("cuLaunchKernel", || 700),
+            Err(GpuError::Fault(_))
+        ));
+        assert!(matches!(
+            check("cuMemAlloc", || 2),
+            Err(GpuError::Driver { .. })
+        ));
+        match check("cuLaunchKernel", || 36) {
+            Err(GpuError::Fault(why)) => assert!(why.contains("CUDA error 36"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match finished("cuStreamQuery", || 917) {
+            Err(GpuError::Fault(why)) => assert!(why.contains("do not name"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let missing = check("cuGreenCtxCreate", || {
+            panic!("Missing symbol cuGreenCtxCreate")
+        });
+        assert!(
+            matches!(missing, Err(GpuError::Driver { .. })),
+            "{missing:?}"
+        );
     }
 }

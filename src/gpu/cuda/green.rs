@@ -10,6 +10,7 @@
 use cudarc::driver::sys::{self, CUdevResource, CUdevResourceType};
 
 use super::driver::check;
+use super::raw;
 use crate::gpu::GpuError;
 
 /// (smallest group, step) that `cuDevSmResourceSplitByCount` grants on an architecture, from the
@@ -81,7 +82,7 @@ pub fn device_sms(dev: sys::CUdevice) -> Result<CUdevResource, GpuError> {
     let kind = CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM;
     // SAFETY: out-pointer to a local resource; `dev` is a valid device ordinal handle.
     check("cuDeviceGetDevResource", || unsafe {
-        sys::cuDeviceGetDevResource(dev, &mut res, kind)
+        raw::cuDeviceGetDevResource(dev, &mut res, kind)
     })?;
     Ok(res)
 }
@@ -94,7 +95,7 @@ pub fn split(whole: &CUdevResource, sms: u32) -> Result<(CUdevResource, CUdevRes
     let mut groups = 1u32;
     // SAFETY: room for exactly `groups` = 1 result; input and remainder point to live locals.
     check("cuDevSmResourceSplitByCount", || unsafe {
-        sys::cuDevSmResourceSplitByCount(&mut group, &mut groups, whole, &mut rest, 0, sms)
+        raw::cuDevSmResourceSplitByCount(&mut group, &mut groups, whole, &mut rest, 0, sms)
     })?;
     if groups != 1 {
         return Err(GpuError::Driver {
@@ -124,14 +125,14 @@ impl GreenContext {
         let mut desc = std::ptr::null_mut();
         // SAFETY: one live resource in, descriptor out.
         check("cuDevResourceGenerateDesc", || unsafe {
-            sys::cuDevResourceGenerateDesc(&mut desc, &mut res, 1)
+            raw::cuDevResourceGenerateDesc(&mut desc, &mut res, 1)
         })?;
         let mut green = std::ptr::null_mut();
         let flags = sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32;
         // SAFETY: `desc` was generated above for this device; the driver requires the
         // default-stream flag.
         check("cuGreenCtxCreate", || unsafe {
-            sys::cuGreenCtxCreate(&mut green, desc, dev, flags)
+            raw::cuGreenCtxCreate(&mut green, desc, dev, flags)
         })?;
         let mut this = GreenContext {
             green,
@@ -142,13 +143,13 @@ impl GreenContext {
         let ctx = &mut this.ctx;
         // SAFETY: `green` is live; the context handle stays valid as long as the green context.
         check("cuCtxFromGreenCtx", || unsafe {
-            sys::cuCtxFromGreenCtx(ctx, green)
+            raw::cuCtxFromGreenCtx(ctx, green)
         })?;
         let stream = &mut this.stream;
         let non_blocking = sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32;
         // SAFETY: green-context streams must be non-blocking; priority 0 is the default.
         check("cuGreenCtxStreamCreate", || unsafe {
-            sys::cuGreenCtxStreamCreate(stream, green, non_blocking, 0)
+            raw::cuGreenCtxStreamCreate(stream, green, non_blocking, 0)
         })?;
         Ok(this)
     }
@@ -160,13 +161,13 @@ impl Drop for GreenContext {
             let stream = self.stream;
             // SAFETY: created by cuGreenCtxStreamCreate, destroyed once, before its context.
             let _ = check("cuStreamDestroy", || unsafe {
-                sys::cuStreamDestroy_v2(stream)
+                raw::cuStreamDestroy_v2(stream)
             });
         }
         let green = self.green;
         // SAFETY: created by cuGreenCtxCreate, destroyed once; nothing of it is used afterwards.
         let _ = check("cuGreenCtxDestroy", || unsafe {
-            sys::cuGreenCtxDestroy(green)
+            raw::cuGreenCtxDestroy(green)
         });
     }
 }

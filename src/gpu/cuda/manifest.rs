@@ -13,6 +13,7 @@ use super::driver::{
     Shape, LAUNCH_TIMEOUT,
 };
 use super::nvrtc::{self, Image};
+use super::raw;
 use super::run::{Prepared, Step};
 use super::suite::HostBuf;
 use super::{partition, Session};
@@ -51,7 +52,7 @@ pub(super) fn prepare(
         let attr = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
         // SAFETY: `func` belongs to the current context; the value is the manifest's request.
         check("cuFuncSetAttribute", || unsafe {
-            sys::cuFuncSetAttribute(func, attr, m.shared_bytes as i32)
+            raw::cuFuncSetAttribute(func, attr, m.shared_bytes as i32)
         })?;
     }
     check_memory(m)?;
@@ -122,7 +123,7 @@ fn check_memory(m: &Manifest) -> Result<(), GpuError> {
     let (mut free, mut total) = (0usize, 0usize);
     // SAFETY: two out-pointers to locals; a context is current.
     check("cuMemGetInfo", || unsafe {
-        sys::cuMemGetInfo_v2(&mut free, &mut total)
+        raw::cuMemGetInfo_v2(&mut free, &mut total)
     })?;
     let need = m.buffer_bytes();
     if need > free as u64 {

@@ -18,6 +18,8 @@ mod manifest;
 mod nvml;
 mod nvrtc;
 mod placement;
+#[rustfmt::skip] // generated: src/gpu/cuda/gen_raw.py
+mod raw;
 mod run;
 pub mod suite;
 
@@ -56,7 +58,7 @@ impl Primary {
         let mut ctx = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; released by `Drop`.
         check("cuDevicePrimaryCtxRetain", || unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+            raw::cuDevicePrimaryCtxRetain(&mut ctx, dev)
         })?;
         Ok(Primary {
             dev,
@@ -74,7 +76,7 @@ impl Drop for Primary {
         let dev = self.dev;
         // SAFETY: retained once in `retain`, released once here.
         let _ = check("cuDevicePrimaryCtxRelease", || unsafe {
-            sys::cuDevicePrimaryCtxRelease_v2(dev)
+            raw::cuDevicePrimaryCtxRelease_v2(dev)
         });
     }
 }
@@ -149,7 +151,7 @@ fn attribute(dev: sys::CUdevice, attr: CUdevice_attribute) -> Result<u32, GpuErr
     let mut value = 0;
     // SAFETY: out-pointer to a local; `dev` comes from cuDeviceGet.
     check("cuDeviceGetAttribute", || unsafe {
-        sys::cuDeviceGetAttribute(&mut value, attr, dev)
+        raw::cuDeviceGetAttribute(&mut value, attr, dev)
     })?;
     Ok(value.max(0) as u32)
 }
@@ -164,13 +166,13 @@ impl CudaGpu {
             return Err(GpuError::NoDriver);
         }
         // SAFETY: cuInit with flags 0 is the documented initialisation.
-        check("cuInit", || unsafe { sys::cuInit(0) })?;
+        check("cuInit", || unsafe { raw::cuInit(0) })?;
         let driver_version = driver_version()?;
         green::check_driver(driver_version)?;
         let mut dev = 0;
         // SAFETY: out-pointer to a local.
         check("cuDeviceGet", || unsafe {
-            sys::cuDeviceGet(&mut dev, ordinal as i32)
+            raw::cuDeviceGet(&mut dev, ordinal as i32)
         })?;
         let primary = Primary::retain(dev)?;
         let cc =
@@ -334,7 +336,7 @@ impl CudaGpu {
         let dev = self.dev;
         // SAFETY: every handle made in the old context was dropped above.
         check("cuDevicePrimaryCtxReset", || unsafe {
-            sys::cuDevicePrimaryCtxReset_v2(dev)
+            raw::cuDevicePrimaryCtxReset_v2(dev)
         })?;
         // "Resetting the primary context does not release it": the reference this session
         // holds is still counted. Retain the fresh context first, then release the old
@@ -371,11 +373,11 @@ pub fn device_count() -> Result<u32, GpuError> {
         return Err(GpuError::NoDriver);
     }
     // SAFETY: cuInit with flags 0 is the documented initialisation (idempotent).
-    check("cuInit", || unsafe { sys::cuInit(0) })?;
+    check("cuInit", || unsafe { raw::cuInit(0) })?;
     let mut n = 0;
     // SAFETY: out-pointer to a local.
     check("cuDeviceGetCount", || unsafe {
-        sys::cuDeviceGetCount(&mut n)
+        raw::cuDeviceGetCount(&mut n)
     })?;
     Ok(n.max(0) as u32)
 }
@@ -439,7 +441,7 @@ fn driver_version() -> Result<u32, GpuError> {
     let mut version = 0;
     // SAFETY: out-pointer to a local.
     check("cuDriverGetVersion", || unsafe {
-        sys::cuDriverGetVersion(&mut version)
+        raw::cuDriverGetVersion(&mut version)
     })?;
     Ok(version.max(0) as u32)
 }
@@ -449,7 +451,7 @@ fn device_uuid(dev: sys::CUdevice) -> Result<String, GpuError> {
     let mut uuid: sys::CUuuid = unsafe { std::mem::zeroed() };
     // SAFETY: out-pointer to a local.
     check("cuDeviceGetUuid", || unsafe {
-        sys::cuDeviceGetUuid_v2(&mut uuid, dev)
+        raw::cuDeviceGetUuid_v2(&mut uuid, dev)
     })?;
     Ok(nvml::format_uuid(&uuid.bytes.map(|b| b as u8)))
 }
@@ -458,7 +460,7 @@ fn device_name(dev: sys::CUdevice) -> Result<String, GpuError> {
     let mut buf = [0 as std::ffi::c_char; 256];
     // SAFETY: the buffer holds 256 bytes and the driver NUL-terminates within that length.
     check("cuDeviceGetName", || unsafe {
-        sys::cuDeviceGetName(buf.as_mut_ptr(), 256, dev)
+        raw::cuDeviceGetName(buf.as_mut_ptr(), 256, dev)
     })?;
     // SAFETY: NUL-terminated by the driver, see above.
     Ok(unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) }
