@@ -61,11 +61,17 @@ fn named(code: u32) -> Option<CUresult> {
 
 /// A code a driver newer than these bindings returned: taken as a device fault, which costs a
 /// reset where it was not one; taken as a call error, a sticky one would fail every later job
-/// while the daemon stayed up ([`is_sticky`]).
+/// while the daemon stayed up ([`is_sticky`]). Except from the latch's stream wait, whose
+/// refusal has a fallback (the gate kernel, `run::recovery_for`) that a reset would not reach.
 fn unnamed(call: &'static str, code: u32) -> GpuError {
-    GpuError::Fault(format!(
-        "{call}: CUDA error {code}, a code the CUDA 12.8 bindings do not name (a newer driver's), taken as a device fault"
-    ))
+    let what = format!(
+        "CUDA error {code}, a code the bindings ({}) do not name (a newer driver's)",
+        raw::BINDINGS
+    );
+    if call == "cuStreamWaitValue32" {
+        return GpuError::Driver { call, detail: what };
+    }
+    GpuError::Fault(format!("{call}: {what}, taken as a device fault"))
 }
 
 /// How long one launch may run before it is taken as hung: far beyond any kernel a real-time
@@ -623,6 +629,12 @@ mod tests {
             Err(GpuError::Fault(why)) => assert!(why.contains("do not name"), "{why}"),
             other => panic!("{other:?}"),
         }
+        // The latch's wait keeps its fallback to the gate kernel.
+        let refused = check("cuStreamWaitValue32", || 917);
+        assert!(
+            matches!(refused, Err(GpuError::Driver { .. })),
+            "{refused:?}"
+        );
         let missing = check("cuGreenCtxCreate", || {
             panic!("Missing symbol cuGreenCtxCreate")
         });

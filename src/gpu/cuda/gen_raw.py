@@ -8,16 +8,22 @@ Each declaration is copied from cudarc's own (its `dynamic-loading` wrapper, for
 in Cargo.toml), so the argument types are cudarc's, which the call sites already type-check
 against; only the return type changes, which the C ABI returns the same way (a 32-bit enum).
 
-Run from the repository root after changing cudarc's version or CUDA feature:
+Run after changing cudarc's version or CUDA feature (from anywhere; it works in the repository
+that holds it), with the one `mod.rs` of the cudarc version Cargo.lock names:
     python3 src/gpu/cuda/gen_raw.py ~/.cargo/registry/src/*/cudarc-<version>/src/driver/sys/mod.rs
 """
+import os
+import pathlib
 import re
-import subprocess
 import sys
 
-FEATURE = "cuda-12080"
-USED = sorted(set(re.findall(r"raw::(cu\w+)", subprocess.run(
-    ["grep", "-rhoE", r"raw::cu\w+", "src/gpu/cuda"], capture_output=True, text=True).stdout)))
+os.chdir(pathlib.Path(__file__).resolve().parents[3])
+# The CUDA feature cudarc is built with, from Cargo.toml.
+FEATURE = re.search(r'^cudarc = .*"(cuda-\d+)"', open("Cargo.toml").read(), re.M).group(1)
+USED = sorted({name for f in pathlib.Path("src/gpu/cuda").glob("*.rs")
+               for name in re.findall(r"raw::(cu\w+)", f.read_text())})
+if not USED:
+    sys.exit("gen_raw.py: no raw::cu... call found under src/gpu/cuda")
 
 
 def active(cfg):
@@ -61,6 +67,9 @@ pub unsafe fn {name}({params}) -> u32 {{
 use cudarc::driver::sys::*;
 use std::sync::OnceLock;
 
+/// The CUDA version of the bindings these are copied from (cudarc's feature).
+pub const BINDINGS: &str = "{FEATURE}";
+
 /// The codes `CUresult` names in these bindings, ascending.
 pub const KNOWN_CODES: [u32; {len(codes)}] = [{", ".join(map(str, codes))}];
 
@@ -75,4 +84,6 @@ fn symbol<F: Copy>(name: &[u8]) -> Option<F> {{
     open("src/gpu/cuda/raw.rs", "w").write(header + "".join(out) + "\n")
 
 
+if len(sys.argv) != 2:
+    sys.exit("usage: gen_raw.py PATH/cudarc-<version>/src/driver/sys/mod.rs (one file)")
 main(sys.argv[1])
