@@ -135,7 +135,7 @@ pub struct BoundTable {
     pub notes: Vec<String>,
     /// How much higher the typical time may be in another process than in the one measured,
     /// as a share, that the bounds allow for ([`super::MethodConfig::process_shift`]). `None`
-    /// in stores written before 2026-11-25: [`Self::allowed_process_shift`] reads the note.
+    /// in stores written before the field (2026-11-24): [`Self::allowed_process_shift`] reads the note.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_shift: Option<f64>,
 }
