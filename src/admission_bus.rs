@@ -11,20 +11,34 @@ use crate::admission::{
 };
 use crate::dbus::BusError;
 use crate::gpu::Interference;
-use crate::service::{Service, ServiceError};
+use crate::service::{Moment, Service, ServiceError};
 
-/// The service as admission's source of bounds.
-impl BoundSource for Service {
+/// The service as admission's source of bounds, at one [`Moment`]: an analysis looks up each
+/// kernel three times (isolated, contended, untagged), and a calibration committed between two
+/// of those lookups would otherwise pair one tag's new bound with the other's old one.
+pub struct ServiceAt {
+    service: Service,
+    at: Moment,
+}
+
+impl ServiceAt {
+    pub fn now(service: Service) -> ServiceAt {
+        let at = service.moment();
+        ServiceAt { service, at }
+    }
+}
+
+impl BoundSource for ServiceAt {
     fn total_sms(&self) -> u32 {
-        self.device().total_sms
+        self.service.device().total_sms
     }
 
     fn partition_sizes(&self) -> Vec<u32> {
-        self.device().partition_sizes.clone()
+        self.service.device().partition_sizes.clone()
     }
 
     fn configured_exceedance(&self) -> f64 {
-        Service::configured_exceedance(self)
+        self.service.configured_exceedance()
     }
 
     /// Clock-scaled, as `GetBound` serves it.
@@ -34,7 +48,9 @@ impl BoundSource for Service {
         partition: u32,
         interference: Option<Interference>,
     ) -> crate::service::Result<KernelBound> {
-        let info = self.bound_info(kernel, partition, interference)?;
+        let info = self
+            .service
+            .bound_info_at(&self.at, kernel, partition, interference)?;
         Ok(KernelBound {
             bound_ns: info.entry.bound_ns,
             exceedance: info.guarantee.exceedance,
@@ -133,10 +149,9 @@ impl Admission {
     /// Each task on its own partition. A set refused for the bounds it would rest on (no
     /// contended bounds for co-running partitions, stale or weaker ones) is an error saying why.
     async fn check(&self, tasks: Vec<WireTask>) -> Result<(bool, Vec<WireResult>), BusError> {
-        let service = self.service.clone();
+        let bounds = ServiceAt::now(self.service.clone());
         off_the_bus(move || {
-            let verdict =
-                admission::check_distinct(&service, &from_wire(tasks), Policy::default())?;
+            let verdict = admission::check_distinct(&bounds, &from_wire(tasks), Policy::default())?;
             Ok(to_wire(verdict.or_refusal()?))
         })
         .await
@@ -147,9 +162,9 @@ impl Admission {
         &self,
         tasks: Vec<WireTask>,
     ) -> Result<(bool, Vec<WireResult>), BusError> {
-        let service = self.service.clone();
+        let bounds = ServiceAt::now(self.service.clone());
         off_the_bus(move || {
-            let verdict = admission::check_shared(&service, &from_wire(tasks), Policy::default())?;
+            let verdict = admission::check_shared(&bounds, &from_wire(tasks), Policy::default())?;
             Ok(to_wire(verdict.or_refusal()?))
         })
         .await
@@ -164,19 +179,19 @@ impl Admission {
         options: HashMap<String, OwnedVariant>,
     ) -> Result<Detailed, BusError> {
         let (shared, policy) = parse_options(&options)?;
-        let service = self.service.clone();
+        let bounds = ServiceAt::now(self.service.clone());
         off_the_bus(move || {
             let tasks = from_wire(tasks);
             let verdict = if shared {
-                admission::check_shared(&service, &tasks, policy)?
+                admission::check_shared(&bounds, &tasks, policy)?
             } else {
-                admission::check_distinct(&service, &tasks, policy)?
+                admission::check_distinct(&bounds, &tasks, policy)?
             };
             Ok(detailed(
                 verdict,
                 shared,
-                service.device().total_sms,
-                service.configured_exceedance(),
+                bounds.total_sms(),
+                bounds.configured_exceedance(),
             ))
         })
         .await
@@ -184,7 +199,7 @@ impl Admission {
 
     /// The smallest partition per task that meets its deadline, when they fit together.
     async fn suggest(&self, tasks: Vec<WireUnsized>) -> Result<Vec<(String, u32)>, BusError> {
-        let service = self.service.clone();
+        let bounds = ServiceAt::now(self.service.clone());
         off_the_bus(move || {
             let tasks: Vec<Unsized> = tasks
                 .into_iter()
@@ -195,7 +210,7 @@ impl Admission {
                     deadline_ns,
                 })
                 .collect();
-            admission::suggest(&service, &tasks)
+            admission::suggest(&bounds, &tasks)
         })
         .await
     }

@@ -281,6 +281,17 @@ pub struct Prediction {
 
 /// How a bound relates to the SM clock: it is valid at the clock it was calibrated at, and is
 /// scaled by calibrated/current (rounded up) while the device runs slower.
+/// The calibrations and the SM clock reading at one instant. An answer built from several
+/// lookups (admission reads each kernel's isolated, contended and untagged bound) takes one
+/// `Moment` and makes every lookup through it, so no entry of one calibration is paired with
+/// another tag's from before a commit, and every bound is scaled to the same clock.
+#[derive(Clone)]
+pub struct Moment {
+    snap: Arc<Calibration>,
+    /// MHz; 0 where unreadable.
+    clock_mhz: u32,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockScaling {
     /// Highest SM clock seen while measuring (0 when unknown).
@@ -870,19 +881,27 @@ impl Service {
         })
     }
 
-    /// The calibration of `kernel` under `tag`, or under the safer of the two when `tag` is None,
-    /// and the SM clock (MHz, 0: unreadable) it was chosen at. The caller scales the bound to
+    /// The calibrations and the SM clock now, for lookups that must agree with each other.
+    pub fn moment(&self) -> Moment {
+        Moment {
+            snap: self.snapshot(),
+            clock_mhz: self.inner.current_clock_mhz.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Which calibration of `at` serves `kernel` under `tag`: that tag's, or the safer of the
+    /// two when `tag` is None, compared at `at`'s clock reading. The caller scales the bound to
     /// that same reading: read again, a clock change in between could turn the larger of the
     /// two into the smaller, and the untagged bound would be below a tagged one.
     fn calibration_of(
         &self,
+        at: &Moment,
         kernel: &str,
         tag: Option<Interference>,
         sms: u32,
-    ) -> Result<(Arc<Calibration>, Interference, u32)> {
+    ) -> Result<Interference> {
         self.known(kernel)?;
-        let snap = self.snapshot();
-        let clock = self.inner.current_clock_mhz.load(Ordering::SeqCst);
+        let (snap, clock) = (&at.snap, at.clock_mhz);
         let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k, i));
         let found = match tag {
             Some(i) => pick(i),
@@ -898,10 +917,7 @@ impl Service {
                     .max_by_key(bound)
             }
         };
-        let interference = found.map(|(_, i)| i);
-        interference
-            .map(|i| (Arc::clone(&snap), i, clock))
-            .ok_or_else(|| {
+        found.map(|(_, i)| i).ok_or_else(|| {
             let job = self.job_for(kernel);
             let which = tag.map(|t| format!("{t} ")).unwrap_or_default();
             let catalogue = self.catalogue();
@@ -964,6 +980,18 @@ impl Service {
         sms: u32,
         tag: Option<Interference>,
     ) -> Result<BoundInfo> {
+        self.bound_info_at(&self.moment(), kernel, sms, tag)
+    }
+
+    /// [`Service::bound_info`] from the calibrations and clock of `at`. Production floors and
+    /// what is stale are read as they are now: both only ever raise a bound or refuse it.
+    pub fn bound_info_at(
+        &self,
+        at: &Moment,
+        kernel: &str,
+        sms: u32,
+        tag: Option<Interference>,
+    ) -> Result<BoundInfo> {
         let partition = self.check_partition(sms)?;
         // Not between a reload's publishing and its queueing the calibration: a changed kernel
         // is stale there with no job for it, and admission advised a recalibration the reload
@@ -973,7 +1001,8 @@ impl Service {
             .publishing
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let (snap, interference, clock_now) = self.calibration_of(kernel, tag, partition)?;
+        let interference = self.calibration_of(at, kernel, tag, partition)?;
+        let snap = &at.snap;
         let cal = snap.tables(interference).get(kernel).ok_or_else(|| {
             ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
         })?;
@@ -985,7 +1014,7 @@ impl Service {
         })?;
         let mut notes = cal.table.notes.clone();
         let files_changed = self.staleness_notes(kernel, cal, &mut notes);
-        let clock = self.scale_for_clock(cal, &mut entry, &mut notes, clock_now);
+        let clock = self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
         let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
@@ -1003,7 +1032,7 @@ impl Service {
                 "stale: the {other} calibration, which this untagged bound also answers for, is stale (GetBoundTagged states each)"
             ));
         }
-        let guarantee = self.guarantee_of(&snap, kernel, tag, cal, partition, &mut notes);
+        let guarantee = self.guarantee_of(snap, kernel, tag, cal, partition, &mut notes);
         let stale = self.is_stale(cal) || stale_other.is_some();
         Ok(BoundInfo {
             guarantee,

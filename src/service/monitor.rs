@@ -852,8 +852,11 @@ impl Service {
 
     /// The calibrated bound of `tag` at `partition`, clock-scaled, before production floors.
     fn calibrated_bound(&self, kernel: &str, partition: u32, tag: Interference) -> Option<u64> {
-        let (snap, interference, _) = self.calibration_of(kernel, Some(tag), partition).ok()?;
-        let cal = snap.tables(interference).get(kernel)?;
+        let at = self.moment();
+        let interference = self
+            .calibration_of(&at, kernel, Some(tag), partition)
+            .ok()?;
+        let cal = at.snap.tables(interference).get(kernel)?;
         self.inner.calibrated_at(cal, partition)
     }
 
@@ -895,19 +898,21 @@ impl Service {
         partition: u32,
         tag: Option<Interference>,
     ) -> Result<(u64, String, u64)> {
-        let (snap, interference, clock_now) = self.calibration_of(kernel, tag, partition)?;
+        let at = self.moment();
+        let interference = self.calibration_of(&at, kernel, tag, partition)?;
         let not_calibrated = || {
             ServiceError::NotCalibrated(format!(
                 "kernel `{kernel}` has no bound at {partition} SMs"
             ))
         };
-        let cal = snap
+        let cal = at
+            .snap
             .tables(interference)
             .get(kernel)
             .ok_or_else(not_calibrated)?;
         let mut entry = *cal.table.entry(partition).ok_or_else(not_calibrated)?;
         let mut notes = Vec::new();
-        self.scale_for_clock(cal, &mut entry, &mut notes, clock_now);
+        self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
         let floor = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
         let floor_ns = floor.map_or(0, |f| f.floor_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))

@@ -1459,3 +1459,46 @@ fn a_bundle_imported_back_on_its_own_device_is_not_called_stale() {
     );
     assert!(!service.bound_info("lab.k", 64, None).unwrap().stale);
 }
+
+/// An admission analysis reads every kernel's isolated, contended and untagged bound from one
+/// moment: a calibration committed while it runs pairs no tag's new bound with another's old
+/// one, and the verdict says which calibrations it rests on.
+#[test]
+fn an_admission_analysis_reads_every_bound_from_one_moment() {
+    use crate::admission::{self, BoundSource, Policy, Task};
+    use crate::admission_bus::ServiceAt;
+    let dir = tempfile::tempdir().unwrap();
+    let service = srad_calibrated(dir.path());
+    let id = |tag| service.bound_info("srad", 64, tag).unwrap().calibration_id;
+    let before = [Interference::Isolated, Interference::Contended].map(|t| id(Some(t)));
+    let pinned = ServiceAt::now(service.clone());
+    let mut events = service.subscribe();
+    let job = service.recalibrate(&["srad".to_string()]).unwrap();
+    while !service.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    let after = [Interference::Isolated, Interference::Contended].map(|t| id(Some(t)));
+    assert_ne!(
+        before, after,
+        "the recalibration committed new calibrations"
+    );
+    for (i, tag) in [Interference::Isolated, Interference::Contended]
+        .into_iter()
+        .enumerate()
+    {
+        let b = pinned.bound("srad", 64, Some(tag)).unwrap();
+        assert_eq!(b.origin.calibration, before[i], "{tag}");
+    }
+    let task = Task {
+        name: "t".into(),
+        kernels: vec!["srad".into()],
+        sms: 64,
+        period_ns: 1_000_000_000,
+        deadline_ns: 1_000_000_000,
+    };
+    let verdict = admission::check_distinct(&pinned, &[task], Policy::default()).unwrap();
+    assert!(!verdict.rests_on.is_empty());
+    for used in &verdict.rests_on {
+        assert!(before.contains(&used.origin.calibration), "{used:?}");
+    }
+}
