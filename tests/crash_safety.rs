@@ -509,3 +509,89 @@ async fn bounds_stored_without_the_process_shift_are_raised_at_start() {
     .await
     .expect("test ran past its time limit");
 }
+
+/// `ops_support/fail_dir_sync.c` built into `dir`, or `None` (skipped) without gcc; in CI its
+/// absence fails the test.
+fn dir_sync_fault(dir: &std::path::Path) -> Option<std::path::PathBuf> {
+    let out = dir.join("fail_dir_sync.so");
+    let source = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/ops_support/fail_dir_sync.c"
+    );
+    let built = std::process::Command::new("gcc")
+        .args(["-shared", "-fPIC", "-O1", "-o"])
+        .arg(&out)
+        .arg(source)
+        .arg("-ldl")
+        .status();
+    match built {
+        Ok(s) if s.success() => Some(out),
+        other => {
+            let why = format!("fault injection not built (gcc: {other:?}); apt-get install gcc");
+            assert!(std::env::var_os("CI").is_none(), "{why}");
+            println!("SKIPPED {why}");
+            None
+        }
+    }
+}
+
+/// A save renamed into place whose directory cannot then be synced is published, not reported
+/// as "not published": the file already holds the new bounds, so a restart serves them, and
+/// serving the old ones until then would be a state no file ever had. Health names the failed
+/// sync until a save succeeds. The fault is a real EIO from fsync(2) (LD_PRELOAD), not a flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_save_whose_directory_sync_fails_is_published_and_named_in_health() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let fx = Fixture::new();
+        let Some(shim) = dir_sync_fault(fx.dir.path()) else {
+            return;
+        };
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        let flag = fx.dir.path().join("fail-dir-sync");
+        let env = [
+            ("LD_PRELOAD", shim.as_os_str()),
+            ("WCETD_TEST_FAULT_FLAG", flag.as_os_str()),
+        ];
+        let mut d = Daemon::spawn_with_env(fx.address(), &fx.state(), &["--seed", "2"], &env);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(health(&conn).await, "ok");
+        std::fs::write(&flag, b"").unwrap();
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["needle"],))
+            .await
+            .expect("Recalibrate");
+        let (state, message) = wait_for_job(&conn, job).await;
+        assert_eq!(state, "done", "{message}");
+        let h = health(&conn).await;
+        assert!(
+            h.starts_with("degraded")
+                && h.contains("could not be synced")
+                && h.contains("published"),
+            "Health after a save whose directory sync failed: {h}"
+        );
+        let published = curves(&conn).await;
+        assert_ne!(
+            published["needle"], old["needle"],
+            "seed 2 measures other bounds"
+        );
+        // A crash, not a power cut: the renamed file is what the next start reads.
+        d.kill9();
+        std::fs::remove_file(&flag).unwrap();
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(
+            curves(&conn).await,
+            published,
+            "a restart serves what was published"
+        );
+        // A save whose sync succeeds makes every earlier rename durable too: Health is ok again.
+        let job: u64 = call(&conn, CALIBRATION, "Recalibrate", &(vec!["needle"],))
+            .await
+            .expect("Recalibrate");
+        assert_eq!(wait_for_job(&conn, job).await.0, "done");
+        assert_eq!(health(&conn).await, "ok");
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}

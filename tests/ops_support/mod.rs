@@ -33,6 +33,16 @@ impl Daemon {
     /// Start `wcetd --backend sim` on `bus` with `state`, plus `extra` flags; its stderr (the log)
     /// goes to `state/../wcetd-<n>.log`.
     pub fn spawn(bus: &str, state: &Path, extra: &[&str]) -> Daemon {
+        Daemon::spawn_with_env(bus, state, extra, &[])
+    }
+
+    /// [`Daemon::spawn`] with `env` added to its environment.
+    pub fn spawn_with_env(
+        bus: &str,
+        state: &Path,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Daemon {
         let parent = state.parent().expect("state dir has a parent");
         let n = std::fs::read_dir(parent).map(|d| d.count()).unwrap_or(0);
         let log = parent.join(format!("wcetd-{n}.log"));
@@ -50,6 +60,7 @@ impl Daemon {
             .args(extra)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).expect("creating the daemon log"))
