@@ -595,3 +595,74 @@ async fn a_save_whose_directory_sync_fails_is_published_and_named_in_health() {
     .await
     .expect("test ran past its time limit");
 }
+
+/// A second SIGTERM while the first waits for a GPU worker in the middle of a long batch (a
+/// launch that takes seconds, as a hung one on a GPU would) ends the wait: the daemon exits
+/// cleanly without the worker. The job it was running never ended, so it is not announced as
+/// ended; the next start serves the bounds of before and names that job in Health, as after a
+/// crash. The same path follows a worker that outlasts the 20 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_stops_waiting_for_a_worker_in_a_long_batch() {
+    tokio::time::timeout(Duration::from_secs(90), async {
+        use futures_util::StreamExt;
+        let fx = Fixture::new();
+        let conn = fx.connect().await;
+        let old = calibrate_state(&fx).await;
+        // 0.2 s a launch: the first batch's progress arrives within seconds, the next batch
+        // does not end for several more.
+        let slow = ["--sim-pace-us", "200000", "--screen-launches", "40"];
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &slow);
+        wait_for_daemon(&conn, &mut d).await;
+        let calibration = wcetd::client::CalibrationProxy::new(&conn).await.unwrap();
+        let mut progress = calibration.receive_job_progress().await.unwrap();
+        let job = calibration.recalibrate(&["needle"]).await.unwrap();
+        while let Some(signal) = progress.next().await {
+            if signal.args().unwrap().job == job {
+                break;
+            }
+        }
+        // Queued behind it: a stop ends a queued job at once, which says the stop has begun.
+        let queued = calibration.recalibrate(&["lud"]).await.unwrap();
+        let mut finished = job_finished(&conn, Some(wcetd::bus::BUS_NAME)).await;
+        let pid = d.pid() as libc::pid_t;
+        // SAFETY: kill(2) on our own child's pid has no memory-safety preconditions.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let cancelled = (queued, "cancelled".to_string());
+        assert_eq!(next_finished(&mut finished).await, cancelled);
+        let second = std::time::Instant::now();
+        // SAFETY: as above.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        d.stop();
+        println!("exited {:?} after the second SIGTERM", second.elapsed());
+        let log = d.log_text();
+        assert!(
+            log.contains("again: not waiting for the GPU workers"),
+            "{log}"
+        );
+        assert!(!log.contains(&format!("job finished job={job}")), "{log}");
+        let mut d = Daemon::spawn(fx.address(), &fx.state(), &[]);
+        wait_for_daemon(&conn, &mut d).await;
+        assert_eq!(curves(&conn).await, old, "the bounds of before are served");
+        let said = health(&conn).await;
+        assert!(
+            said.starts_with("degraded: an earlier run ended during job")
+                && said.contains("calibrating needle, started"),
+            "{said}"
+        );
+        d.stop();
+    })
+    .await
+    .expect("test ran past its time limit");
+}
+
+/// The next `JobFinished` on `stream`: (job, state).
+async fn next_finished(stream: &mut zbus::MessageStream) -> (u64, String) {
+    use futures_util::StreamExt;
+    let msg = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("JobFinished")
+        .expect("stream open")
+        .expect("signal");
+    let (id, state, _): (u64, String, String) = msg.body().deserialize().unwrap();
+    (id, state)
+}
