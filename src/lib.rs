@@ -27,7 +27,8 @@
 //! - [`store`]: calibrations on disk, one file per device fingerprint, written atomically. The
 //!   launch times of what it loaded (and of what it saved) rest in an unlinked spill file, not
 //!   in memory: nothing that serves a bound reads them.
-//! - [`service`]: one GPU's state and job queue; queries read an immutable snapshot, GPU work
+//! - [`service`]: one GPU's state and job queue; queries read an immutable snapshot (an answer
+//!   built from several lookups reads them all from one [`service::Moment`]), GPU work
 //!   runs on its own worker thread, so one device's job never delays another's queries. No D-Bus
 //!   types. [`bundle`] carries calibrations between hosts.
 //! - [`dbus`]: the bus face, thin: an object per GPU forwarding to its service, maps errors to
