@@ -415,6 +415,10 @@ const CURVE_COLUMNS: [(&str, &str, i32); 10] = [
 ];
 const PREDICTION_LABEL: &str = "prediction";
 
+/// One row of `wcetctl curve`: SMs, bound_ns, and the values of [`CURVE_COLUMNS`] and
+/// [`PREDICTION_LABEL`] in that order.
+type CurveRow = (u32, u64, Vec<serde_json::Value>);
+
 pub(crate) async fn print_curve(
     json: bool,
     bounds: &BoundsProxy<'_>,
@@ -426,20 +430,7 @@ pub(crate) async fn print_curve(
         .map(|c| c.0)
         .chain([PREDICTION_LABEL])
         .collect();
-    let sizes = bounds.partition_sizes().await.map_err(explain)?;
-    let mut rows = Vec::new();
-    for sms in &sizes {
-        let info = bound_info(bounds, kernel, *sms, interference).await?;
-        let bound = info
-            .get("bound_ns")
-            .and_then(|v| u64::try_from(v).ok())
-            .unwrap_or(0);
-        let values: Vec<serde_json::Value> = keys
-            .iter()
-            .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
-            .collect();
-        rows.push((*sms, bound, values));
-    }
+    let rows = curve_rows(bounds, kernel, interference, &keys).await?;
     if json {
         let v: Vec<_> = rows
             .iter()
@@ -454,26 +445,45 @@ pub(crate) async fn print_curve(
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    let pad = |text: &str, width: i32| match width {
-        w if w < 0 => format!("{text:<0$}", (-w) as usize),
-        w => format!("{text:>0$}", w as usize),
-    };
-    let line = |sms: &str, bound: &str, cells: Vec<String>| {
-        let cells: Vec<String> = CURVE_COLUMNS
+    print_curve_table(kernel, &rows);
+    Ok(())
+}
+
+/// The curve's rows, one per partition size, with the GetBoundInfo values of `keys`.
+async fn curve_rows(
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    interference: Option<Interference>,
+    keys: &[&str],
+) -> anyhow::Result<Vec<CurveRow>> {
+    let sizes = bounds.partition_sizes().await.map_err(explain)?;
+    let mut rows = Vec::new();
+    for sms in &sizes {
+        let info = bound_info(bounds, kernel, *sms, interference).await?;
+        let bound = info
+            .get("bound_ns")
+            .and_then(|v| u64::try_from(v).ok())
+            .unwrap_or(0);
+        let values: Vec<serde_json::Value> = keys
             .iter()
-            .zip(cells)
-            .map(|(c, text)| pad(&text, c.2))
+            .map(|k| info.get(*k).map(variant_json).unwrap_or_default())
             .collect();
-        println!("{sms:>5}  {bound:>14}  {}", cells.join("  "));
-    };
+        rows.push((*sms, bound, values));
+    }
+    Ok(rows)
+}
+
+/// The curve as a table under the kernel's name, then a legend; the prediction's label is said
+/// once in the legend rather than in every row.
+fn print_curve_table(kernel: &str, rows: &[CurveRow]) {
     println!("{kernel}");
-    line(
+    print_curve_line(
         "SMs",
         "bound_ns",
         CURVE_COLUMNS.iter().map(|c| c.1.into()).collect(),
     );
     let mut label = String::new();
-    for (sms, bound, v) in &rows {
+    for (sms, bound, v) in rows {
         // JSON values ignore width and alignment, so render them as text first.
         let mut cells: Vec<String> = v
             .iter()
@@ -483,10 +493,23 @@ pub(crate) async fn print_curve(
         if let Some(e) = v[1].as_f64() {
             cells[1] = wcetd::model::exceedance_text(e);
         }
-        line(&sms.to_string(), &bound.to_string(), cells);
+        print_curve_line(&sms.to_string(), &bound.to_string(), cells);
     }
     println!("basis: what the bound rests on (measured; verified: the fitted curve checked by the sweep there; fitted)\ntypical_ns, mean_ns: measured median and mean (0 where not measured)\npredicted_ns: {label}");
-    Ok(())
+}
+
+/// One line of the curve's table: `cells` padded to the widths of [`CURVE_COLUMNS`].
+fn print_curve_line(sms: &str, bound: &str, cells: Vec<String>) {
+    let pad = |text: &str, width: i32| match width {
+        w if w < 0 => format!("{text:<0$}", (-w) as usize),
+        w => format!("{text:>0$}", w as usize),
+    };
+    let cells: Vec<String> = CURVE_COLUMNS
+        .iter()
+        .zip(cells)
+        .map(|(c, text)| pad(&text, c.2))
+        .collect();
+    println!("{sms:>5}  {bound:>14}  {}", cells.join("  "));
 }
 
 /// `wcetctl predict KERNEL` without `--device`: the daemon's own prediction for its device.
@@ -533,22 +556,13 @@ pub(crate) async fn recalibrate(
     interference: &[Interference],
     no_wait: bool,
 ) -> anyhow::Result<()> {
-    use futures_util::StreamExt;
     let calibration = calibration_proxy(conn).await?;
     let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
     // Listen before the job exists, so that neither its end nor a Ctrl-C can be missed.
-    let mut finished = calibration.receive_job_finished().await?;
-    let mut progress = calibration.receive_job_progress().await?;
-    let mut owner = calibration.inner().receive_owner_changed().await?;
-    let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    let job = if interference.is_empty() {
-        calibration.recalibrate(&names).await
-    } else {
-        let tags: Vec<String> = interference.iter().map(ToString::to_string).collect();
-        let options = std::collections::HashMap::from([("interference", tags.into())]);
-        calibration.recalibrate_with(&names, options).await
-    }
-    .map_err(explain)?;
+    let mut signals = JobSignals::subscribe(&calibration).await?;
+    let job = start_recalibration(&calibration, &names, interference)
+        .await
+        .map_err(explain)?;
     if no_wait {
         if json {
             println!("{}", serde_json::json!({"job": job, "state": "queued"}));
@@ -558,49 +572,11 @@ pub(crate) async fn recalibrate(
         return Ok(());
     }
     let bar = (!json && std::io::stderr().is_terminal()).then(|| progress_bar(job));
-    let (mut state, _, mut message) = calibration.get_job(job).await.map_err(explain)?;
-    let mut cancelling = false;
-    while !matches!(state.as_str(), "done" | "failed" | "cancelled") {
-        tokio::select! {
-            Some(signal) = finished.next() => {
-                let args = signal.args()?;
-                if args.job == job {
-                    (state, message) = (args.state, args.message);
-                }
-            }
-            Some(signal) = progress.next() => {
-                let args = signal.args()?;
-                if let (Some(b), true) = (&bar, args.job == job) {
-                    b.set_position((args.progress * 1000.0) as u64);
-                    // GetJob's message names the kernel, size and interference being measured.
-                    if let Ok((_, _, now)) = calibration.get_job(job).await {
-                        b.set_message(now);
-                    }
-                }
-            }
-            Some(_) = owner.next() => {
-                if let Some(b) = &bar {
-                    b.abandon();
-                }
-                anyhow::bail!(wcetd::client::daemon_left(job));
-            }
-            _ = interrupt.recv() => {
-                // Said above the bar, which stays where it is.
-                let say = |what: &str| match &bar {
-                    Some(b) => b.suspend(|| eprintln!("wcetctl: {what}")),
-                    None => eprintln!("wcetctl: {what}"),
-                };
-                if cancelling {
-                    say(&format!("job {job} is being cancelled; `wcetctl jobs` shows when it has stopped"));
-                    return Err(Interrupted.into());
-                }
-                cancelling = true;
-                say(&format!("Ctrl-C: cancelling job {job} (what it has not yet published stays as it was); Ctrl-C again to exit without waiting"));
-                // Refused only when the job has just finished: its JobFinished says how.
-                let _ = calibration.cancel_job(job).await;
-            }
-        }
-    }
+    let JobEnd {
+        state,
+        message,
+        cancelling,
+    } = follow_job(&calibration, job, &mut signals, bar.as_ref()).await?;
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -617,6 +593,109 @@ pub(crate) async fn recalibrate(
         "cancelled" if cancelling => Err(Interrupted.into()),
         _ => bail!("job {job} ended {state}"),
     }
+}
+
+/// Queue the recalibration of `names` (every kernel when empty): under every interference, or
+/// under the `interference` named.
+async fn start_recalibration(
+    calibration: &CalibrationProxy<'_>,
+    names: &[&str],
+    interference: &[Interference],
+) -> zbus::Result<u64> {
+    if interference.is_empty() {
+        calibration.recalibrate(names).await
+    } else {
+        let tags: Vec<String> = interference.iter().map(ToString::to_string).collect();
+        let options = std::collections::HashMap::from([("interference", tags.into())]);
+        calibration.recalibrate_with(names, options).await
+    }
+}
+
+/// What `recalibrate` follows a job by: its end, its progress, the daemon leaving the bus, and
+/// Ctrl-C. Subscribed to before the job exists, so that none of them can be missed.
+struct JobSignals {
+    finished: wcetd::client::JobFinishedStream,
+    progress: wcetd::client::JobProgressStream,
+    owner: zbus::proxy::OwnerChangedStream<'static>,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl JobSignals {
+    async fn subscribe(calibration: &CalibrationProxy<'static>) -> anyhow::Result<Self> {
+        Ok(Self {
+            finished: calibration.receive_job_finished().await?,
+            progress: calibration.receive_job_progress().await?,
+            owner: calibration.inner().receive_owner_changed().await?,
+            interrupt: tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?,
+        })
+    }
+}
+
+/// How a followed job ended, and whether a Ctrl-C asked for its cancel (a job cancelled so
+/// exits as interrupted, not as failed).
+struct JobEnd {
+    state: String,
+    message: String,
+    cancelling: bool,
+}
+
+/// Follow `job` until it ends, moving the `bar` along. The first Ctrl-C cancels the job and
+/// waits on; a second exits without waiting, as does the daemon leaving the bus.
+async fn follow_job(
+    calibration: &CalibrationProxy<'_>,
+    job: u64,
+    signals: &mut JobSignals,
+    bar: Option<&indicatif::ProgressBar>,
+) -> anyhow::Result<JobEnd> {
+    use futures_util::StreamExt;
+    let (mut state, _, mut message) = calibration.get_job(job).await.map_err(explain)?;
+    let mut cancelling = false;
+    while !matches!(state.as_str(), "done" | "failed" | "cancelled") {
+        tokio::select! {
+            Some(signal) = signals.finished.next() => {
+                let args = signal.args()?;
+                if args.job == job {
+                    (state, message) = (args.state, args.message);
+                }
+            }
+            Some(signal) = signals.progress.next() => {
+                let args = signal.args()?;
+                if let (Some(b), true) = (bar, args.job == job) {
+                    b.set_position((args.progress * 1000.0) as u64);
+                    // GetJob's message names the kernel, size and interference being measured.
+                    if let Ok((_, _, now)) = calibration.get_job(job).await {
+                        b.set_message(now);
+                    }
+                }
+            }
+            Some(_) = signals.owner.next() => {
+                if let Some(b) = bar {
+                    b.abandon();
+                }
+                anyhow::bail!(wcetd::client::daemon_left(job));
+            }
+            _ = signals.interrupt.recv() => {
+                // Said above the bar, which stays where it is.
+                let say = |what: &str| match bar {
+                    Some(b) => b.suspend(|| eprintln!("wcetctl: {what}")),
+                    None => eprintln!("wcetctl: {what}"),
+                };
+                if cancelling {
+                    say(&format!("job {job} is being cancelled; `wcetctl jobs` shows when it has stopped"));
+                    return Err(Interrupted.into());
+                }
+                cancelling = true;
+                say(&format!("Ctrl-C: cancelling job {job} (what it has not yet published stays as it was); Ctrl-C again to exit without waiting"));
+                // Refused only when the job has just finished: its JobFinished says how.
+                let _ = calibration.cancel_job(job).await;
+            }
+        }
+    }
+    Ok(JobEnd {
+        state,
+        message,
+        cancelling,
+    })
 }
 
 /// A bar for one job: how far, how long it has run, when it should end, and what it measures now.
@@ -649,16 +728,7 @@ pub(crate) async fn import(
         .flat_map(|s| s.values())
         .map(|t| t.len() as u64)
         .sum();
-    let bar = (!json && total > 100_000).then(|| {
-        let bar = indicatif::ProgressBar::new(total);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{msg:24} [{bar:30}] {pos}/{len} samples, ETA {eta}",
-            )
-            .expect("progress template"),
-        );
-        bar
-    });
+    let bar = (!json && total > 100_000).then(|| import_bar(total));
     let mut results = Vec::new();
     let mut failed = 0;
     for (kernel, sizes) in set {
@@ -666,33 +736,11 @@ pub(crate) async fn import(
             .iter()
             .flat_map(|(&m, times)| times.iter().map(move |&t| (m, t)))
             .collect();
-        let mut options = std::collections::HashMap::new();
-        options.insert("source", zbus::Variant::from(source));
-        options.insert(
-            "interference",
-            zbus::Variant::from(interference.to_string()),
-        );
-        if let Some(g) = geometry.get(kernel) {
-            options.insert("blocks", g.blocks.into());
-            options.insert("blocks_per_sm", g.blocks_per_sm.into());
-        }
+        let options = import_options(source, interference, geometry.get(kernel));
         if let Some(b) = &bar {
             b.set_message(kernel.clone());
         }
-        // A kernel the daemon refuses (one it measured itself, say) is a failed row; the others
-        // are still sent, and every outcome is listed.
-        let (job, state, message) = match calibration.import_samples(kernel, &pairs, options).await
-        {
-            Ok(job) => {
-                let (state, message) =
-                    wcetd::client::wait_for_job(&calibration, job, |_| {}).await?;
-                (job, state, message)
-            }
-            Err(e) if refuses_the_kernel(&e) => {
-                (0, "refused".to_string(), format!("{:#}", explain(e)))
-            }
-            Err(e) => return Err(explain(e).context(format!("importing {kernel}"))),
-        };
+        let (job, state, message) = import_kernel(&calibration, kernel, &pairs, options).await?;
         if let Some(b) = &bar {
             b.inc(pairs.len() as u64);
         }
@@ -722,6 +770,63 @@ pub(crate) async fn import(
         bail!("{failed} of {} kernels were not imported", set.len());
     }
     Ok(())
+}
+
+/// A bar over the `total` samples an import sends, named by the kernel being sent.
+fn import_bar(total: u64) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:24} [{bar:30}] {pos}/{len} samples, ETA {eta}",
+        )
+        .expect("progress template"),
+    );
+    bar
+}
+
+/// The options of one kernel's `ImportSamples`: where the samples come from, the interference
+/// they were measured under, and the kernel's launch geometry where the geometry file has it.
+fn import_options<'a>(
+    source: &'a str,
+    interference: Interference,
+    geometry: Option<&Geometry>,
+) -> std::collections::HashMap<&'static str, zbus::Variant<'a>> {
+    let mut options = std::collections::HashMap::new();
+    options.insert("source", zbus::Variant::from(source));
+    options.insert(
+        "interference",
+        zbus::Variant::from(interference.to_string()),
+    );
+    if let Some(g) = geometry {
+        options.insert("blocks", g.blocks.into());
+        options.insert("blocks_per_sm", g.blocks_per_sm.into());
+    }
+    options
+}
+
+/// Import one kernel's `pairs` of (SMs, time) and wait for the job: (job, state, message), job
+/// 0 where the daemon refused the kernel.
+async fn import_kernel(
+    calibration: &CalibrationProxy<'_>,
+    kernel: &str,
+    pairs: &[(u32, u64)],
+    options: std::collections::HashMap<&str, zbus::Variant<'_>>,
+) -> anyhow::Result<(u64, String, String)> {
+    // A kernel the daemon refuses (one it measured itself, say) is a failed row; the others
+    // are still sent, and every outcome is listed.
+    Ok(
+        match calibration.import_samples(kernel, pairs, options).await {
+            Ok(job) => {
+                let (state, message) =
+                    wcetd::client::wait_for_job(calibration, job, |_| {}).await?;
+                (job, state, message)
+            }
+            Err(e) if refuses_the_kernel(&e) => {
+                (0, "refused".to_string(), format!("{:#}", explain(e)))
+            }
+            Err(e) => return Err(explain(e).context(format!("importing {kernel}"))),
+        },
+    )
 }
 
 pub(crate) async fn import_calibration(
@@ -776,9 +881,6 @@ pub(crate) async fn import_calibration(
     Ok(())
 }
 
-/// What happens to the imported `kernels`. The daemon checks a bundle on this card only where
-/// its configuration matches; `force` admits one of another configuration, served stale and
-/// unchecked (docs/fleet.md), and this side cannot tell which case the daemon took.
 /// The source an import names by default: the samples file's path, as the daemon takes a
 /// source (at most 200 bytes, no control characters): control characters (legal in a Linux
 /// file name) replaced, and only the file name, cut at a character, where the path is longer.
@@ -808,6 +910,9 @@ fn default_source(samples: &std::path::Path) -> String {
     }
 }
 
+/// What happens to the imported `kernels`. The daemon checks a bundle on this card only where
+/// its configuration matches; `force` admits one of another configuration, served stale and
+/// unchecked (docs/fleet.md), and this side cannot tell which case the daemon took.
 /// Nothing is imported yet when the call returns: the job does it, and a failure or a cancel
 /// there imports nothing (the message once said "imported" of a bundle a cancel then dropped).
 fn import_message(kernels: &[String], force: bool) -> String {
@@ -921,13 +1026,48 @@ pub(crate) async fn status(
     let health = bounds.health().await?;
     let stale = bounds.stale_kernels().await?;
     let smallest = sizes.first().copied().unwrap_or(0);
-    // A daemon without Monitor1 (older than it) has nothing to say here.
+    let overrun = overrun_kernels(bounds).await;
+    let kernels = kernel_statuses(bounds, smallest, &stale, &overrun).await?;
+    if json {
+        let calibrated: BTreeMap<_, _> = kernels
+            .iter()
+            .map(|(k, v)| (k.clone(), v["calibrated"].clone()))
+            .collect();
+        return Ok(
+            serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
+                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels,
+                "overrun_kernels": overrun}),
+        );
+    }
+    println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
+    if !overrun.is_empty() {
+        println!(
+            "overruns    {} (a reported launch exceeded a bound since calibration; see wcetctl observed)",
+            overrun.join(", ")
+        );
+    }
+    print_kernel_statuses(&kernels);
+    Ok(serde_json::Value::Null)
+}
+
+/// The kernels a reported launch overran since calibration. Empty from a daemon without
+/// Monitor1 (older than it): it has nothing to say here.
+async fn overrun_kernels(bounds: &BoundsProxy<'_>) -> Vec<String> {
     let path = bounds.inner().path().to_string();
-    let overrun = match wcetd::monitor_view::monitor_at(bounds.inner().connection(), &path).await {
+    match wcetd::monitor_view::monitor_at(bounds.inner().connection(), &path).await {
         Ok(m) => m.overrun_kernels().await.unwrap_or_default(),
         Err(_) => Vec::new(),
-    };
-    // Per kernel: which bounds exist and what the safer of them guarantees (the same at every size).
+    }
+}
+
+/// Per kernel: which bounds exist and what the safer of them guarantees (the same at every
+/// size, so asked at the `smallest`), as the JSON object `status` prints or tabulates.
+async fn kernel_statuses(
+    bounds: &BoundsProxy<'_>,
+    smallest: u32,
+    stale: &[String],
+    overrun: &[String],
+) -> anyhow::Result<BTreeMap<String, serde_json::Value>> {
     let mut kernels = BTreeMap::new();
     for k in bounds.list_kernels().await? {
         let looked = bounds.get_bound_info(&k, smallest).await;
@@ -950,42 +1090,19 @@ pub(crate) async fn status(
             }),
         );
     }
-    if json {
-        let calibrated: BTreeMap<_, _> = kernels
-            .iter()
-            .map(|(k, v)| (k.clone(), v["calibrated"].clone()))
-            .collect();
-        return Ok(
-            serde_json::json!({"device": device, "backend": backend, "total_sms": total, "partition_sizes": sizes,
-                "health": health, "stale_kernels": stale, "calibrated": calibrated, "kernels": kernels,
-                "overrun_kernels": overrun}),
-        );
-    }
-    println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
-    if !overrun.is_empty() {
-        println!(
-            "overruns    {} (a reported launch exceeded a bound since calibration; see wcetctl observed)",
-            overrun.join(", ")
-        );
-    }
+    Ok(kernels)
+}
+
+/// `status`'s table of kernels, one row each from [`kernel_statuses`].
+fn print_kernel_statuses(kernels: &BTreeMap<String, serde_json::Value>) {
     // As wide as the longest name: manifests' kernels are often longer than the suite's.
     let w = kernels.keys().map(String::len).max().unwrap_or(0).max(10);
     println!(
         "  {:<w$} {:<19} {:<19} {:>10}  tail",
         "kernel", "state", "bounds", "exceedance"
     );
-    for (k, v) in &kernels {
-        let state = if v["stale"] == true {
-            "stale"
-        } else if v["overrun"] == true {
-            "calibrated, OVERRUN"
-        } else if v["calibrated"] == true {
-            "calibrated"
-        } else if v["held_back"] == true {
-            "HELD BACK (Health)"
-        } else {
-            "not calibrated"
-        };
+    for (k, v) in kernels {
+        let state = kernel_state(v);
         let tags: Vec<&str> = v["interference_available"]
             .as_array()
             .map(|a| a.iter().filter_map(|t| t.as_str()).collect())
@@ -1001,7 +1118,22 @@ pub(crate) async fn status(
         let tail = v["tail"].as_str().unwrap_or("-");
         println!("  {k:<w$} {state:<19} {tags:<19} {exceedance:>10}  {tail}");
     }
-    Ok(serde_json::Value::Null)
+}
+
+/// A kernel's state column in `status`: the first of stale, overrun, calibrated and held back
+/// that holds, else not calibrated.
+fn kernel_state(v: &serde_json::Value) -> &'static str {
+    if v["stale"] == true {
+        "stale"
+    } else if v["overrun"] == true {
+        "calibrated, OVERRUN"
+    } else if v["calibrated"] == true {
+        "calibrated"
+    } else if v["held_back"] == true {
+        "HELD BACK (Health)"
+    } else {
+        "not calibrated"
+    }
 }
 
 /// The files a command reads, checked before the daemon is reached: a missing task set was
