@@ -81,49 +81,18 @@ pub(crate) fn check_manifests(
     files: &[PathBuf],
     kernel_dirs: &[PathBuf],
 ) -> anyhow::Result<()> {
-    let mut files = files.to_vec();
-    for dir in kernel_dirs {
-        let entries =
-            std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
-        let mut in_dir: Vec<PathBuf> = entries
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-            .collect();
-        in_dir.sort();
-        files.extend(in_dir);
-    }
+    let mut files = manifest_files(files, kernel_dirs)?;
     if files.is_empty() {
         bail!("no files given; accepted: one or more kernel manifest (.toml) paths, or --kernel-dir DIR");
     }
-    // Each file alone, then the names together as the daemon takes them: a built-in's name, or
-    // one an earlier file has, is refused.
     // A file named twice (`a.toml` and `./a.toml` too) is one manifest, not two that take each
     // other's name.
     let mut seen = std::collections::HashSet::new();
     files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
-    let loaded: Vec<Result<wcetd::manifest::Manifest, String>> = files
-        .iter()
-        .map(|f| {
-            let m = wcetd::manifest::load(f)?;
-            wcetd::gpu::sim::KernelPhysics::check_without_device(&m)
-                .map_err(|e| format!("{e} (the daemon would reject it)"))?;
-            Ok(m)
-        })
-        .collect();
-    let (_, taken) = wcetd::kernels::Catalogue::with_manifests(
-        loaded
-            .iter()
-            .filter_map(|r| r.as_ref().ok().cloned())
-            .collect(),
-    );
+    let checked = check_as_the_daemon_would(&files);
     let mut bad = 0;
     let mut out = Vec::new();
-    for (file, result) in files.iter().zip(loaded) {
-        let shown = file.display().to_string();
-        let result = match taken.iter().find(|(f, _)| *f == shown) {
-            Some((_, why)) if result.is_ok() => Err(why.clone()),
-            _ => result,
-        };
+    for (file, result) in files.iter().zip(checked) {
         bad += usize::from(result.is_err());
         match (&result, json) {
             (Ok(m), false) => println!(
@@ -153,6 +122,55 @@ pub(crate) fn check_manifests(
         return Err(Rejected(why).into());
     }
     Ok(())
+}
+
+/// The manifests `kernels check` is given: the `files` named, then each of `kernel_dirs`'
+/// `.toml` files in name order, as the daemon reads a kernel directory.
+fn manifest_files(files: &[PathBuf], kernel_dirs: &[PathBuf]) -> anyhow::Result<Vec<PathBuf>> {
+    let mut files = files.to_vec();
+    for dir in kernel_dirs {
+        let entries =
+            std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+        let mut in_dir: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        in_dir.sort();
+        files.extend(in_dir);
+    }
+    Ok(files)
+}
+
+/// Each of `files`' manifests, or why the daemon would reject it. Each file alone, then the
+/// names together as the daemon takes them: a built-in's name, or one an earlier file has, is
+/// refused.
+fn check_as_the_daemon_would(files: &[PathBuf]) -> Vec<Result<wcetd::manifest::Manifest, String>> {
+    let loaded: Vec<Result<wcetd::manifest::Manifest, String>> = files
+        .iter()
+        .map(|f| {
+            let m = wcetd::manifest::load(f)?;
+            wcetd::gpu::sim::KernelPhysics::check_without_device(&m)
+                .map_err(|e| format!("{e} (the daemon would reject it)"))?;
+            Ok(m)
+        })
+        .collect();
+    let (_, taken) = wcetd::kernels::Catalogue::with_manifests(
+        loaded
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect(),
+    );
+    files
+        .iter()
+        .zip(loaded)
+        .map(|(file, result)| {
+            let shown = file.display().to_string();
+            match taken.iter().find(|(f, _)| *f == shown) {
+                Some((_, why)) if result.is_ok() => Err(why.clone()),
+                _ => result,
+            }
+        })
+        .collect()
 }
 
 /// An input file, gzip-compressed when its name ends in `.gz` (as the recorded datasets are).
@@ -615,16 +633,7 @@ pub(crate) fn evaluate(
         budget,
     );
     if let Some(dir) = plot_dir {
-        std::fs::create_dir_all(dir)?;
-        for kernel in calibration.keys().filter(|k| held.contains_key(*k)) {
-            let mine: Vec<_> = evals.iter().filter(|e| &e.kernel == kernel).collect();
-            offline::plot(
-                kernel,
-                &held[kernel],
-                &mine,
-                &dir.join(format!("{kernel}.svg")),
-            )?;
-        }
+        plot_evaluations(dir, &calibration, &held, &evals)?;
     }
     let pooled = offline::pooled(&evals, &methods);
     if json {
@@ -640,6 +649,36 @@ pub(crate) fn evaluate(
         );
         return Ok(());
     }
+    print_evaluations(&evals, &pooled);
+    nothing_failed_silently(&evals)
+}
+
+/// `evaluate --plot DIR`: one `KERNEL.svg` for each kernel both sample files have.
+fn plot_evaluations(
+    dir: &Path,
+    calibration: &samples::SampleSet,
+    held: &samples::SampleSet,
+    evals: &[wcetd::model::evaluate::KernelEvaluation],
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    for kernel in calibration.keys().filter(|k| held.contains_key(*k)) {
+        let mine: Vec<_> = evals.iter().filter(|e| &e.kernel == kernel).collect();
+        offline::plot(
+            kernel,
+            &held[kernel],
+            &mine,
+            &dir.join(format!("{kernel}.svg")),
+        )?;
+    }
+    Ok(())
+}
+
+/// `evaluate`'s table: each (kernel, method) scored, then each method pooled over the kernels
+/// (`ALL`); after it, why a method made no bounds, and the sizes each kernel was calibrated at.
+fn print_evaluations(
+    evals: &[wcetd::model::evaluate::KernelEvaluation],
+    pooled: &[(Method, wcetd::model::evaluate::Score, usize)],
+) {
     let mut rows: Vec<_> = evals
         .iter()
         .map(|e| (e.kernel.clone(), e.method, e.score.clone()))
@@ -659,13 +698,12 @@ pub(crate) fn evaluate(
         );
     }
     let mut seen = Vec::new();
-    for e in &evals {
+    for e in evals {
         if !seen.contains(&e.kernel) {
             println!("calibrated {} at {:?}", e.kernel, e.calibrated_at);
             seen.push(e.kernel.clone());
         }
     }
-    nothing_failed_silently(&evals)
 }
 
 /// A run in which some method made no bounds for a kernel says so on standard error, and one in
@@ -694,28 +732,8 @@ pub(crate) fn plot(
     data: &Datasets,
     out: &Path,
 ) -> anyhow::Result<()> {
-    let Loaded {
-        calibration,
-        held,
-        geometry,
-        sizes,
-    } = data.load()?;
-    let both: Vec<String> = calibration
-        .keys()
-        .filter(|k| held.contains_key(*k))
-        .cloned()
-        .collect();
-    let chosen: Vec<String> = if kernels.is_empty() {
-        both.clone()
-    } else {
-        kernels.to_vec()
-    };
-    if let Some(k) = chosen.iter().find(|k| !both.contains(k)) {
-        bail!(
-            "kernel `{k}` is not in both sample files; accepted: {}",
-            both.join(", ")
-        );
-    }
+    let loaded = data.load()?;
+    let chosen = kernels_to_plot(kernels, &loaded)?;
     let single_file = match offline::PlotFormat::of(out) {
         Some(format) => {
             format.check()?;
@@ -736,30 +754,12 @@ pub(crate) fn plot(
     let config = data.method_config()?;
     let mut written = Vec::new();
     for kernel in &chosen {
-        let single: samples::SampleSet = [(kernel.clone(), calibration[kernel].clone())].into();
-        let evals = offline::evaluate_all(
-            &single,
-            &held,
-            &geometry,
-            &sizes,
-            &Method::ALL,
-            &config,
-            SampleBudget::default(),
-        );
-        for e in evals.iter().filter(|e| e.error.is_some()) {
-            eprintln!(
-                "wcetctl: {kernel} / {}: made no bounds: {}",
-                e.method,
-                e.error.as_deref().unwrap_or("")
-            );
-        }
-        let refs: Vec<_> = evals.iter().collect();
         let path = if single_file {
             out.to_path_buf()
         } else {
             out.join(format!("{kernel}.svg"))
         };
-        offline::plot(kernel, &held[kernel], &refs, &path)?;
+        plot_kernel(kernel, &loaded, &config, &path)?;
         written.push(path.display().to_string());
     }
     if json {
@@ -768,6 +768,59 @@ pub(crate) fn plot(
         written.iter().for_each(|p| println!("wrote {p}"));
     }
     Ok(())
+}
+
+/// The kernels `plot` draws: those asked for (every one when none is), each of which both
+/// sample files must have.
+fn kernels_to_plot(kernels: &[String], loaded: &Loaded) -> anyhow::Result<Vec<String>> {
+    let both: Vec<String> = loaded
+        .calibration
+        .keys()
+        .filter(|k| loaded.held.contains_key(*k))
+        .cloned()
+        .collect();
+    let chosen: Vec<String> = if kernels.is_empty() {
+        both.clone()
+    } else {
+        kernels.to_vec()
+    };
+    if let Some(k) = chosen.iter().find(|k| !both.contains(k)) {
+        bail!(
+            "kernel `{k}` is not in both sample files; accepted: {}",
+            both.join(", ")
+        );
+    }
+    Ok(chosen)
+}
+
+/// Plot `kernel` to `path`: every method calibrated on its samples alone and scored on its
+/// held-out ones; a method that made no bounds is said on standard error and left out.
+fn plot_kernel(
+    kernel: &str,
+    loaded: &Loaded,
+    config: &MethodConfig,
+    path: &Path,
+) -> anyhow::Result<()> {
+    let single: samples::SampleSet =
+        [(kernel.to_string(), loaded.calibration[kernel].clone())].into();
+    let evals = offline::evaluate_all(
+        &single,
+        &loaded.held,
+        &loaded.geometry,
+        &loaded.sizes,
+        &Method::ALL,
+        config,
+        SampleBudget::default(),
+    );
+    for e in evals.iter().filter(|e| e.error.is_some()) {
+        eprintln!(
+            "wcetctl: {kernel} / {}: made no bounds: {}",
+            e.method,
+            e.error.as_deref().unwrap_or("")
+        );
+    }
+    let refs: Vec<_> = evals.iter().collect();
+    offline::plot(kernel, &loaded.held[kernel], &refs, path)
 }
 
 pub(crate) fn project(
