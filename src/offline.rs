@@ -405,14 +405,7 @@ pub fn plot(
 ) -> anyhow::Result<()> {
     use plotters::prelude::*;
     PlotFormat::of(path).unwrap_or(PlotFormat::Svg).check()?;
-    let us = |ns: u64| ns as f64 / 1000.0;
-    let all_ns = holdout.values().flatten().copied().chain(
-        evaluations
-            .iter()
-            .flat_map(|e| e.pairs.iter().map(|p| p.bound_ns)),
-    );
-    let (lo, hi) = all_ns.fold((u64::MAX, 1), |(lo, hi), t| (lo.min(t), hi.max(t)));
-    let (lo, hi) = (us(lo.max(1)) / 1.3, us(hi) * 1.6);
+    let (lo, hi) = time_axis(holdout, evaluations);
     let hi_sms = holdout.keys().copied().max().unwrap_or(1) + 4;
     let root = SVGBackend::new(path, (960, 620)).into_drawing_area();
     root.fill(&WHITE)?;
@@ -432,6 +425,61 @@ pub fn plot(
         .y_desc("time per launch (µs, log scale)")
         .y_label_formatter(&|v| format!("{v:.0}"))
         .draw()?;
+    draw_holdout(&mut chart, holdout)?;
+    for (i, e) in evaluations.iter().enumerate() {
+        draw_bounds(&mut chart, e, Palette99::pick(i).to_rgba())?;
+    }
+    if let Some(first) = evaluations.first() {
+        draw_margins(&mut chart, first)?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    footer.draw(&Text::new(
+        "filled dot: size calibrated on; open dot: fitted or extrapolated; % above the first curve: its margin over the held-out maximum",
+        (12, 4),
+        ("sans-serif", 12).into_font(),
+    ))?;
+    root.present()?;
+    Ok(())
+}
+
+/// The chart [`plot`] draws on: SMs across, microseconds up on a log scale.
+type PlotChart<'a, 'b> = plotters::chart::ChartContext<
+    'a,
+    plotters::backend::SVGBackend<'b>,
+    plotters::coord::cartesian::Cartesian2d<
+        plotters::coord::types::RangedCoordu32,
+        plotters::coord::combinators::LogCoord<f64>,
+    >,
+>;
+
+/// Nanoseconds as the plot's microseconds.
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1000.0
+}
+
+/// The plot's time axis in microseconds: from 1.3 times below the fastest to 1.6 times above
+/// the slowest of the held-out samples and the bounds, so that none sits on an edge.
+fn time_axis(holdout: &BTreeMap<u32, Vec<u64>>, evaluations: &[&KernelEvaluation]) -> (f64, f64) {
+    let all_ns = holdout.values().flatten().copied().chain(
+        evaluations
+            .iter()
+            .flat_map(|e| e.pairs.iter().map(|p| p.bound_ns)),
+    );
+    let (lo, hi) = all_ns.fold((u64::MAX, 1), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    (us(lo.max(1)) / 1.3, us(hi) * 1.6)
+}
+
+/// Every held-out sample (grey dots) and the held-out maximum at each size (black crosses).
+fn draw_holdout(
+    chart: &mut PlotChart<'_, '_>,
+    holdout: &BTreeMap<u32, Vec<u64>>,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
     let grey = RGBColor(170, 170, 170);
     let samples = holdout
         .iter()
@@ -452,64 +500,63 @@ pub fn plot(
         )?
         .label("held-out maximum")
         .legend(|(x, y)| Cross::new((x + 8, y), 5, BLACK.stroke_width(2)));
-    for (i, e) in evaluations.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        let line = e.pairs.iter().map(|p| (p.sms, us(p.bound_ns)));
-        chart
-            .draw_series(LineSeries::new(line, color.stroke_width(2)))?
-            .label(match &e.error {
-                // No table: a failure, not a curve with no violations.
-                Some(_) => format!("{} (made no bounds)", e.method),
-                None => format!("{} ({} violations)", e.method, e.score.violations),
-            })
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2))
-            });
-        let measured = |m: u32| e.calibrated_at.contains(&m);
-        chart.draw_series(e.pairs.iter().map(|p| {
-            let style = if measured(p.sms) {
-                color.filled()
-            } else {
-                WHITE.filled()
-            };
-            Circle::new((p.sms, us(p.bound_ns)), 4, style)
-        }))?;
-        chart.draw_series(
-            e.pairs
-                .iter()
-                .filter(|p| !measured(p.sms))
-                .map(|p| Circle::new((p.sms, us(p.bound_ns)), 4, color.stroke_width(1))),
-        )?;
-    }
-    if let Some(first) = evaluations.first() {
-        chart.draw_series(
-            first
-                .pairs
-                .iter()
-                .filter(|p| p.holdout_max_ns > 0)
-                .map(|p| {
-                    let margin = p.bound_ns as f64 / p.holdout_max_ns as f64 - 1.0;
-                    let color = if margin < 0.0 { RED } else { BLACK };
-                    Text::new(
-                        format!("{:+.0}%", margin * 100.0),
-                        (p.sms, us(p.bound_ns) * 1.12),
-                        ("sans-serif", 11).into_font().color(&color),
-                    )
-                }),
-        )?;
-    }
+    Ok(())
+}
+
+/// One method's bound curve in `color`, labelled with its violations; the sizes it was
+/// calibrated at as filled dots, the others as open ones.
+fn draw_bounds(
+    chart: &mut PlotChart<'_, '_>,
+    e: &KernelEvaluation,
+    color: plotters::style::RGBAColor,
+) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    let line = e.pairs.iter().map(|p| (p.sms, us(p.bound_ns)));
     chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
-    footer.draw(&Text::new(
-        "filled dot: size calibrated on; open dot: fitted or extrapolated; % above the first curve: its margin over the held-out maximum",
-        (12, 4),
-        ("sans-serif", 12).into_font(),
-    ))?;
-    root.present()?;
+        .draw_series(LineSeries::new(line, color.stroke_width(2)))?
+        .label(match &e.error {
+            // No table: a failure, not a curve with no violations.
+            Some(_) => format!("{} (made no bounds)", e.method),
+            None => format!("{} ({} violations)", e.method, e.score.violations),
+        })
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], color.stroke_width(2)));
+    let measured = |m: u32| e.calibrated_at.contains(&m);
+    chart.draw_series(e.pairs.iter().map(|p| {
+        let style = if measured(p.sms) {
+            color.filled()
+        } else {
+            WHITE.filled()
+        };
+        Circle::new((p.sms, us(p.bound_ns)), 4, style)
+    }))?;
+    chart.draw_series(
+        e.pairs
+            .iter()
+            .filter(|p| !measured(p.sms))
+            .map(|p| Circle::new((p.sms, us(p.bound_ns)), 4, color.stroke_width(1))),
+    )?;
+    Ok(())
+}
+
+/// The `first` method's margin over the held-out maximum above its curve at each size, red
+/// where the bound is below the maximum.
+fn draw_margins(chart: &mut PlotChart<'_, '_>, first: &KernelEvaluation) -> anyhow::Result<()> {
+    use plotters::prelude::*;
+    chart.draw_series(
+        first
+            .pairs
+            .iter()
+            .filter(|p| p.holdout_max_ns > 0)
+            .map(|p| {
+                let margin = p.bound_ns as f64 / p.holdout_max_ns as f64 - 1.0;
+                let color = if margin < 0.0 { RED } else { BLACK };
+                Text::new(
+                    format!("{:+.0}%", margin * 100.0),
+                    (p.sms, us(p.bound_ns) * 1.12),
+                    ("sans-serif", 11).into_font().color(&color),
+                )
+            }),
+    )?;
     Ok(())
 }
 
