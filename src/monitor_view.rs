@@ -244,33 +244,12 @@ pub async fn watch(
     let tty = std::io::stdout().is_terminal() && !json;
     let mut shown = 0u64;
     loop {
-        let answered = match snapshot(conn, path).await {
-            Ok(rows) => monitor
-                .overrun_kernels()
-                .await
-                .map_err(explain)
-                .map(|overrun| (rows, overrun)),
-            Err(e) => Err(e),
-        };
-        let (rows, overrun) = match answered {
+        let (rows, overrun) = match observed_and_overrun(conn, path, &monitor).await {
             Ok(both) => both,
             // A daemon restarting (systemd takes a second or two) is waited for, as top waits:
             // the view ended with a raw D-Bus error.
             Err(e) if daemon_gone(&e) => {
-                let mut out = std::io::stdout().lock();
-                let now = chrono::Utc::now();
-                if json {
-                    let v =
-                        serde_json::json!({"time": now.to_rfc3339(), "error": format!("{e:#}")});
-                    writeln!(out, "{v}")?;
-                } else {
-                    writeln!(
-                        out,
-                        "{}: no wcetd on the bus (restarting?); waiting for it",
-                        now.format("%Y-%m-%d %H:%M:%S UTC")
-                    )?;
-                }
-                out.flush()?;
+                say_waiting_for_the_daemon(json, &e)?;
                 // Counted, so that `--count N` ends even if the daemon never comes back.
                 shown += 1;
                 if count.is_some_and(|c| shown >= c) {
@@ -281,41 +260,80 @@ pub async fn watch(
             }
             Err(e) => return Err(e),
         };
-        let mut out = std::io::stdout().lock();
-        if json {
-            let v = serde_json::json!({"time": chrono::Utc::now().to_rfc3339(), "overrun_kernels": overrun, "observed": rows});
-            writeln!(out, "{v}")?;
+        // Home and clear on a terminal, as top redraws; otherwise a blank line parts snapshots.
+        let before = if tty {
+            "\x1b[H\x1b[2J"
+        } else if shown > 0 {
+            "\n"
         } else {
-            if tty {
-                // Home and clear, as top redraws.
-                write!(out, "\x1b[H\x1b[2J")?;
-            } else if shown > 0 {
-                writeln!(out)?;
-            }
-            writeln!(
-                out,
-                "wcetd observations at {} ({} series); overruns since calibration: {}",
-                chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"),
-                rows.len(),
-                if overrun.is_empty() {
-                    "none".to_string()
-                } else {
-                    overrun.join(", ")
-                }
-            )?;
-            write!(out, "{}", render(&rows, false))?;
-            if rows.is_empty() {
-                writeln!(out, "(no launch times reported yet: Monitor1.Report)")?;
-            }
-        }
-        out.flush()?;
-        drop(out);
+            ""
+        };
+        show_refresh(json, before, &rows, &overrun)?;
         shown += 1;
         if count.is_some_and(|c| shown >= c) {
             return Ok(());
         }
         tokio::time::sleep(interval).await;
     }
+}
+
+/// One refresh's answers: every observed series (`ListObserved`), then the kernels overrun
+/// since calibration.
+async fn observed_and_overrun(
+    conn: &Connection,
+    path: &str,
+    monitor: &Monitor1Proxy<'_>,
+) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
+    let rows = snapshot(conn, path).await?;
+    let overrun = monitor.overrun_kernels().await.map_err(explain)?;
+    Ok((rows, overrun))
+}
+
+/// In place of a refresh: the daemon is not on the bus, and `watch` waits for it.
+fn say_waiting_for_the_daemon(json: bool, e: &anyhow::Error) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let now = chrono::Utc::now();
+    if json {
+        let v = serde_json::json!({"time": now.to_rfc3339(), "error": format!("{e:#}")});
+        writeln!(out, "{v}")?;
+    } else {
+        writeln!(
+            out,
+            "{}: no wcetd on the bus (restarting?); waiting for it",
+            now.format("%Y-%m-%d %H:%M:%S UTC")
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// One refresh of `watch`: a JSON line, or the table (after `before`) of every series under
+/// a line that names the kernels overrun.
+fn show_refresh(json: bool, before: &str, rows: &[Row], overrun: &[String]) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        let v = serde_json::json!({"time": chrono::Utc::now().to_rfc3339(), "overrun_kernels": overrun, "observed": rows});
+        writeln!(out, "{v}")?;
+    } else {
+        write!(out, "{before}")?;
+        writeln!(
+            out,
+            "wcetd observations at {} ({} series); overruns since calibration: {}",
+            chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"),
+            rows.len(),
+            if overrun.is_empty() {
+                "none".to_string()
+            } else {
+                overrun.join(", ")
+            }
+        )?;
+        write!(out, "{}", render(rows, false))?;
+        if rows.is_empty() {
+            writeln!(out, "(no launch times reported yet: Monitor1.Report)")?;
+        }
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Whether `e` says nobody owns the daemon's name (it stopped, or is restarting).
