@@ -231,6 +231,49 @@ impl Default for Jitter {
     }
 }
 
+/// Check a tabulated kernel's `curve_ns` against the device's realisable `sizes`: one time for
+/// each of them and for no other size, each a plausible number of nanoseconds.
+fn check_curve(name: &str, curve: &[(u32, f64)], sizes: &[PartitionSize]) -> anyhow::Result<()> {
+    let missing: Vec<u32> = sizes
+        .iter()
+        .copied()
+        .filter(|m| !curve.iter().any(|(c, _)| c == m))
+        .collect();
+    anyhow::ensure!(
+        missing.is_empty(),
+        "kernel {name}: curve_ns has no time for {missing:?}; accepted: [sms, ns] pairs covering every realisable size {sizes:?}"
+    );
+    let mut seen = std::collections::BTreeSet::new();
+    if let Some((m, _)) = curve.iter().find(|(m, _)| !seen.insert(*m)) {
+        anyhow::bail!(
+            "kernel {name}: curve_ns gives {m} SMs more than once; accepted: one [sms, ns] pair per realisable size {sizes:?}"
+        );
+    }
+    if let Some((m, _)) = curve.iter().find(|(m, _)| !sizes.contains(m)) {
+        anyhow::bail!(
+            "kernel {name}: curve_ns gives {m} SMs, which this device cannot realise; accepted: the realisable sizes {sizes:?}"
+        );
+    }
+    // Below 1 ns is a unit mistake (seconds or milliseconds given as nanoseconds),
+    // and the simulator would time such launches at 0 ns.
+    // Above an hour likewise (the limit `Report` keeps): 1e30 was served as a bound
+    // of 2^64 - 1 ns.
+    let hour = crate::samples::MAX_TIME_NS as f64;
+    if let Some((m, t)) = curve
+        .iter()
+        .find(|(_, t)| !(t.is_finite() && (1.0..=hour).contains(t)))
+    {
+        anyhow::bail!(
+            "kernel {name}: curve_ns gives {t} at {m} SMs; accepted: times in nanoseconds, from 1 to one hour (3.6e12; a launch of 50 us is 50000)"
+        );
+    }
+    anyhow::ensure!(
+        !curve.is_empty(),
+        "kernel {name}: curve_ns is empty; accepted: one [sms, ns] pair per realisable size"
+    );
+    Ok(())
+}
+
 impl KernelPhysics {
     /// The launch geometry the model is told about (with the occupancy hint, right or wrong);
     /// `None` for a tabulated kernel without one.
@@ -244,67 +287,8 @@ impl KernelPhysics {
     /// Check the fields a profile or a manifest's `[sim]` table gave for kernel `name`.
     pub fn check(&self, name: &str, sizes: &[PartitionSize]) -> anyhow::Result<()> {
         match &self.curve_ns {
-            Some(curve) => {
-                let missing: Vec<u32> = sizes
-                    .iter()
-                    .copied()
-                    .filter(|m| !curve.iter().any(|(c, _)| c == m))
-                    .collect();
-                anyhow::ensure!(
-                    missing.is_empty(),
-                    "kernel {name}: curve_ns has no time for {missing:?}; accepted: [sms, ns] pairs covering every realisable size {sizes:?}"
-                );
-                let mut seen = std::collections::BTreeSet::new();
-                if let Some((m, _)) = curve.iter().find(|(m, _)| !seen.insert(*m)) {
-                    anyhow::bail!(
-                        "kernel {name}: curve_ns gives {m} SMs more than once; accepted: one [sms, ns] pair per realisable size {sizes:?}"
-                    );
-                }
-                if let Some((m, _)) = curve.iter().find(|(m, _)| !sizes.contains(m)) {
-                    anyhow::bail!(
-                        "kernel {name}: curve_ns gives {m} SMs, which this device cannot realise; accepted: the realisable sizes {sizes:?}"
-                    );
-                }
-                // Below 1 ns is a unit mistake (seconds or milliseconds given as nanoseconds),
-                // and the simulator would time such launches at 0 ns.
-                // Above an hour likewise (the limit `Report` keeps): 1e30 was served as a bound
-                // of 2^64 - 1 ns.
-                let hour = crate::samples::MAX_TIME_NS as f64;
-                if let Some((m, t)) = curve
-                    .iter()
-                    .find(|(_, t)| !(t.is_finite() && (1.0..=hour).contains(t)))
-                {
-                    anyhow::bail!(
-                        "kernel {name}: curve_ns gives {t} at {m} SMs; accepted: times in nanoseconds, from 1 to one hour (3.6e12; a launch of 50 us is 50000)"
-                    );
-                }
-                anyhow::ensure!(
-                    !curve.is_empty(),
-                    "kernel {name}: curve_ns is empty; accepted: one [sms, ns] pair per realisable size"
-                );
-            }
-            None => {
-                anyhow::ensure!(
-                    self.blocks > 0 && self.blocks_per_sm > 0,
-                    "kernel {name}: blocks and blocks_per_sm must be positive (or give curve_ns)"
-                );
-                // A negative time or size made flat bounds of 160 ns, calibrated without a word.
-                for (field, v) in [
-                    ("launch_ns", self.launch_ns),
-                    ("wave_ns", self.wave_ns),
-                    ("bytes", self.bytes),
-                    ("contention_ns_per_sm", self.contention_ns_per_sm),
-                ] {
-                    anyhow::ensure!(
-                        v.is_finite() && v >= 0.0,
-                        "kernel {name}: {field} is {v}; accepted: a number of 0 or more"
-                    );
-                }
-                anyhow::ensure!(
-                    self.sm_bytes_per_ns > 0.0 && self.roof_bytes_per_ns > 0.0,
-                    "kernel {name}: bandwidths must be positive"
-                );
-            }
+            Some(curve) => check_curve(name, curve, sizes)?,
+            None => self.check_analytic(name)?,
         }
         anyhow::ensure!(
             self.effects.actual_blocks_per_sm != Some(0)
@@ -329,6 +313,32 @@ impl KernelPhysics {
         anyhow::ensure!(
             (0.0..=1.0).contains(&j.tail_probability) && j.tail_alpha > 0.0,
             "kernel {name}: jitter.tail_probability must be in [0, 1] and tail_alpha positive"
+        );
+        Ok(())
+    }
+
+    /// Check the analytic model's fields (a kernel without `curve_ns`): a geometry, times and
+    /// sizes of 0 or more, and positive bandwidths.
+    fn check_analytic(&self, name: &str) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.blocks > 0 && self.blocks_per_sm > 0,
+            "kernel {name}: blocks and blocks_per_sm must be positive (or give curve_ns)"
+        );
+        // A negative time or size made flat bounds of 160 ns, calibrated without a word.
+        for (field, v) in [
+            ("launch_ns", self.launch_ns),
+            ("wave_ns", self.wave_ns),
+            ("bytes", self.bytes),
+            ("contention_ns_per_sm", self.contention_ns_per_sm),
+        ] {
+            anyhow::ensure!(
+                v.is_finite() && v >= 0.0,
+                "kernel {name}: {field} is {v}; accepted: a number of 0 or more"
+            );
+        }
+        anyhow::ensure!(
+            self.sm_bytes_per_ns > 0.0 && self.roof_bytes_per_ns > 0.0,
+            "kernel {name}: bandwidths must be positive"
         );
         Ok(())
     }
@@ -666,6 +676,86 @@ impl SimGpu {
             _ => Ok(()),
         }
     }
+
+    /// The share of the device a contended run's stressor takes: every SM outside the partition.
+    fn stressor_share(&self, request: &RunRequest) -> f64 {
+        match request.interference {
+            Interference::Isolated => 0.0,
+            Interference::Contended => {
+                f64::from(self.info.total_sms - request.sms) / f64::from(self.info.total_sms)
+            }
+        }
+    }
+
+    /// Time `launches` launches of a kernel whose ideal time is `ideal` ns: each slowed while the
+    /// throttle `episode` lasts, jittered, and perhaps delayed. A seed's output rests on the
+    /// order of the draws from `rng`, launch by launch: jitter, additive noise, delay.
+    fn time_launches(
+        &mut self,
+        rng: &mut ChaCha8Rng,
+        physics: &KernelPhysics,
+        ideal: f64,
+        episode: Option<(u32, u32)>,
+        launches: u32,
+    ) -> Result<Vec<u64>, GpuError> {
+        let mut times_ns = Vec::with_capacity(launches as usize);
+        for i in 0..launches {
+            self.check_fault()?;
+            let clock = match episode {
+                Some((start, end)) if (start..end).contains(&i) => {
+                    self.profile.throttle.clock_factor
+                }
+                _ => 1.0,
+            };
+            let mut t = ideal * jitter_factor(rng, &physics.jitter) / clock;
+            if physics.jitter.additive_ns > 0.0 {
+                t += physics.jitter.additive_ns * standard_normal(rng).abs().min(4.0);
+            }
+            t += self.profile.delays.draw(rng);
+            times_ns.push(t.round() as u64);
+            self.launches_run += 1;
+            if self.options.pace_us_per_launch > 0 {
+                std::thread::sleep(std::time::Duration::from_micros(
+                    self.options.pace_us_per_launch,
+                ));
+            }
+        }
+        Ok(times_ns)
+    }
+
+    /// The batch of `times_ns`: the telemetry after it (naming the throttle `episode`, if one
+    /// ran), and the stressor it ran beside.
+    fn batch(
+        &self,
+        request: &RunRequest,
+        physics: &KernelPhysics,
+        times_ns: Vec<u64>,
+        episode: Option<(u32, u32)>,
+    ) -> Batch {
+        let mut after = self.nominal_telemetry();
+        if let Some((start, end)) = episode {
+            after.throttle_reasons.push(format!(
+                "sw_thermal_slowdown (launches {start}..{end} at {:.0}% clock)",
+                self.profile.throttle.clock_factor * 100.0
+            ));
+        }
+        let stressor_sms = match request.interference {
+            Interference::Contended => self.info.total_sms - request.sms,
+            Interference::Isolated => 0,
+        };
+        Batch {
+            times_ns,
+            granted_sms: request.sms,
+            geometry: physics.geometry(),
+            telemetry: after,
+            interference: if stressor_sms > 0 {
+                Interference::Contended
+            } else {
+                Interference::Isolated
+            },
+            stressor_sms,
+        }
+    }
 }
 
 impl Gpu for SimGpu {
@@ -686,64 +776,15 @@ impl Gpu for SimGpu {
             self.lost = Some(why.clone());
             return Err(GpuError::Lost(why));
         }
-        let stressor_share = match request.interference {
-            Interference::Isolated => 0.0,
-            Interference::Contended => {
-                f64::from(self.info.total_sms - request.sms) / f64::from(self.info.total_sms)
-            }
-        };
         let ideal = physics.ideal_ns(
             request.sms,
-            self.profile.interference.memory_slowdown * stressor_share,
+            self.profile.interference.memory_slowdown * self.stressor_share(request),
         );
         let mut rng = self.rng_for(&kernel.name, request.sms);
         let episode = throttle_episode(&mut rng, &self.profile.throttle, request.launches);
-        let mut times_ns = Vec::with_capacity(request.launches as usize);
-        for i in 0..request.launches {
-            self.check_fault()?;
-            let clock = match episode {
-                Some((start, end)) if (start..end).contains(&i) => {
-                    self.profile.throttle.clock_factor
-                }
-                _ => 1.0,
-            };
-            let mut t = ideal * jitter_factor(&mut rng, &physics.jitter) / clock;
-            if physics.jitter.additive_ns > 0.0 {
-                t += physics.jitter.additive_ns * standard_normal(&mut rng).abs().min(4.0);
-            }
-            t += self.profile.delays.draw(&mut rng);
-            times_ns.push(t.round() as u64);
-            self.launches_run += 1;
-            if self.options.pace_us_per_launch > 0 {
-                std::thread::sleep(std::time::Duration::from_micros(
-                    self.options.pace_us_per_launch,
-                ));
-            }
-        }
+        let times_ns = self.time_launches(&mut rng, &physics, ideal, episode, request.launches)?;
         self.batches_run += 1;
-        let mut after = self.nominal_telemetry();
-        if let Some((start, end)) = episode {
-            after.throttle_reasons.push(format!(
-                "sw_thermal_slowdown (launches {start}..{end} at {:.0}% clock)",
-                self.profile.throttle.clock_factor * 100.0
-            ));
-        }
-        let stressor_sms = match request.interference {
-            Interference::Contended => self.info.total_sms - request.sms,
-            Interference::Isolated => 0,
-        };
-        Ok(Batch {
-            times_ns,
-            granted_sms: request.sms,
-            geometry: physics.geometry(),
-            telemetry: after,
-            interference: if stressor_sms > 0 {
-                Interference::Contended
-            } else {
-                Interference::Isolated
-            },
-            stressor_sms,
-        })
+        Ok(self.batch(request, &physics, times_ns, episode))
     }
 
     fn delay_probe(&mut self, sms: PartitionSize, launches: u32) -> Result<Vec<u64>, GpuError> {
