@@ -549,26 +549,10 @@ fn sweep(
         recipe.sweep.launches,
         unmeasured.len()
     )];
-    // As many launches as the sizes already measured have (more where the tail was heavy).
-    let full = campaign
-        .sizes
-        .values()
-        .map(|r| r.times_ns.len() as u32)
-        .min()
-        .unwrap_or(settings.launches);
+    let full = full_measurement_launches(campaign, settings);
     let mut tightened = 0;
     loop {
-        let next = verify::next_size(
-            &observations(campaign),
-            sizes,
-            &recipe.method_config,
-            tightened,
-            recipe.sweep.tightenings,
-        )
-        .map_err(|source| CalibrateError::Model {
-            kernel: kernel.name.to_string(),
-            source,
-        })?;
+        let next = size_to_measure_in_full(kernel, recipe, sizes, campaign, tightened)?;
         let Some(next) = next else {
             return Ok(notes);
         };
@@ -590,6 +574,39 @@ fn sweep(
         )?;
         notes.push(next.note());
     }
+}
+
+/// The launches a size the sweep adds is measured with: as many as the sizes already measured
+/// have (more where the tail was heavy).
+fn full_measurement_launches(campaign: &KernelCampaign, settings: &CampaignSettings) -> u32 {
+    campaign
+        .sizes
+        .values()
+        .map(|r| r.times_ns.len() as u32)
+        .min()
+        .unwrap_or(settings.launches)
+}
+
+/// The next size the sweep measures in full ([`verify::next_size`]), if any; `tightened`: how
+/// many it has measured so far because the curve was loose there.
+fn size_to_measure_in_full(
+    kernel: &KernelSpec,
+    recipe: &Recipe,
+    sizes: &[u32],
+    campaign: &KernelCampaign,
+    tightened: usize,
+) -> Result<Option<verify::NextSize>, CalibrateError> {
+    verify::next_size(
+        &observations(campaign),
+        sizes,
+        &recipe.method_config,
+        tightened,
+        recipe.sweep.tightenings,
+    )
+    .map_err(|source| CalibrateError::Model {
+        kernel: kernel.name.to_string(),
+        source,
+    })
 }
 
 /// Screen the largest measured size for rare slow launches; if the tail then looks heavy, go back

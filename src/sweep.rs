@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::fnv::fnv1a_hex;
 use crate::gpu::{
-    DeviceInfo, Gpu, GpuError, Interference, PartitionSize, PlacementReport, RunRequest,
+    Batch, DeviceInfo, Gpu, GpuError, Interference, PartitionSize, PlacementReport, RunRequest,
 };
 use crate::kernels::{Geometry, KernelSpec};
 
@@ -103,14 +103,7 @@ pub fn run(
     progress: &mut dyn FnMut(u64, u64, &str),
 ) -> Result<Sweep, GpuError> {
     let info = gpu.info().clone();
-    let sizes = if settings.sizes.is_empty() {
-        info.partition_sizes.clone()
-    } else {
-        for &m in &settings.sizes {
-            gpu.check_partition(m)?;
-        }
-        settings.sizes.clone()
-    };
+    let sizes = sizes_to_sweep(gpu, &info, settings)?;
     let planned = kernels.len() as u64
         * sizes.len() as u64
         * settings.interference.len() as u64
@@ -139,20 +132,7 @@ pub fn run(
                         geometry.entry(kernel.name.to_string()).or_insert(g);
                     }
                     conditions.add(&b.telemetry);
-                    for &t in &b.times_ns {
-                        rows.push(Row {
-                            kernel: kernel.name.to_string(),
-                            sms: b.granted_sms,
-                            time_ns: t,
-                            requested: interference,
-                            applied: b.interference,
-                            stressor_sms: b.stressor_sms,
-                            batch,
-                            sm_clock_mhz: b.telemetry.sm_clock_mhz,
-                            temperature_c: b.telemetry.temperature_c,
-                            throttled: b.throttled(),
-                        });
-                    }
+                    rows.extend(batch_rows(&kernel.name, interference, batch, &b));
                     done += b.times_ns.len() as u32;
                     batch += 1;
                     progress(rows.len() as u64, planned, &what);
@@ -172,6 +152,44 @@ pub fn run(
         rows,
         geometry,
         stamp,
+    })
+}
+
+/// The sizes a sweep runs at: those `settings` name, each checked with the device first, or
+/// else every size the device can realise.
+fn sizes_to_sweep(
+    gpu: &dyn Gpu,
+    info: &DeviceInfo,
+    settings: &SweepSettings,
+) -> Result<Vec<PartitionSize>, GpuError> {
+    if settings.sizes.is_empty() {
+        return Ok(info.partition_sizes.clone());
+    }
+    for &m in &settings.sizes {
+        gpu.check_partition(m)?;
+    }
+    Ok(settings.sizes.clone())
+}
+
+/// One row for each launch of batch `b` (number `batch` of its cell), with what was asked
+/// (`requested`) beside what ran, and the conditions the batch ran under.
+fn batch_rows<'a>(
+    kernel: &'a str,
+    requested: Interference,
+    batch: u32,
+    b: &'a Batch,
+) -> impl Iterator<Item = Row> + 'a {
+    b.times_ns.iter().map(move |&t| Row {
+        kernel: kernel.to_string(),
+        sms: b.granted_sms,
+        time_ns: t,
+        requested,
+        applied: b.interference,
+        stressor_sms: b.stressor_sms,
+        batch,
+        sm_clock_mhz: b.telemetry.sm_clock_mhz,
+        temperature_c: b.telemetry.temperature_c,
+        throttled: b.throttled(),
     })
 }
 
