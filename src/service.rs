@@ -236,6 +236,34 @@ impl BoundInfo {
     }
 }
 
+/// A bound query and the calibration that answers it.
+#[derive(Clone, Copy)]
+struct BoundQuery<'a> {
+    kernel: &'a str,
+    /// The size asked for; `partition` is the realisable size it gives.
+    requested_sms: u32,
+    partition: u32,
+    /// The tag asked for (none: `GetBound`'s, the safer of both).
+    tag: Option<Interference>,
+    /// The tag of `cal`.
+    interference: Interference,
+    cal: &'a KernelCalibration,
+}
+
+/// A calibration's entry at one size as it is served now, and what the answer says of it.
+struct ServedEntry {
+    /// Scaled to the clock and raised to the production floors.
+    entry: BoundEntry,
+    notes: Vec<String>,
+    files_changed: bool,
+    clock: ClockScaling,
+    observed: Option<ObservedFloor>,
+    typical_ns: u64,
+    mean_ns: u64,
+    guarantee: Guarantee,
+    stale: bool,
+}
+
 /// What a bound promises, in numbers a scheduler can compare.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Guarantee {
@@ -450,56 +478,7 @@ impl Service {
         } else {
             now.sm_clock_mhz.unwrap_or(0)
         };
-        let mut calibration = carry_over::initial_calibration(&store, &device);
-        carry_over::allow_for_process_shift(
-            &mut calibration,
-            config.recipe.method_config.process_shift,
-        );
-        let (events, _) = broadcast::channel(1024);
-        let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, &device);
-        let forecast = Forecast::new(
-            config.prediction.as_ref(),
-            &device.partition_sizes,
-            &catalogue,
-        );
-        for (file, why) in &rejected {
-            tracing::warn!("kernel manifest {file} rejected: {why}");
-        }
-        let monitor = Arc::new(monitor::MonitorState::load(
-            &store,
-            &device,
-            config.monitor.clone(),
-        ));
-        monitor::spawn_saver(Arc::clone(&monitor), span.clone());
-        let (health, job_record) = health_at_start(&store, &device, &monitor, &rejected);
-        let losses = device_losses::DeviceLosses::load(&store, &device, config.gpu);
-        let inner = Arc::new(Inner {
-            device,
-            snapshot: RwLock::new(Arc::new(calibration)),
-            jobs: Mutex::new(BTreeMap::new()),
-            pending: AtomicU64::new(0),
-            next_job: AtomicU64::new(1),
-            health: RwLock::new(health),
-            events,
-            config,
-            current_clock_mhz: AtomicU32::new(clock),
-            forecast: RwLock::new(Arc::new(forecast)),
-            lost: tokio::sync::watch::channel(None).0,
-            catalogue: RwLock::new(Arc::new(catalogue)),
-            monitor,
-            worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
-            changed_on_disk: RwLock::default(),
-            code_watch_failed: AtomicBool::new(false),
-            reloading: Mutex::new(()),
-            publishing: RwLock::new(()),
-            reload_rejected: RwLock::default(),
-            start_rejected: rejected,
-            reloaded: AtomicBool::new(false),
-            job_record,
-            stopping: AtomicBool::new(false),
-            span: span.clone(),
-            losses,
-        });
+        let inner = Arc::new(Inner::load(&store, device, config, clock, &span));
         code_watch::spawn(Arc::downgrade(&inner));
         let (tx, rx) = mpsc::channel();
         let worker = GpuWorker {
@@ -1002,16 +981,39 @@ impl Service {
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         let interference = self.calibration_of(at, kernel, tag, partition)?;
-        let snap = &at.snap;
-        let cal = snap.tables(interference).get(kernel).ok_or_else(|| {
+        let cal = at.snap.tables(interference).get(kernel).ok_or_else(|| {
             ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
         })?;
-        let mut entry = *cal.table.entry(partition).ok_or_else(|| {
+        let entry = *cal.table.entry(partition).ok_or_else(|| {
             ServiceError::NotCalibrated(format!(
                 "kernel `{kernel}` has no bound at {partition} SMs in calibration {}; recalibrate it",
                 cal.id
             ))
         })?;
+        let query = BoundQuery {
+            kernel,
+            requested_sms: sms,
+            partition,
+            tag,
+            interference,
+            cal,
+        };
+        let served = self.served_entry(at, &query, entry);
+        Ok(self.bound_info_of(&query, served))
+    }
+
+    /// `entry` of `query`'s calibration as it is served now: scaled to the clock of `at`, raised
+    /// to the production floors, with the notes that say so, and whether it is stale. The
+    /// calibration's own entry is never changed: these only ever raise a bound as it is read.
+    fn served_entry(&self, at: &Moment, query: &BoundQuery, mut entry: BoundEntry) -> ServedEntry {
+        let BoundQuery {
+            kernel,
+            partition,
+            tag,
+            interference,
+            cal,
+            ..
+        } = *query;
         let mut notes = cal.table.notes.clone();
         let files_changed = self.staleness_notes(kernel, cal, &mut notes);
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
@@ -1021,26 +1023,63 @@ impl Service {
             .sizes
             .get(&partition)
             .map_or((0, 0), |r| typical_and_mean(&r.times_ns.to_vec()));
-        // Untagged, the bound promises either condition: it is stale when either's calibration
-        // is, not only the one whose bound was larger.
-        let stale_other = [Interference::Isolated, Interference::Contended]
-            .into_iter()
-            .filter(|&t| tag.is_none() && t != interference)
-            .find(|&t| snap.tables(t).get(kernel).is_some_and(|k| self.is_stale(k)));
+        let stale_other = self.stale_other_tag(&at.snap, kernel, tag, interference);
         if let Some(other) = stale_other {
             notes.push(format!(
                 "stale: the {other} calibration, which this untagged bound also answers for, is stale (GetBoundTagged states each)"
             ));
         }
-        let guarantee = self.guarantee_of(snap, kernel, tag, cal, partition, &mut notes);
+        let guarantee = self.guarantee_of(&at.snap, kernel, tag, cal, partition, &mut notes);
         let stale = self.is_stale(cal) || stale_other.is_some();
-        Ok(BoundInfo {
-            guarantee,
-            kernel: kernel.to_string(),
+        ServedEntry {
             entry,
-            requested_sms: sms,
-            stale,
+            notes,
             files_changed: files_changed.is_some(),
+            clock,
+            observed,
+            typical_ns,
+            mean_ns,
+            guarantee,
+            stale,
+        }
+    }
+
+    /// The other tag's calibration of `kernel` where it is stale and an untagged bound (`tag`
+    /// none) answered from `interference`'s also answers for it. Untagged, the bound promises
+    /// either condition: it is stale when either's calibration is, not only the one whose bound
+    /// was larger.
+    fn stale_other_tag(
+        &self,
+        snap: &Calibration,
+        kernel: &str,
+        tag: Option<Interference>,
+        interference: Interference,
+    ) -> Option<Interference> {
+        [Interference::Isolated, Interference::Contended]
+            .into_iter()
+            .filter(|&t| tag.is_none() && t != interference)
+            .find(|&t| snap.tables(t).get(kernel).is_some_and(|k| self.is_stale(k)))
+    }
+
+    /// The answer to `query`: `served` and what the calibration, the job table and the forecast
+    /// say of the kernel.
+    fn bound_info_of(&self, query: &BoundQuery, served: ServedEntry) -> BoundInfo {
+        let BoundQuery {
+            kernel,
+            requested_sms,
+            partition,
+            interference,
+            cal,
+            ..
+        } = *query;
+        let stale = served.stale;
+        BoundInfo {
+            guarantee: served.guarantee,
+            kernel: kernel.to_string(),
+            entry: served.entry,
+            requested_sms,
+            stale,
+            files_changed: served.files_changed,
             runnable: self.catalogue().get(kernel).is_some(),
             // Only where stale: the job table's lock stays off the common query path.
             recalibrating: stale
@@ -1061,19 +1100,19 @@ impl Service {
                 .map_or("none".into(), |t| t.kind.to_string()),
             interference,
             process_shift: cal.table.allowed_process_shift(),
-            notes,
-            clock,
-            typical_ns,
-            mean_ns,
+            notes: served.notes,
+            clock: served.clock,
+            typical_ns: served.typical_ns,
+            mean_ns: served.mean_ns,
             predicted: self.predicted_at(kernel, partition),
             origin: cal.origin,
             source: cal.source.clone(),
-            observed,
+            observed: served.observed,
             measured_on_model: {
                 let on = &cal.environment().fingerprint.device;
                 (*on != self.inner.device.fingerprint.device).then(|| on.clone())
             },
-        })
+        }
     }
 
     /// Notes on why `kernel`'s bounds from `cal` may no longer describe its code or files; the
@@ -1299,6 +1338,24 @@ pub(crate) fn quoted_name(name: &str) -> String {
     }
 }
 
+/// The kernels at start: the catalogue of `config`'s kernel directories, the manifests it
+/// rejected (each logged with why) and the forecast of its kernels' typical times.
+fn kernels_at_start(
+    config: &ServiceConfig,
+    device: &DeviceInfo,
+) -> (Catalogue, Vec<(String, String)>, Forecast) {
+    let (catalogue, rejected) = load_catalogue(&config.kernel_dirs, None, device);
+    let forecast = Forecast::new(
+        config.prediction.as_ref(),
+        &device.partition_sizes,
+        &catalogue,
+    );
+    for (file, why) in &rejected {
+        tracing::warn!("kernel manifest {file} rejected: {why}");
+    }
+    (catalogue, rejected, forecast)
+}
+
 /// Health at start ([`initial_health`]) from what this start and earlier ones set aside since the
 /// last successful job (store and observation files), other configurations' files that cannot be
 /// used, a job the last run did not finish, and the manifests `rejected`; with the record of
@@ -1520,6 +1577,60 @@ fn join(sizes: &[u32]) -> String {
 }
 
 impl Inner {
+    /// The state of a service starting on `device` with `config` and the SM clock `clock`: what
+    /// `store` has for the device, the kernels, the production floors (their saver started),
+    /// the losses of earlier runs and Health at start. Nothing runs on the GPU yet.
+    fn load(
+        store: &Store,
+        device: DeviceInfo,
+        config: ServiceConfig,
+        clock: u32,
+        span: &tracing::Span,
+    ) -> Inner {
+        let mut calibration = carry_over::initial_calibration(store, &device);
+        carry_over::allow_for_process_shift(
+            &mut calibration,
+            config.recipe.method_config.process_shift,
+        );
+        let (events, _) = broadcast::channel(1024);
+        let (catalogue, rejected, forecast) = kernels_at_start(&config, &device);
+        let monitor = Arc::new(monitor::MonitorState::load(
+            store,
+            &device,
+            config.monitor.clone(),
+        ));
+        monitor::spawn_saver(Arc::clone(&monitor), span.clone());
+        let (health, job_record) = health_at_start(store, &device, &monitor, &rejected);
+        let losses = device_losses::DeviceLosses::load(store, &device, config.gpu);
+        Inner {
+            device,
+            snapshot: RwLock::new(Arc::new(calibration)),
+            jobs: Mutex::new(BTreeMap::new()),
+            pending: AtomicU64::new(0),
+            next_job: AtomicU64::new(1),
+            health: RwLock::new(health),
+            events,
+            config,
+            current_clock_mhz: AtomicU32::new(clock),
+            forecast: RwLock::new(Arc::new(forecast)),
+            lost: tokio::sync::watch::channel(None).0,
+            catalogue: RwLock::new(Arc::new(catalogue)),
+            monitor,
+            worker_exited: (Mutex::new(false), std::sync::Condvar::new()),
+            changed_on_disk: RwLock::default(),
+            code_watch_failed: AtomicBool::new(false),
+            reloading: Mutex::new(()),
+            publishing: RwLock::new(()),
+            reload_rejected: RwLock::default(),
+            start_rejected: rejected,
+            reloaded: AtomicBool::new(false),
+            job_record,
+            stopping: AtomicBool::new(false),
+            span: span.clone(),
+            losses,
+        }
+    }
+
     /// The SM clock `cal` was calibrated at and `current` (the current one as the caller read
     /// it; 0: unreadable), in MHz. Where the calibration read no clock (imported samples), the
     /// clock its fingerprint names: a stale import made under another clock policy is scaled as
