@@ -53,44 +53,57 @@ pub(super) fn worker_loop(
         };
         inner.job_record.started(job.id, job.work.doing(), &kernels);
         monitor::recalibration_started(&inner, &kernels);
-        // A bug in one job must not take the worker (and every later job) down with it.
-        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let mut witnessed = Witnessed {
-                gpu: gpu.as_mut(),
-                inner: &inner,
-                lost: false,
-            };
-            run_job(&mut witnessed, &store, &inner, &job)
-        }));
-        let (state, message) = outcome.unwrap_or_else(|panic| {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown".into());
-            fail(
-                &inner,
-                format!("internal error ({what}); bounds unchanged, please report it"),
-            )
-        });
-        inner.job_record.ended(job.id, state == JobState::Done);
-        monitor::recalibration_ended(&inner, &kernels);
-        inner.pending.fetch_sub(1, Ordering::SeqCst);
-        set_job(&inner, job.id, |s| {
-            s.state = state;
-            s.message = message.clone();
-            if state == JobState::Done {
-                s.progress = 1.0;
-            }
-        });
-        read_clock(gpu.as_mut(), &inner);
-        tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
-        let _ = inner.events.send(Event::JobFinished {
-            job: job.id,
-            state,
-            message,
-        });
+        let end = run_caught(gpu.as_mut(), &store, &inner, &job);
+        finish_job(gpu.as_mut(), &inner, &job, &kernels, end);
     }
+}
+
+/// Run `job`, a panic in it ending it as failed: a bug in one job must not take the worker (and
+/// every later job) down with it.
+fn run_caught(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut witnessed = Witnessed {
+            gpu,
+            inner,
+            lost: false,
+        };
+        run_job(&mut witnessed, store, inner, job)
+    }));
+    outcome.unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        fail(
+            inner,
+            format!("internal error ({what}); bounds unchanged, please report it"),
+        )
+    })
+}
+
+/// Finish a job that ran (on `kernels`), however it ended: its record and the production
+/// monitor's, its place in the queue, its status, the clock read after it, the log line and
+/// `JobFinished`.
+fn finish_job(gpu: &mut dyn Gpu, inner: &Inner, job: &Job, kernels: &[String], end: JobEnd) {
+    let (state, message) = end;
+    inner.job_record.ended(job.id, state == JobState::Done);
+    monitor::recalibration_ended(inner, kernels);
+    inner.pending.fetch_sub(1, Ordering::SeqCst);
+    set_job(inner, job.id, |s| {
+        s.state = state;
+        s.message = message.clone();
+        if state == JobState::Done {
+            s.progress = 1.0;
+        }
+    });
+    read_clock(gpu, inner);
+    tracing::info!(job = job.id, state = state.as_str(), %message, "job finished");
+    let _ = inner.events.send(Event::JobFinished {
+        job: job.id,
+        state,
+        message,
+    });
 }
 
 /// Take `job` from the queue to run: `Running` now, and its kernels. None when it was cancelled
@@ -243,73 +256,138 @@ fn calibrate_job(
         Ok(recipe) => recipe,
         Err(failed) => return failed,
     };
-    let steps = job_steps(inner, kernels, tags);
-    let mut measured = Vec::new();
-    let mut results = Vec::new();
-    let mut report = JobReport::default();
-    // Sustained slowdowns are the device's: every kernel's bound allows for what the probe and
-    // every kernel of the job measured before its publication showed, so kernels are fitted
-    // when their tag (or group) is done.
-    let mut evidence = recipe.slowdowns;
-    for (i, &(tag, kernel)) in steps.iter().enumerate() {
-        if !still_served(inner, &kernel.name) {
-            if !report.skipped.contains(&kernel.name) {
-                report.skipped.push(kernel.name.clone());
+    let mut calibrating = Calibrating {
+        store,
+        inner,
+        job,
+        steps: job_steps(inner, kernels, tags),
+        measured: Vec::new(),
+        results: Vec::new(),
+        report: JobReport::default(),
+        evidence: recipe.slowdowns,
+        recipe,
+    };
+    for i in 0..calibrating.steps.len() {
+        if let Some(end) = calibrating.step(gpu, i) {
+            return end;
+        }
+    }
+    calibrating.finish()
+}
+
+/// A calibration job under way: its steps, what it measured and has not fitted yet, what it
+/// fitted and has not published yet, and what it has to say at its end.
+struct Calibrating<'j> {
+    store: &'j Store,
+    inner: &'j Inner,
+    job: &'j Job,
+    /// The job's recipe with the device's delays and slowdowns probed.
+    recipe: Recipe,
+    steps: Vec<(Interference, &'j KernelSpec)>,
+    measured: Vec<(Interference, calibrate::Measured)>,
+    results: Vec<TaggedCalibration>,
+    report: JobReport,
+    /// Sustained slowdowns are the device's: every kernel's bound allows for what the probe and
+    /// every kernel of the job measured before its publication showed, so kernels are fitted
+    /// when their tag (or group) is done.
+    evidence: crate::model::throttle::Evidence,
+}
+
+impl Calibrating<'_> {
+    /// Run step `i`: measure it (unless a reload removed its kernel), and where it ends its tag
+    /// (or group), fit and publish what the tag measured. How the job ends, where it ends here.
+    fn step(&mut self, gpu: &mut dyn Gpu, i: usize) -> Option<JobEnd> {
+        let (tag, kernel) = self.steps[i];
+        if !still_served(self.inner, &kernel.name) {
+            if !self.report.skipped.contains(&kernel.name) {
+                self.report.skipped.push(kernel.name.clone());
             }
-        } else {
-            match calibrate_step(gpu, inner, job, &recipe, &steps, i) {
-                Ok(m) => {
-                    m.add_to(&mut evidence);
-                    measured.push((tag, m));
-                    // Its last step: it ran through on this device, whatever else fails.
-                    if !steps[i + 1..].iter().any(|&(_, k)| k.name == kernel.name) {
-                        inner.losses.ran_through(kernel);
-                    }
-                }
-                Err(e) => {
-                    if let Some(end) = step_failed(inner, e, (tag, kernel), &mut report) {
-                        return end;
-                    }
-                }
-            }
+        } else if let Some(end) = self.measure(gpu, i) {
+            return Some(end);
         }
         // Each tag's bounds are published, all at once, as soon as its last kernel is done (and
         // before the kernels that lost a device start): on an H100 the isolated suite takes
         // about 35 s and the contended one most of half an hour (a stressed 8-SM launch took
         // up to 172 ms), and a first start should not serve nothing for that long.
-        let group = |(tag, k): (Interference, &KernelSpec)| (tag, lost_a_device(inner, k));
-        let tag_done = steps
+        let group = |(tag, k): (Interference, &KernelSpec)| (tag, lost_a_device(self.inner, k));
+        let tag_done = self
+            .steps
             .get(i + 1)
             .is_none_or(|&next| group(next) != group((tag, kernel)));
         if !tag_done {
-            continue;
+            return None;
         }
+        self.publish_tag(gpu, i)
+    }
+
+    /// Measure step `i`, its evidence of slowdowns added to the job's. A failure the job goes
+    /// on after is reported with the job; how the job ends, where it ends here.
+    fn measure(&mut self, gpu: &mut dyn Gpu, i: usize) -> Option<JobEnd> {
+        let (tag, kernel) = self.steps[i];
+        match calibrate_step(gpu, self.inner, self.job, &self.recipe, &self.steps, i) {
+            Ok(m) => {
+                m.add_to(&mut self.evidence);
+                self.measured.push((tag, m));
+                // Its last step: it ran through on this device, whatever else fails.
+                if !self.steps[i + 1..]
+                    .iter()
+                    .any(|&(_, k)| k.name == kernel.name)
+                {
+                    self.inner.losses.ran_through(kernel);
+                }
+                None
+            }
+            Err(e) => step_failed(self.inner, e, (tag, kernel), &mut self.report),
+        }
+    }
+
+    /// Fit what the tag (or group) that step `i` ends measured, with the job's evidence so far,
+    /// and publish it unless it is the job's last step ([`Calibrating::finish`] publishes
+    /// that). How the job ends, where publishing fails.
+    fn publish_tag(&mut self, gpu: &mut dyn Gpu, i: usize) -> Option<JobEnd> {
         let fitted = Recipe {
-            slowdowns: evidence,
-            ..recipe
+            slowdowns: self.evidence,
+            ..self.recipe
         };
-        results = fit_all(std::mem::take(&mut measured), gpu, &fitted, &mut report);
-        report.drop_removed(inner, &mut results);
-        if i + 1 < steps.len() && !results.is_empty() {
+        self.results = fit_all(
+            std::mem::take(&mut self.measured),
+            gpu,
+            &fitted,
+            &mut self.report,
+        );
+        self.report.drop_removed(self.inner, &mut self.results);
+        if i + 1 < self.steps.len() && !self.results.is_empty() {
+            let (state, done) = commit_served(
+                self.store,
+                self.inner,
+                std::mem::take(&mut self.results),
+                &mut self.report,
+            );
+            if state != JobState::Done {
+                return Some((state, done));
+            }
+            tracing::info!(job = self.job.id, "{done}: published; the job goes on");
+            self.report.published.push(done);
+        }
+        None
+    }
+
+    /// Publish what the last tag fitted (or, where the job did nothing else, nothing: the
+    /// job's publication says so) and end the job with its report.
+    fn finish(mut self) -> JobEnd {
+        let report = &self.report;
+        let nothing_else =
+            report.published.is_empty() && report.failures.is_empty() && report.skipped.is_empty();
+        if !self.results.is_empty() || nothing_else {
             let (state, done) =
-                commit_served(store, inner, std::mem::take(&mut results), &mut report);
+                commit_served(self.store, self.inner, self.results, &mut self.report);
             if state != JobState::Done {
                 return (state, done);
             }
-            tracing::info!(job = job.id, "{done}: published; the job goes on");
-            report.published.push(done);
+            self.report.published.push(done);
         }
+        self.report.finish(self.inner)
     }
-    let nothing_else =
-        report.published.is_empty() && report.failures.is_empty() && report.skipped.is_empty();
-    if !results.is_empty() || nothing_else {
-        let (state, done) = commit_served(store, inner, results, &mut report);
-        if state != JobState::Done {
-            return (state, done);
-        }
-        report.published.push(done);
-    }
-    report.finish(inner)
 }
 
 /// Whether `kernel` was running when a device was lost ([`device_losses`]).
