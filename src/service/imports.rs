@@ -24,6 +24,36 @@ impl Service {
                 "kernel name `{kernel}` is not accepted; accepted: 1 to 64 of A-Z a-z 0-9 _ . -"
             )));
         }
+        let by_size = self.samples_by_size(samples)?;
+        check_source(&options.source)?;
+        let tag = options.interference;
+        let code = self
+            .catalogue()
+            .get(kernel)
+            .map(KernelSpec::code_digest)
+            .unwrap_or_default();
+        if let Some(why) = measured_here(&self.inner, kernel, tag, &code) {
+            return Err(ServiceError::InvalidArgs(why));
+        }
+        let imported = calibrate::Imported {
+            kernel: kernel.to_string(),
+            by_size,
+            geometry: options.geometry,
+            interference: tag,
+            source: options.source,
+            // Taken now, not when the job runs: a reload in between must not make samples of
+            // the old code pass for the new.
+            code,
+        };
+        let work = Work::Import(Box::new(imported));
+        let id = self.enqueue(work, vec![kernel.to_string()], vec![tag])?;
+        tracing::info!(job = id, kernel, samples = samples.len(), "import queued");
+        Ok(id)
+    }
+
+    /// `samples` as (partition size, ns) pairs grouped by size, or why they are refused: none,
+    /// more than one call may carry, a time out of range, or a size this device cannot realise.
+    fn samples_by_size(&self, samples: &[(u32, u64)]) -> Result<BTreeMap<u32, Vec<u64>>> {
         if samples.is_empty() {
             return Err(ServiceError::InvalidArgs(
                 "no samples; accepted: a non-empty array of (partition size, time in ns)".into(),
@@ -54,42 +84,7 @@ impl Service {
             }
             by_size.entry(sms).or_default().push(t);
         }
-        // It is stored as the campaign's host and shown with every bound: text a terminal would
-        // act on, or a length no export check takes, is refused here.
-        if options.source.chars().any(char::is_control) || options.source.len() > MAX_SOURCE_BYTES {
-            return Err(ServiceError::InvalidArgs(format!(
-                "option `source` is {} bytes{}; accepted: at most {MAX_SOURCE_BYTES} bytes of text without control characters",
-                options.source.len(),
-                if options.source.chars().any(char::is_control) {
-                    " with control characters"
-                } else {
-                    ""
-                }
-            )));
-        }
-        let tag = options.interference;
-        let code = self
-            .catalogue()
-            .get(kernel)
-            .map(KernelSpec::code_digest)
-            .unwrap_or_default();
-        if let Some(why) = measured_here(&self.inner, kernel, tag, &code) {
-            return Err(ServiceError::InvalidArgs(why));
-        }
-        let imported = calibrate::Imported {
-            kernel: kernel.to_string(),
-            by_size,
-            geometry: options.geometry,
-            interference: tag,
-            source: options.source,
-            // Taken now, not when the job runs: a reload in between must not make samples of
-            // the old code pass for the new.
-            code,
-        };
-        let work = Work::Import(Box::new(imported));
-        let id = self.enqueue(work, vec![kernel.to_string()], vec![tag])?;
-        tracing::info!(job = id, kernel, samples = samples.len(), "import queued");
-        Ok(id)
+        Ok(by_size)
     }
 
     /// This device's calibrations of `kernels` (every calibrated kernel when empty), both tags,
@@ -230,14 +225,7 @@ impl Service {
     fn refuse_bundle(&self, bundle: &crate::bundle::Bundle, force: bool) -> Result<bool> {
         // Refused whatever `force` says: what follows decides from the bundle's header, so the
         // header must speak for every calibration in it.
-        let bad = crate::bundle::inconsistencies(bundle);
-        if !bad.is_empty() {
-            return Err(ServiceError::InvalidArgs(format!(
-                "the bundle does not agree with itself ({} findings; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it",
-                bad.len(),
-                bad.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
-            )));
-        }
+        refuse_inconsistent(bundle)?;
         let diffs = crate::bundle::differences(&self.inner.device.fingerprint, &bundle.fingerprint);
         if !diffs.is_empty() && !force {
             return Err(ServiceError::InvalidArgs(format!(
@@ -245,6 +233,26 @@ impl Service {
                 diffs.join("; ")
             )));
         }
+        self.refuse_missing_sizes(bundle)?;
+        self.refuse_unknown_kernels(bundle)?;
+        // Bounds of other code than this daemon loads under the name would be stale on arrival,
+        // and would take the place of the bounds it has for its own code: refused, forced or not
+        // (and again when the job runs, in case a reload came in between).
+        let entries = bundle
+            .calibrations
+            .iter()
+            .map(|e| (e.kernel.as_str(), e.calibration.code.as_str()));
+        if let Some(why) = bundle_of_other_code(&self.catalogue(), entries) {
+            return Err(ServiceError::InvalidArgs(format!(
+                "{why}; nothing imported"
+            )));
+        }
+        refuse_bounds_under_launches(bundle)?;
+        Ok(!diffs.is_empty())
+    }
+
+    /// Why `bundle` is refused for lacking sizes this device serves, if it is.
+    fn refuse_missing_sizes(&self, bundle: &crate::bundle::Bundle) -> Result<()> {
         let missing = crate::bundle::missing_sizes(bundle, &self.inner.device.partition_sizes);
         if !missing.is_empty() {
             return Err(ServiceError::InvalidArgs(format!(
@@ -259,6 +267,11 @@ impl Service {
                     .join(", ")
             )));
         }
+        Ok(())
+    }
+
+    /// Why `bundle` is refused for holding kernels this daemon does not know, if it is.
+    fn refuse_unknown_kernels(&self, bundle: &crate::bundle::Bundle) -> Result<()> {
         let mut unknown: Vec<&str> = bundle
             .calibrations
             .iter()
@@ -277,43 +290,50 @@ impl Service {
                 self.some_kernels()
             )));
         }
-        // Bounds of other code than this daemon loads under the name would be stale on arrival,
-        // and would take the place of the bounds it has for its own code: refused, forced or not
-        // (and again when the job runs, in case a reload came in between).
-        let entries = bundle
-            .calibrations
-            .iter()
-            .map(|e| (e.kernel.as_str(), e.calibration.code.as_str()));
-        if let Some(why) = bundle_of_other_code(&self.catalogue(), entries) {
-            return Err(ServiceError::InvalidArgs(format!(
-                "{why}; nothing imported"
-            )));
-        }
-        let under: Vec<String> = bundle
-            .calibrations
-            .iter()
-            .flat_map(|e| {
-                let tag = e.interference;
-                e.calibration
-                    .bounds_under_their_launches()
-                    .into_iter()
-                    .map(move |(m, b, t)| {
-                        format!(
-                            "{} ({tag}) at {m} SMs: bound {b} ns, a launch of {t} ns",
-                            e.kernel
-                        )
-                    })
-            })
-            .collect();
-        if !under.is_empty() {
-            return Err(ServiceError::InvalidArgs(format!(
-                "the bundle's bounds are below launches it records itself ({} sizes; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it, every bound at least every launch at its size",
-                under.len(),
-                under.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
-            )));
-        }
-        Ok(!diffs.is_empty())
+        Ok(())
     }
+}
+
+/// Why `bundle` is refused for not agreeing with itself (an edited or corrupted file), if it is.
+fn refuse_inconsistent(bundle: &crate::bundle::Bundle) -> Result<()> {
+    let bad = crate::bundle::inconsistencies(bundle);
+    if !bad.is_empty() {
+        return Err(ServiceError::InvalidArgs(format!(
+            "the bundle does not agree with itself ({} findings; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it",
+            bad.len(),
+            bad.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+        )));
+    }
+    Ok(())
+}
+
+/// Why `bundle` is refused for a bound below a launch it records itself (an edited or corrupted
+/// file, never served), if it is.
+fn refuse_bounds_under_launches(bundle: &crate::bundle::Bundle) -> Result<()> {
+    let under: Vec<String> = bundle
+        .calibrations
+        .iter()
+        .flat_map(|e| {
+            let tag = e.interference;
+            e.calibration
+                .bounds_under_their_launches()
+                .into_iter()
+                .map(move |(m, b, t)| {
+                    format!(
+                        "{} ({tag}) at {m} SMs: bound {b} ns, a launch of {t} ns",
+                        e.kernel
+                    )
+                })
+        })
+        .collect();
+    if !under.is_empty() {
+        return Err(ServiceError::InvalidArgs(format!(
+            "the bundle's bounds are below launches it records itself ({} sizes; {}); nothing imported; accepted: a bundle as `wcetctl export` writes it, every bound at least every launch at its size",
+            under.len(),
+            under.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+        )));
+    }
+    Ok(())
 }
 
 /// The longest `source` an import may name (it is the campaign's host, which a bundle's check
@@ -322,6 +342,24 @@ const MAX_SOURCE_BYTES: usize = 200;
 
 /// Most samples one `ImportSamples` call may carry.
 pub const MAX_IMPORTED_SAMPLES: usize = 10_000_000;
+
+/// Why an import's `source` is refused, if it is. It is stored as the campaign's host and shown
+/// with every bound: text a terminal would act on, or a length no export check takes, is refused
+/// here.
+fn check_source(source: &str) -> Result<()> {
+    if source.chars().any(char::is_control) || source.len() > MAX_SOURCE_BYTES {
+        return Err(ServiceError::InvalidArgs(format!(
+            "option `source` is {} bytes{}; accepted: at most {MAX_SOURCE_BYTES} bytes of text without control characters",
+            source.len(),
+            if source.chars().any(char::is_control) {
+                " with control characters"
+            } else {
+                ""
+            }
+        )));
+    }
+    Ok(())
+}
 
 /// Bounds from imported samples, published as a calibration's are.
 pub(super) fn import(store: &Store, inner: &Inner, imported: &calibrate::Imported) -> JobEnd {
@@ -445,24 +483,9 @@ pub(super) fn import_bundle(
         Err(failed) => return failed,
     };
     let calibrations = own.as_slice();
-    // What the refit changed, for the calibrations published as they came (not those
-    // recalibrated here, whose refitted tables are thrown away).
-    let refit_notes = |publish: &[TaggedCalibration]| -> Vec<String> {
-        refitted
-            .iter()
-            .filter(|(tag, name, _)| publish.iter().any(|p| p.0 == *tag && p.1 == *name))
-            .map(|(tag, name, note)| format!("{name} ({tag}): {note}"))
-            .collect()
-    };
     if !verify {
-        let mut notes = refit_notes(calibrations);
-        let mut publish = calibrations.to_vec();
-        hold_up_by_launches_here(inner, &mut publish, &mut notes);
-        let (state, published) = commit(store, inner, publish, "imported");
-        if state != JobState::Done || notes.is_empty() {
-            return (state, published);
-        }
-        return (state, format!("{published}; {}", notes.join("; ")));
+        let notes = refit_notes(&refitted, calibrations);
+        return publish_as_they_came(store, inner, calibrations.to_vec(), notes);
     }
     let mut report = progress_reporter(inner, job);
     let checked = match check_bundle(gpu, inner, job, calibrations, &mut report) {
@@ -474,7 +497,7 @@ pub(super) fn import_bundle(
         mut publish,
         redo,
     } = checked;
-    notes.splice(0..0, refit_notes(&publish));
+    notes.splice(0..0, refit_notes(&refitted, &publish));
     if !redo.is_empty() {
         match recalibrate_failed(gpu, inner, job, redo, &mut notes, &mut report) {
             Ok(recalibrated) => publish.extend(recalibrated),
@@ -482,8 +505,52 @@ pub(super) fn import_bundle(
         }
     }
     hold_up_by_launches_here(inner, &mut publish, &mut notes);
+    note_weaker_than_configured(inner, &publish, &mut notes);
+    let (state, published) = commit(store, inner, publish, "imported");
+    if state != JobState::Done {
+        return (state, published);
+    }
+    (JobState::Done, format!("{published}; {}", notes.join("; ")))
+}
+
+/// What the refit changed (`refitted`), for the calibrations published as they came (not those
+/// recalibrated here, whose refitted tables are thrown away).
+fn refit_notes(
+    refitted: &[(Interference, String, String)],
+    publish: &[TaggedCalibration],
+) -> Vec<String> {
+    refitted
+        .iter()
+        .filter(|(tag, name, _)| publish.iter().any(|p| p.0 == *tag && p.1 == *name))
+        .map(|(tag, name, note)| format!("{name} ({tag}): {note}"))
+        .collect()
+}
+
+/// Publish a bundle's calibrations of another configuration (imported stale, never checked
+/// here) as they came, held up by the launches this card timed, with `notes` on what changed.
+fn publish_as_they_came(
+    store: &Store,
+    inner: &Inner,
+    mut publish: Vec<TaggedCalibration>,
+    mut notes: Vec<String>,
+) -> JobEnd {
+    hold_up_by_launches_here(inner, &mut publish, &mut notes);
+    let (state, published) = commit(store, inner, publish, "imported");
+    if state != JobState::Done || notes.is_empty() {
+        return (state, published);
+    }
+    (state, format!("{published}; {}", notes.join("; ")))
+}
+
+/// A note for each calibration in `publish` stated at a weaker exceedance than this daemon is
+/// configured for: admission refuses it unless accepted, and the importer should know why.
+fn note_weaker_than_configured(
+    inner: &Inner,
+    publish: &[TaggedCalibration],
+    notes: &mut Vec<String>,
+) {
     let configured = inner.config.recipe.method_config.exceedance;
-    for (tag, name, cal) in &publish {
+    for (tag, name, cal) in publish {
         let (stated, _) = cal.table.stated_exceedance();
         if crate::model::weaker_than(stated, configured) {
             notes.push(format!(
@@ -491,11 +558,6 @@ pub(super) fn import_bundle(
             ));
         }
     }
-    let (state, published) = commit(store, inner, publish, "imported");
-    if state != JobState::Done {
-        return (state, published);
-    }
-    (JobState::Done, format!("{published}; {}", notes.join("; ")))
 }
 
 /// Rule 1 across imports: a calibration about to be published from elsewhere (a bundle, or
@@ -644,17 +706,7 @@ fn check_bundle(
             true,
         );
         let Some(kernel) = catalogue.get(name) else {
-            // Stale only where it was measured under another configuration: a bundle exported
-            // here and imported back is this device's (the note said stale while it was not).
-            let served = if cal.campaign.environment.fingerprint == inner.device.fingerprint {
-                "served as measured under this device's configuration"
-            } else {
-                "served stale (the exporting card's configuration)"
-            };
-            out.notes.push(format!(
-                "{name} ({tag}): not checked, nothing to run here: {served}"
-            ));
-            out.publish.push((*tag, name.clone(), cal.clone()));
+            out.not_checked(inner, (*tag, name, cal));
             continue;
         };
         set_job(inner, job.id, |s| {
@@ -668,6 +720,40 @@ fn check_bundle(
             .map_err(|e| {
                 nothing_imported(inner, &e, &format!("checking {name} ({tag}) on this card"))
             })?;
+        out.checked(inner, (*tag, name, cal), kernel, checked);
+    }
+    Ok(out)
+}
+
+impl BundleCheck {
+    /// A calibration of a kernel this host has nothing to run for: published as it came.
+    fn not_checked(
+        &mut self,
+        inner: &Inner,
+        (tag, name, cal): (Interference, &str, &KernelCalibration),
+    ) {
+        // Stale only where it was measured under another configuration: a bundle exported
+        // here and imported back is this device's (the note said stale while it was not).
+        let served = if cal.campaign.environment.fingerprint == inner.device.fingerprint {
+            "served as measured under this device's configuration"
+        } else {
+            "served stale (the exporting card's configuration)"
+        };
+        self.notes.push(format!(
+            "{name} ({tag}): not checked, nothing to run here: {served}"
+        ));
+        self.publish.push((tag, name.to_string(), cal.clone()));
+    }
+
+    /// A calibration the check ran `kernel` for, with the launches it timed as (size, longest,
+    /// bound): published as this device's where every launch held, recalibrated otherwise.
+    fn checked(
+        &mut self,
+        inner: &Inner,
+        (tag, name, cal): (Interference, &str, &KernelCalibration),
+        kernel: &KernelSpec,
+        checked: Vec<(u32, u64, u64)>,
+    ) {
         let over: Vec<_> = checked.iter().filter(|(_, t, b)| t > b).collect();
         match over.first() {
             None => {
@@ -679,19 +765,19 @@ fn check_bundle(
                 if cal.code.is_empty() {
                     cal.code = kernel.code_digest();
                 }
-                out.notes.push(format!("{name} ({tag}): held on this card"));
-                out.publish.push((*tag, name.clone(), cal));
+                self.notes
+                    .push(format!("{name} ({tag}): held on this card"));
+                self.publish.push((tag, name.to_string(), cal));
             }
             Some((m, t, b)) => {
-                out.notes.push(format!(
+                self.notes.push(format!(
                     "{name} ({tag}): {} sizes above their bound on this card (at {m} SMs {t} ns > {b} ns): recalibrated",
                     over.len()
                 ));
-                out.redo.push((*tag, kernel.clone(), checked));
+                self.redo.push((tag, kernel.clone(), checked));
             }
         }
     }
-    Ok(out)
 }
 
 /// Recalibrate the kernels that failed the arrival check, as a job's kernels are (with the
