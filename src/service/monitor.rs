@@ -216,7 +216,35 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Why a report's floors must be saved before it is answered, rather than journalled: a crash
+/// after the answer must not lower a bound a client was told about, or one still to come.
+struct UrgentSave {
+    /// A time of the report is above the bound it was judged against.
+    overran: bool,
+    /// A floor it raised raises a served bound, without an overrun.
+    raised_quietly: bool,
+    /// A floor it raised is one the next calibration's bound stands on.
+    floor_of_what_comes: bool,
+}
+
+impl UrgentSave {
+    fn urgent(&self) -> bool {
+        self.overran || self.raised_quietly || self.floor_of_what_comes
+    }
+}
+
 impl MonitorState {
+    /// Count a change of the observations: its generation, which a caller waiting for the
+    /// change to be saved waits for.
+    fn count_change(&self) -> u64 {
+        let mut g = 0;
+        self.changed.send_modify(|v| {
+            *v += 1;
+            g = *v;
+        });
+        g
+    }
+
     /// Load the device's observations from the store's directory.
     pub(super) fn load(store: &Store, device: &DeviceInfo, config: MonitorConfig) -> Self {
         let file = ObservationFile::new(store.dir(), &device.fingerprint);
@@ -696,14 +724,39 @@ impl Service {
         if recorded.floor_raised {
             self.set_floor(kernel, sms, series_tag, recorded.floor_ns, now);
         }
-        let generation = {
-            let mut g = 0;
-            m.changed.send_modify(|v| {
-                *v += 1;
-                g = *v;
-            });
-            g
+        let generation = m.count_change();
+        let save = self.save_before_answer(kernel, sms, &recorded);
+        let urgent = save.urgent();
+        m.request_save(urgent);
+        // Any other floor raised is journalled before the answer (far cheaper than a save): a
+        // later calibration may come out below it, and the floor must be there to hold it up.
+        // A report that raises nothing waits for the floors on their way to disk: the floor
+        // above its time may be another report's, not written yet.
+        let (save_generation, journal_seq) = if urgent {
+            (Some(generation), None)
+        } else {
+            (None, journal_seq.or_else(|| m.in_flight()))
         };
+        if save.raised_quietly {
+            let _ = self.inner.events.send(Event::BoundsChanged {
+                kernels: vec![kernel.to_string()],
+            });
+        }
+        if save.overran {
+            self.announce_overrun(kernel, sms, &recorded, bound_ns.unwrap_or(0));
+        }
+        Ok(ReportOutcome {
+            overruns: recorded.overruns,
+            max_ns: recorded.max_ns,
+            bound_ns: bound_ns.unwrap_or(0),
+            save_generation,
+            journal_seq,
+        })
+    }
+
+    /// What makes the floors a report of `kernel` at `sms` `recorded` urgent to save, before
+    /// the report is answered.
+    fn save_before_answer(&self, kernel: &str, sms: u32, recorded: &Recorded) -> UrgentSave {
         let overran = recorded.overruns > 0;
         // A floor can raise a served bound without an overrun against the one judged: judged
         // against no bound (before any calibration), or above one tag's bound but below
@@ -723,32 +776,11 @@ impl Service {
                 .into_iter()
                 .all(|tag| self.calibrated_bound(kernel, sms, tag).is_none())
                 || self.recalibration_due(kernel));
-        let urgent = overran || raised_quietly || floor_of_what_comes;
-        m.request_save(urgent);
-        // Any other floor raised is journalled before the answer (far cheaper than a save): a
-        // later calibration may come out below it, and the floor must be there to hold it up.
-        // A report that raises nothing waits for the floors on their way to disk: the floor
-        // above its time may be another report's, not written yet.
-        let (save_generation, journal_seq) = if urgent {
-            (Some(generation), None)
-        } else {
-            (None, journal_seq.or_else(|| m.in_flight()))
-        };
-        if raised_quietly {
-            let _ = self.inner.events.send(Event::BoundsChanged {
-                kernels: vec![kernel.to_string()],
-            });
+        UrgentSave {
+            overran,
+            raised_quietly,
+            floor_of_what_comes,
         }
-        if overran {
-            self.announce_overrun(kernel, sms, &recorded, bound_ns.unwrap_or(0));
-        }
-        Ok(ReportOutcome {
-            overruns: recorded.overruns,
-            max_ns: recorded.max_ns,
-            bound_ns: bound_ns.unwrap_or(0),
-            save_generation,
-            journal_seq,
-        })
     }
 
     /// Judge `times` against the bound served for (`kernel`, `sms`, `tag`) and record them in
