@@ -19,6 +19,11 @@ impl Service {
     /// the catalogue recalibrated, and one known only from imported samples or a bundle, which
     /// has nothing to run here, imported again.
     pub(super) fn stale_advice(&self) -> Vec<String> {
+        self.stale_by_remedy().advice()
+    }
+
+    /// The stale kernels, each in the group of the one step that makes it current.
+    fn stale_by_remedy(&self) -> StaleByRemedy {
         let catalogue = self.catalogue();
         let (off_disk, stale): (Vec<String>, Vec<String>) = self
             .stale_kernels()
@@ -38,59 +43,15 @@ impl Service {
         let (held, runnable): (Vec<String>, Vec<String>) = runnable
             .into_iter()
             .partition(|k| self.held_back(k).is_some());
-        let mut advice = Vec::new();
-        // Health is read by people and grows with a fleet's catalogue: at most twenty names per
-        // line (`StaleKernels` and `wcetctl status` list every one).
-        let names = |k: &[String]| {
-            super::names_in_a_message_listed_by(k, "`wcetctl status` or Bounds1.StaleKernels")
-        };
-        if !waiting.is_empty() {
-            let jobs: Vec<String> = waiting
-                .iter()
-                .map(|k| format!("{k} (job {})", pending[k]))
-                .collect();
-            advice.push(format!(
-                "stale bounds being recalibrated: {}; current when the job ends (`wcetctl jobs`)",
-                names(&jobs)
-            ));
+        StaleByRemedy {
+            waiting,
+            pending,
+            runnable,
+            held,
+            edited,
+            unreadable,
+            imported,
         }
-        if !runnable.is_empty() {
-            // Past twenty, the command without names: it recalibrates every kernel.
-            let command = if runnable.len() > super::NAMES_IN_A_MESSAGE {
-                "wcetctl recalibrate".to_string()
-            } else {
-                format!("wcetctl recalibrate {}", runnable.join(" "))
-            };
-            advice.push(format!(
-                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `{command}`",
-                names(&runnable)
-            ));
-        }
-        if !held.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (held back for losing the device: see its own line before recalibrating it)",
-                names(&held)
-            ));
-        }
-        if !edited.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
-                names(&edited)
-            ));
-        }
-        if !unreadable.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (a module or fill file cannot be read by the daemon now: see the kernel's notes in GetBoundInfo); make it readable again: the bounds are current again at once if the files are unchanged",
-                names(&unreadable)
-            ));
-        }
-        if !imported.is_empty() {
-            advice.push(format!(
-                "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `wcetctl import` or `wcetctl import-calibration`",
-                names(&imported)
-            ));
-        }
-        advice
     }
 
     /// Kernels that a queued or running calibration job measures, each with the job's number
@@ -181,5 +142,83 @@ impl Service {
         names.sort();
         names.dedup();
         names
+    }
+}
+
+/// The stale kernels, by the one step that makes each current.
+struct StaleByRemedy {
+    /// A queued or running job calibrates them: current when it ends.
+    waiting: Vec<String>,
+    /// The job that calibrates each kernel, by kernel.
+    pending: HashMap<String, u64>,
+    /// In the catalogue: recalibrated.
+    runnable: Vec<String>,
+    /// Held back for losing the device: Health says why on its own line first.
+    held: Vec<String>,
+    /// A module or fill file changed on disk: reloaded.
+    edited: Vec<String>,
+    /// A module or fill file cannot be read now: made readable again.
+    unreadable: Vec<String>,
+    /// Known only from imported samples or a bundle: imported again.
+    imported: Vec<String>,
+}
+
+impl StaleByRemedy {
+    /// Health's lines on stale bounds, a group each, with the command that makes it current.
+    fn advice(&self) -> Vec<String> {
+        let mut advice = Vec::new();
+        // Health is read by people and grows with a fleet's catalogue: at most twenty names per
+        // line (`StaleKernels` and `wcetctl status` list every one).
+        let names = |k: &[String]| {
+            super::names_in_a_message_listed_by(k, "`wcetctl status` or Bounds1.StaleKernels")
+        };
+        if !self.waiting.is_empty() {
+            let jobs: Vec<String> = self
+                .waiting
+                .iter()
+                .map(|k| format!("{k} (job {})", self.pending[k]))
+                .collect();
+            advice.push(format!(
+                "stale bounds being recalibrated: {}; current when the job ends (`wcetctl jobs`)",
+                names(&jobs)
+            ));
+        }
+        if !self.runnable.is_empty() {
+            // Past twenty, the command without names: it recalibrates every kernel.
+            let command = if self.runnable.len() > super::NAMES_IN_A_MESSAGE {
+                "wcetctl recalibrate".to_string()
+            } else {
+                format!("wcetctl recalibrate {}", self.runnable.join(" "))
+            };
+            advice.push(format!(
+                "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `{command}`",
+                names(&self.runnable)
+            ));
+        }
+        if !self.held.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (held back for losing the device: see its own line before recalibrating it)",
+                names(&self.held)
+            ));
+        }
+        if !self.edited.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
+                names(&self.edited)
+            ));
+        }
+        if !self.unreadable.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (a module or fill file cannot be read by the daemon now: see the kernel's notes in GetBoundInfo); make it readable again: the bounds are current again at once if the files are unchanged",
+                names(&self.unreadable)
+            ));
+        }
+        if !self.imported.is_empty() {
+            advice.push(format!(
+                "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `wcetctl import` or `wcetctl import-calibration`",
+                names(&self.imported)
+            ));
+        }
+        advice
     }
 }
