@@ -344,6 +344,14 @@ impl TaskBounds {
     }
 }
 
+/// The bounds one launch may rest on: those of its kernel at its partition that exist
+/// (isolated, contended, `GetBound`'s), and the largest, its segment of the task.
+struct LaunchBounds {
+    bound_ns: u64,
+    contended_exists: bool,
+    used: Vec<KernelBound>,
+}
+
 /// One kernel's bounds at one size: isolated, contended, and `GetBound`'s.
 type Bounds = (
     Option<KernelBound>,
@@ -380,73 +388,102 @@ impl<'a> Lookup<'a> {
             stale: false,
         };
         for (i, kernel) in kernels.iter().enumerate() {
-            let at = |e| in_task(task, i, e);
-            let first_use = !self.seen.contains_key(&(kernel.clone(), partition));
-            let (isolated, contended, served) = self.bounds_of(kernel, partition).map_err(at)?;
-            let contended_exists = contended.is_some();
-            let used: Vec<KernelBound> = isolated
-                .into_iter()
-                .chain(contended)
-                .chain(served)
-                .collect();
-            // The first of the largest: the tagged bound where `GetBound`'s equals it.
-            let largest = used
-                .iter()
-                .reduce(|a, b| if b.bound_ns > a.bound_ns { b } else { a });
-            let Some(bound) = largest.map(|b| b.bound_ns) else {
-                // Neither exists: the lookup's own error says so and how to get one.
-                return Err(at(self
-                    .src
-                    .bound(kernel, partition, Some(Interference::Isolated))
-                    .err()
-                    .unwrap_or_else(|| {
-                        ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
-                    })));
-            };
-            out.segments.push(bound);
-            if let (true, Some(b)) = (first_use, largest) {
-                self.rests_on.push(UsedBound {
-                    kernel: kernel.clone(),
-                    partition_sms: partition,
-                    bound_ns: b.bound_ns,
-                    origin: b.origin.clone(),
-                });
-            }
-            let exceedance = used.iter().map(|b| b.exceedance).fold(0.0, f64::max);
-            let stale = used.iter().any(|b| b.stale);
-            let remedy = used
-                .iter()
-                .find(|b| b.stale)
-                .map_or(Remedy::Recalibrate, |b| b.remedy);
-            out.exceedance = out.exceedance.max(exceedance);
-            out.exceedance_sum += exceedance;
-            out.stale |= stale;
-            let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
-            if !contended_exists {
-                out.interference = Interference::Isolated;
-                if self.co_running {
-                    self.refused.push(format!(
-                        "{what}: no contended bound; tasks on distinct partitions run at once, so their verdict needs bounds measured with a memory stressor on the other SMs (an isolated bound can be many times too low); {}",
-                        how_to_calibrate(
-                            kernel,
-                            Some(Interference::Contended),
-                            used.iter().all(|b| b.runnable)
-                        )
-                    ));
-                }
-            }
-            if stale {
-                let other_model = used.iter().any(|b| b.stale && b.other_model);
-                let runnable = used.iter().all(|b| b.runnable);
-                self.judge_stale(&what, kernel, remedy, other_model, runnable);
-            }
-            self.judge_exceedance(&what, exceedance);
-            if used.iter().any(|b| b.clock_unread) && !self.clock_said {
-                self.clock_said = true;
-                self.accepted.push("bounds are not scaled to the current SM clock, which could not be read (none read since the daemon started, while the GPU was idle, or no NVML): they hold at the clock they were calibrated at, and a lower clock would make them too low".to_string());
-            }
+            let launch = self
+                .launch(kernel, partition)
+                .map_err(|e| in_task(task, i, e))?;
+            out.segments.push(launch.bound_ns);
+            self.judge_launch(task, kernel, partition, &launch, &mut out);
         }
         Ok(out)
+    }
+
+    /// The bounds one launch of `kernel` at `partition` may rest on, and the largest, which is
+    /// noted in `rests_on` the first time the (kernel, partition) is looked up.
+    fn launch(&mut self, kernel: &str, partition: u32) -> Result<LaunchBounds> {
+        let first_use = !self.seen.contains_key(&(kernel.to_string(), partition));
+        let (isolated, contended, served) = self.bounds_of(kernel, partition)?;
+        let contended_exists = contended.is_some();
+        let used: Vec<KernelBound> = isolated
+            .into_iter()
+            .chain(contended)
+            .chain(served)
+            .collect();
+        // The first of the largest: the tagged bound where `GetBound`'s equals it.
+        let largest = used
+            .iter()
+            .reduce(|a, b| if b.bound_ns > a.bound_ns { b } else { a });
+        let Some(largest) = largest else {
+            // Neither exists: the lookup's own error says so and how to get one.
+            return Err(self
+                .src
+                .bound(kernel, partition, Some(Interference::Isolated))
+                .err()
+                .unwrap_or_else(|| {
+                    ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
+                }));
+        };
+        let bound_ns = largest.bound_ns;
+        if first_use {
+            self.rests_on.push(UsedBound {
+                kernel: kernel.to_string(),
+                partition_sms: partition,
+                bound_ns: largest.bound_ns,
+                origin: largest.origin.clone(),
+            });
+        }
+        Ok(LaunchBounds {
+            bound_ns,
+            contended_exists,
+            used,
+        })
+    }
+
+    /// Add one launch's guarantee to its task's (`out`), and note in `refused` (or, where the
+    /// policy accepts them, `accepted`) what about its bounds the verdict may not rest on: no
+    /// contended bound where tasks run at once, a stale bound, a weaker exceedance, an unread
+    /// clock.
+    fn judge_launch(
+        &mut self,
+        task: &str,
+        kernel: &str,
+        partition: u32,
+        launch: &LaunchBounds,
+        out: &mut TaskBounds,
+    ) {
+        let used = &launch.used;
+        let exceedance = used.iter().map(|b| b.exceedance).fold(0.0, f64::max);
+        let stale = used.iter().any(|b| b.stale);
+        let remedy = used
+            .iter()
+            .find(|b| b.stale)
+            .map_or(Remedy::Recalibrate, |b| b.remedy);
+        out.exceedance = out.exceedance.max(exceedance);
+        out.exceedance_sum += exceedance;
+        out.stale |= stale;
+        let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
+        if !launch.contended_exists {
+            out.interference = Interference::Isolated;
+            if self.co_running {
+                self.refused.push(format!(
+                    "{what}: no contended bound; tasks on distinct partitions run at once, so their verdict needs bounds measured with a memory stressor on the other SMs (an isolated bound can be many times too low); {}",
+                    how_to_calibrate(
+                        kernel,
+                        Some(Interference::Contended),
+                        used.iter().all(|b| b.runnable)
+                    )
+                ));
+            }
+        }
+        if stale {
+            let other_model = used.iter().any(|b| b.stale && b.other_model);
+            let runnable = used.iter().all(|b| b.runnable);
+            self.judge_stale(&what, kernel, remedy, other_model, runnable);
+        }
+        self.judge_exceedance(&what, exceedance);
+        if used.iter().any(|b| b.clock_unread) && !self.clock_said {
+            self.clock_said = true;
+            self.accepted.push("bounds are not scaled to the current SM clock, which could not be read (none read since the daemon started, while the GPU was idle, or no NVML): they hold at the clock they were calibrated at, and a lower clock would make them too low".to_string());
+        }
     }
 
     /// `kernel`'s (isolated, contended) bounds at `partition`, those that exist.
