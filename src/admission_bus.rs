@@ -398,66 +398,8 @@ pub async fn admit(
 
 /// A verdict as a table: per task its numbers and guarantee, then every reason and caveat.
 pub fn render(answer: &Detailed) -> String {
-    let width = answer
-        .tasks
-        .iter()
-        .map(|t| t.name.len())
-        .max()
-        .unwrap_or(4)
-        .max(4);
-    let mut out = format!(
-        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:>8}  {:<12}  verdict\n",
-        "task",
-        "sms",
-        "response_ns",
-        "deadline_ns",
-        "slack_ns",
-        "exceedance",
-        "per job",
-        "interference"
-    );
-    for t in &answer.tasks {
-        let response = if t.response_ns == u64::MAX {
-            "unbounded".to_string()
-        } else {
-            t.response_ns.to_string()
-        };
-        let verdict = if t.slack_ns >= 0 { "meets" } else { "MISSES" };
-        let stale = if t.stale { " (stale)" } else { "" };
-        let per_job = t
-            .job_exceedance
-            .map_or("-".to_string(), crate::model::exceedance_text);
-        out += &format!(
-            "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10}  {per_job:>8}  {:<12}  {verdict}{stale}\n",
-            t.name,
-            t.partition_sms,
-            t.deadline_ns,
-            t.slack_ns,
-            crate::model::exceedance_text(t.exceedance),
-            t.interference
-        );
-    }
-    let layout = if answer.layout == "shared" {
-        "one shared partition"
-    } else {
-        "distinct partitions"
-    };
-    let fits = if answer.used_sms <= answer.total_sms {
-        "fit"
-    } else {
-        "do NOT fit"
-    };
-    out += &format!(
-        "{}: {layout}, {} of {} SMs ({fits}); bounds configured at exceedance {:e} per launch\n",
-        if answer.admitted {
-            "ADMITTED"
-        } else {
-            "REJECTED"
-        },
-        answer.used_sms,
-        answer.total_sms,
-        answer.configured_exceedance
-    );
+    let mut out = task_table(&answer.tasks);
+    out += &verdict_line(answer);
     for r in &answer.reasons {
         out += &format!("  not admitted: {r}\n");
     }
@@ -471,4 +413,74 @@ pub fn render(answer: &Detailed) -> String {
         );
     }
     out
+}
+
+/// The verdict's tasks as a table, a header and a row each, the names' column as wide as the
+/// longest.
+fn task_table(tasks: &[DetailedTask]) -> String {
+    let width = tasks.iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let mut out = format!(
+        "{:<width$}  {:>5}  {:>14}  {:>14}  {:>14}  {:>10}  {:>8}  {:<12}  verdict\n",
+        "task",
+        "sms",
+        "response_ns",
+        "deadline_ns",
+        "slack_ns",
+        "exceedance",
+        "per job",
+        "interference"
+    );
+    for t in tasks {
+        out += &task_row(t, width);
+    }
+    out
+}
+
+/// One task's row of [`task_table`], its name padded to `width`.
+fn task_row(t: &DetailedTask, width: usize) -> String {
+    let response = if t.response_ns == u64::MAX {
+        "unbounded".to_string()
+    } else {
+        t.response_ns.to_string()
+    };
+    let verdict = if t.slack_ns >= 0 { "meets" } else { "MISSES" };
+    let stale = if t.stale { " (stale)" } else { "" };
+    let per_job = t
+        .job_exceedance
+        .map_or("-".to_string(), crate::model::exceedance_text);
+    format!(
+        "{:<width$}  {:>5}  {response:>14}  {:>14}  {:>14}  {:>10}  {per_job:>8}  {:<12}  {verdict}{stale}\n",
+        t.name,
+        t.partition_sms,
+        t.deadline_ns,
+        t.slack_ns,
+        crate::model::exceedance_text(t.exceedance),
+        t.interference
+    )
+}
+
+/// The verdict's line: admitted or not, the layout, whether the partitions fit the device,
+/// and the exceedance bounds are configured at.
+fn verdict_line(answer: &Detailed) -> String {
+    let layout = if answer.layout == "shared" {
+        "one shared partition"
+    } else {
+        "distinct partitions"
+    };
+    let fits = if answer.used_sms <= answer.total_sms {
+        "fit"
+    } else {
+        "do NOT fit"
+    };
+    format!(
+        "{}: {layout}, {} of {} SMs ({fits}); bounds configured at exceedance {:e} per launch\n",
+        if answer.admitted {
+            "ADMITTED"
+        } else {
+            "REJECTED"
+        },
+        answer.used_sms,
+        answer.total_sms,
+        answer.configured_exceedance
+    )
 }
