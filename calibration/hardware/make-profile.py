@@ -18,9 +18,11 @@ src = Path(sys.argv[1])
 stamp = json.loads((src / "stamp.json").read_text())
 geometry = {r["kernel"]: r for r in csv.DictReader(open(src / "geometry.csv"))}
 times = defaultdict(lambda: defaultdict(list))
+throttled = 0
 with gzip.open(src / "samples-isolated.csv.gz", "rt") as f:
     for r in csv.DictReader(f):
         times[r["kernel"]][int(r["sms"])].append(int(r["time_ns"]))
+        throttled += r.get("throttled", "0") not in ("0", "", "false")
 
 def q(sorted_values, p):
     return sorted_values[min(len(sorted_values) - 1, int(p * len(sorted_values)))]
@@ -44,17 +46,18 @@ for kernel, by_size in sorted(times.items()):
 print(f"""# Measured on a real {stamp['gpu']} (driver {stamp['driver']}, CUDA {stamp['cuda']}, clocks
 # {stamp['clock_policy']}, {stamp['sm_clock_mhz_min']}-{stamp['sm_clock_mhz_max']} MHz), {stamp['started_at'][:19]}Z:
 # the medians of {stamp['launches_per_size']} isolated launches per kernel and size, written by
-# calibration/hardware/make-profile.py from calibration/datasets/h100-2026-11-22/c1. Isolated only:
-# under a memory stressor the same kernels ran 26-35x slower on 8 SMs, which the simulator's
-# contention model does not reproduce (docs/hardware-validation.md).
+# calibration/hardware/make-profile.py from {sys.argv[1].rstrip('/')}. Isolated only:
+# under a memory stressor the same kernels ran tens of times slower on small partitions, which
+# the simulator's contention model does not reproduce (docs/hardware-validation.md).
 
-name = "NVIDIA H100 80GB HBM3, measured curves (simulated)"
+name = "{stamp['gpu']}, measured curves (simulated)"
 total_sms = {stamp['total_sms']}
 sms_per_tpc = 2
 partition_step_sms = 8
 sm_clock_mhz = {stamp['sm_clock_mhz_max']}
 
-# No batch in either campaign ran throttled (NVML violation counters and clock reasons).
+# {throttled} launches of this campaign ran in a throttled batch (NVML violation counters and
+# clock reasons); the profile throttles none.
 [throttle]
 batch_probability = 0.0
 clock_factor = 1.0
