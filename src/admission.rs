@@ -687,6 +687,30 @@ pub fn check_distinct(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> 
 /// either interference hold (the safer of those that exist is used).
 pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Result<Verdict> {
     validate_sized(tasks)?;
+    same_sms(tasks)?;
+    let partition = partition_of(src, &tasks[0])?;
+    let mut lookup = Lookup::new(src, policy, false)?;
+    let bounds = tasks
+        .iter()
+        .map(|t| lookup.task(&t.name, &t.kernels, partition))
+        .collect::<Result<Vec<_>>>()?;
+    let jobs = shared_jobs(tasks, &bounds);
+    let level = Level::of(&jobs);
+    let budget = Budget::new(WORK_BUDGET);
+    let weakest = weakest_of(&bounds);
+    let results = shared_results(tasks, partition, &level, &budget, &weakest);
+    let mut missed = Vec::new();
+    if budget.exhausted() {
+        missed.push(format!(
+            "the analysis stopped at its limit of {WORK_BUDGET} units of work, so the tasks it had not finished are not admitted; accepted: fewer tasks on one partition, or periods further from full utilisation"
+        ));
+    }
+    Ok(lookup.verdict(results, missed))
+}
+
+/// Refuses a shared set whose tasks ask different sizes: they all run on one partition, so the
+/// first task's size is the set's and any other is a mistake in the file, named as such.
+fn same_sms(tasks: &[Task]) -> Result<()> {
     let sms = tasks[0].sms;
     if let Some(t) = tasks.iter().find(|t| t.sms != sms) {
         return Err(invalid(
@@ -695,28 +719,32 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
             format!("is {} but the first task asks {sms}; accepted: the same sms for every task of a shared partition", t.sms),
         ));
     }
-    let partition = partition_of(src, &tasks[0])?;
-    let mut lookup = Lookup::new(src, policy, false)?;
-    let bounds = tasks
+    Ok(())
+}
+
+/// The tasks of a shared partition as the response-time analysis sees them: each its kernels'
+/// bounds as non-preemptive segments, with its period and deadline.
+fn shared_jobs(tasks: &[Task], bounds: &[TaskBounds]) -> Vec<Job> {
+    tasks
         .iter()
-        .map(|t| lookup.task(&t.name, &t.kernels, partition))
-        .collect::<Result<Vec<_>>>()?;
-    let jobs: Vec<Job> = tasks
-        .iter()
-        .zip(&bounds)
+        .zip(bounds)
         .map(|(t, b)| Job {
             segments: b.segments.clone(),
             period: t.period_ns,
             deadline: t.deadline_ns,
         })
-        .collect();
-    let level = Level::of(&jobs);
-    let budget = Budget::new(WORK_BUDGET);
-    // Each response rests on every task's bounds, not only its own: those of higher priority
-    // preempt it, and the longest kernel of those below blocks it. So each task states the
-    // weakest guarantee of the set (a reviewer saw a 1e-9 task whose response held a blocking
-    // bound stated at 1e-4).
-    let weakest = bounds.iter().fold(
+        .collect()
+}
+
+/// The weakest guarantee among the tasks' bounds: the largest exceedance, the weaker
+/// interference, and stale when any is.
+///
+/// Each response rests on every task's bounds, not only its own: those of higher priority
+/// preempt it, and the longest kernel of those below blocks it. So each task states the
+/// weakest guarantee of the set (a reviewer saw a 1e-9 task whose response held a blocking
+/// bound stated at 1e-4).
+fn weakest_of(bounds: &[TaskBounds]) -> TaskBounds {
+    bounds.iter().fold(
         TaskBounds {
             segments: Vec::new(),
             exceedance: 0.0,
@@ -731,12 +759,23 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
             interference: all.interference.min(b.interference),
             stale: all.stale || b.stale,
         },
-    );
-    let results: Vec<TaskResult> = tasks
+    )
+}
+
+/// Each task's response on the shared partition, in priority order (the order the analysis
+/// spends its budget in), every one stated at the weakest guarantee of the set.
+fn shared_results(
+    tasks: &[Task],
+    partition: u32,
+    level: &Level,
+    budget: &Budget,
+    weakest: &TaskBounds,
+) -> Vec<TaskResult> {
+    tasks
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let response = level.response(i, &budget);
+            let response = level.response(i, budget);
             // Every launch of the busy period at the weakest exceedance of the set.
             let launches = response.launches as f64 * weakest.exceedance;
             result(
@@ -744,18 +783,11 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
                 partition,
                 response.ns,
                 t.deadline_ns,
-                &weakest,
+                weakest,
                 launches,
             )
         })
-        .collect();
-    let mut missed = Vec::new();
-    if budget.exhausted() {
-        missed.push(format!(
-            "the analysis stopped at its limit of {WORK_BUDGET} units of work, so the tasks it had not finished are not admitted; accepted: fewer tasks on one partition, or periods further from full utilisation"
-        ));
-    }
-    Ok(lookup.verdict(results, missed))
+        .collect()
 }
 
 /// A task as the response-time analysis sees it: non-preemptive segments (kernel bounds) in order.
