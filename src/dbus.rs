@@ -266,75 +266,102 @@ fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptio
     })
 }
 
+/// The reply of `GetBound` and `GetBoundTagged`: the bound, where it came from, the guarantee it
+/// states, and what was measured or predicted beside it, each under a key of its own.
 fn info_dict(b: &BoundInfo) -> HashMap<String, Variant<'static>> {
-    let mut d = HashMap::new();
-    let mut put = |k: &str, v: Variant<'static>| {
-        d.insert(k.to_string(), v);
-    };
-    put("bound_ns", b.entry.bound_ns.into());
-    put("partition_sms", b.entry.sms.into());
-    put("requested_sms", b.requested_sms.into());
-    put("provenance", b.entry.provenance.to_string().into());
-    put("basis", b.basis().into());
-    put("calibrated_at", b.calibrated_at.to_rfc3339().into());
-    put("calibration", b.calibration_id.clone().into());
-    put("stale", b.stale.into());
-    put("samples", b.entry.samples.into());
-    // As the design fixes it, 0 where not measured; the sweep's launches under keys of their own
-    // (a maximum beside `samples` 0 had no stated source).
-    // (Where neither ran, a launch a bundle's arrival check timed here holds the bound up: it
-    // stays `observed_max_ns`, the slowest launch this card timed at that size.)
-    let (measured_max, verified_max) = if b.entry.verified_samples > 0 && b.entry.samples == 0 {
-        (0, b.entry.observed_max_ns)
-    } else {
-        (b.entry.observed_max_ns, 0)
-    };
-    put("observed_max_ns", measured_max.into());
-    put("verified_samples", b.entry.verified_samples.into());
-    put("verified_max_ns", verified_max.into());
-    put("method", b.method.clone().into());
-    put("law", b.law.clone().into());
-    put("tail", b.tail.clone().into());
-    put("interference", b.interference.to_string().into());
-    // The guarantee in numbers: what a scheduler compares before it stakes a deadline on a bound.
-    let g = &b.guarantee;
-    put("exceedance", g.exceedance.into());
-    put("exceedance_basis", g.basis.as_str().into());
-    put("configured_exceedance", g.configured_exceedance.into());
-    let available: Vec<String> = g.available.iter().map(ToString::to_string).collect();
-    put("interference_available", available.into());
-    put("stressor_sms", g.stressor_sms.into());
-    put("process_shift", b.process_shift.into());
-    let mut notes = b.notes.clone();
-    notes.extend(g.weaker_note());
-    put("notes", notes.join("; ").into());
-    put("clock_scaled", b.clock.scaled.into());
-    put("calibrated_clock_mhz", b.clock.calibrated_mhz.into());
-    put("current_clock_mhz", b.clock.current_mhz.into());
-    // The average case beside the worst: measured, never a bound.
-    put("typical_ns", b.typical_ns.into());
-    put("mean_ns", b.mean_ns.into());
-    // A prediction, labelled as one; 0 where there is none, and the label says why. No bound is
-    // computed from it.
-    put("predicted_typical_ns", b.predicted.typical_ns.into());
-    put("prediction", b.predicted.label.clone().into());
-    put("origin", b.origin.as_str().into());
-    put("source", b.source.clone().into());
-    // Rule 1 for production (Monitor1.Report): the highest time reported that bounds this size.
-    put(
-        "observed_floor_ns",
-        b.observed.map_or(0, |f| f.floor_ns).into(),
-    );
-    // Which series that time was reported under ("" where none, or carried over from another
-    // fingerprint): untagged, it may be the other interference than the calibration's.
-    put(
-        "observed_floor_interference",
-        b.observed
-            .and_then(|f| f.tag)
-            .map_or(String::new(), |t| t.to_string())
-            .into(),
-    );
-    d
+    let mut d = InfoDict(HashMap::new());
+    d.put_provenance(b);
+    d.put_guarantee(b);
+    d.put_beside_the_bound(b);
+    d.put_observed_floor(b);
+    d.0
+}
+
+/// A bound's reply as it is filled in, key by key (in the order the keys have always been put).
+struct InfoDict(HashMap<String, Variant<'static>>);
+
+impl InfoDict {
+    fn put(&mut self, k: &str, v: Variant<'static>) {
+        self.0.insert(k.to_string(), v);
+    }
+
+    /// The bound and where it came from: size, calibration, samples, method, law and tail.
+    fn put_provenance(&mut self, b: &BoundInfo) {
+        self.put("bound_ns", b.entry.bound_ns.into());
+        self.put("partition_sms", b.entry.sms.into());
+        self.put("requested_sms", b.requested_sms.into());
+        self.put("provenance", b.entry.provenance.to_string().into());
+        self.put("basis", b.basis().into());
+        self.put("calibrated_at", b.calibrated_at.to_rfc3339().into());
+        self.put("calibration", b.calibration_id.clone().into());
+        self.put("stale", b.stale.into());
+        self.put("samples", b.entry.samples.into());
+        // As the design fixes it, 0 where not measured; the sweep's launches under keys of their
+        // own (a maximum beside `samples` 0 had no stated source).
+        // (Where neither ran, a launch a bundle's arrival check timed here holds the bound up: it
+        // stays `observed_max_ns`, the slowest launch this card timed at that size.)
+        let (measured_max, verified_max) = if b.entry.verified_samples > 0 && b.entry.samples == 0 {
+            (0, b.entry.observed_max_ns)
+        } else {
+            (b.entry.observed_max_ns, 0)
+        };
+        self.put("observed_max_ns", measured_max.into());
+        self.put("verified_samples", b.entry.verified_samples.into());
+        self.put("verified_max_ns", verified_max.into());
+        self.put("method", b.method.clone().into());
+        self.put("law", b.law.clone().into());
+        self.put("tail", b.tail.clone().into());
+        self.put("interference", b.interference.to_string().into());
+    }
+
+    /// The guarantee in numbers: what a scheduler compares before it stakes a deadline on a bound.
+    fn put_guarantee(&mut self, b: &BoundInfo) {
+        let g = &b.guarantee;
+        self.put("exceedance", g.exceedance.into());
+        self.put("exceedance_basis", g.basis.as_str().into());
+        self.put("configured_exceedance", g.configured_exceedance.into());
+        let available: Vec<String> = g.available.iter().map(ToString::to_string).collect();
+        self.put("interference_available", available.into());
+        self.put("stressor_sms", g.stressor_sms.into());
+        self.put("process_shift", b.process_shift.into());
+        let mut notes = b.notes.clone();
+        notes.extend(g.weaker_note());
+        self.put("notes", notes.join("; ").into());
+    }
+
+    /// What stands beside the bound and is no bound: the clock it was scaled for, the measured
+    /// average case, a labelled prediction, and where the calibration came from.
+    fn put_beside_the_bound(&mut self, b: &BoundInfo) {
+        self.put("clock_scaled", b.clock.scaled.into());
+        self.put("calibrated_clock_mhz", b.clock.calibrated_mhz.into());
+        self.put("current_clock_mhz", b.clock.current_mhz.into());
+        // The average case beside the worst: measured, never a bound.
+        self.put("typical_ns", b.typical_ns.into());
+        self.put("mean_ns", b.mean_ns.into());
+        // A prediction, labelled as one; 0 where there is none, and the label says why. No bound is
+        // computed from it.
+        self.put("predicted_typical_ns", b.predicted.typical_ns.into());
+        self.put("prediction", b.predicted.label.clone().into());
+        self.put("origin", b.origin.as_str().into());
+        self.put("source", b.source.clone().into());
+    }
+
+    /// Rule 1 for production (Monitor1.Report): the highest time reported that bounds this size.
+    fn put_observed_floor(&mut self, b: &BoundInfo) {
+        self.put(
+            "observed_floor_ns",
+            b.observed.map_or(0, |f| f.floor_ns).into(),
+        );
+        // Which series that time was reported under ("" where none, or carried over from another
+        // fingerprint): untagged, it may be the other interference than the calibration's.
+        self.put(
+            "observed_floor_interference",
+            b.observed
+                .and_then(|f| f.tag)
+                .map_or(String::new(), |t| t.to_string())
+                .into(),
+        );
+    }
 }
 
 /// Run `work` on tokio's blocking pool, not on the runtime's threads, which answer every
