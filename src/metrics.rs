@@ -150,6 +150,16 @@ pub fn render(snapshots: &[Snapshot]) -> String {
 
 /// Write the file's text for the devices `snapshots` to `out`.
 pub fn render_to(snapshots: &[Snapshot], out: &mut dyn Write) -> std::io::Result<()> {
+    bounds_served(out, snapshots)?;
+    observed_counters(out, snapshots)?;
+    observed_gauges(out, snapshots)?;
+    kernel_gauges(out, snapshots)?;
+    job_and_health(out, snapshots)
+}
+
+/// The bound served for every kernel and size: what a scheduler stakes its deadlines on, first
+/// in the file.
+fn bounds_served(out: &mut dyn Write, snapshots: &[Snapshot]) -> std::io::Result<()> {
     let mut f = Family::new(
         out,
         "wcetd_bound_seconds",
@@ -164,7 +174,13 @@ pub fn render_to(snapshots: &[Snapshot], out: &mut dyn Write) -> std::io::Result
             }
         }
     }
-    // Every served (kernel, size) gets its counters, 0 before any report, so rate() works.
+    Ok(())
+}
+
+/// The counters of production reports: overruns and launches reported.
+///
+/// Every served (kernel, size) gets its counters, 0 before any report, so rate() works.
+fn observed_counters(out: &mut dyn Write, snapshots: &[Snapshot]) -> std::io::Result<()> {
     let series: Vec<_> = snapshots.iter().map(observed_series).collect();
     let counters: [Spec<FromObserved<u64>>; 2] = [
         (
@@ -188,6 +204,13 @@ pub fn render_to(snapshots: &[Snapshot], out: &mut dyn Write) -> std::io::Result
             }
         }
     }
+    Ok(())
+}
+
+/// What production reported since each kernel's last calibration, beside the bound: largest,
+/// 99th percentile and headroom. Only where something was reported: with nothing reported there
+/// is no largest time or percentile to state.
+fn observed_gauges(out: &mut dyn Write, snapshots: &[Snapshot]) -> std::io::Result<()> {
     let gauges: [Spec<FromObserved<String>>; 3] = [
         (
             "wcetd_observed_max_seconds",
@@ -214,8 +237,7 @@ pub fn render_to(snapshots: &[Snapshot], out: &mut dyn Write) -> std::io::Result
             }
         }
     }
-    kernel_gauges(out, snapshots)?;
-    job_and_health(out, snapshots)
+    Ok(())
 }
 
 /// Every served (kernel, size) of one device, with what was reported there if anything.
