@@ -1468,17 +1468,43 @@ fn load_catalogue(
     let (mut manifests, mut rejected) = manifest::load_dirs(dirs);
     // On the simulator a manifest's `[sim]` table is what runs: checked now, not at calibration.
     if device.backend == crate::gpu::Backend::Sim {
-        manifests.retain(|m| {
-            match crate::gpu::sim::KernelPhysics::of_manifest(m, &device.partition_sizes) {
-                Ok(_) => true,
-                Err(e) => {
-                    rejected.push((m.path.display().to_string(), format!("[sim]: {e:#}")));
-                    false
-                }
-            }
-        });
+        reject_unsimulable(&mut manifests, &mut rejected, device);
     }
-    for (file, why) in &mut rejected {
+    keep_previous_versions(&mut manifests, &mut rejected, previous);
+    established_first(&mut manifests, previous);
+    let (catalogue, taken) = Catalogue::with_manifests(manifests);
+    rejected.extend(taken);
+    (catalogue, rejected)
+}
+
+/// Moves to `rejected` every manifest whose `[sim]` table the simulator cannot run on this
+/// device's partition sizes, so that it is refused at load, with the reason, rather than at its
+/// calibration.
+fn reject_unsimulable(
+    manifests: &mut Vec<manifest::Manifest>,
+    rejected: &mut Vec<(String, String)>,
+    device: &DeviceInfo,
+) {
+    manifests.retain(|m| {
+        match crate::gpu::sim::KernelPhysics::of_manifest(m, &device.partition_sizes) {
+            Ok(_) => true,
+            Err(e) => {
+                rejected.push((m.path.display().to_string(), format!("[sim]: {e:#}")));
+                false
+            }
+        }
+    });
+}
+
+/// For each rejected file (or unreadable directory), keeps the previous catalogue's manifests
+/// from it where their code is unchanged on disk, and says in the rejection which were kept and
+/// which not, and why: a broken edit withdraws nothing.
+fn keep_previous_versions(
+    manifests: &mut Vec<manifest::Manifest>,
+    rejected: &mut [(String, String)],
+    previous: Option<&Catalogue>,
+) {
+    for (file, why) in rejected {
         // The file's previous version, or every manifest of a directory that cannot be read (an
         // NFS hiccup or a mode change withdrew every kernel in it, with Health `ok`).
         let rejected_path = std::path::Path::new(file.as_str());
@@ -1515,7 +1541,13 @@ fn load_catalogue(
             }
         }
     }
-    // A name stays with the file that had it: a new file claiming it is the one refused.
+}
+
+/// Puts first the manifests whose names their files already had in `previous`, so that
+/// [`Catalogue::with_manifests`] refuses the newcomer.
+///
+/// A name stays with the file that had it: a new file claiming it is the one refused.
+fn established_first(manifests: &mut [manifest::Manifest], previous: Option<&Catalogue>) {
     let established = |m: &manifest::Manifest| {
         previous
             .and_then(|p| p.get(&m.name))
@@ -1523,9 +1555,6 @@ fn load_catalogue(
             .is_some_and(|old| old.path == m.path)
     };
     manifests.sort_by_key(|m| !established(m));
-    let (catalogue, taken) = Catalogue::with_manifests(manifests);
-    rejected.extend(taken);
-    (catalogue, rejected)
 }
 
 /// The clock a fingerprint's clock policy names (`nominal:1980MHz`, `locked:1755MHz`), in MHz.
