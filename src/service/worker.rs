@@ -704,40 +704,16 @@ pub(super) fn commit(
     results: Vec<TaggedCalibration>,
     verb: &str,
 ) -> JobEnd {
-    let mut names: Vec<String> = Vec::new();
-    for (_, name, _) in &results {
-        if !names.contains(name) {
-            names.push(name.clone());
-        }
-    }
-    let mut next = (**inner
-        .snapshot
-        .read()
-        .unwrap_or_else(PoisonError::into_inner))
-    .clone();
-    next.device = inner.device.clone();
-    let mut tags = Vec::new();
-    let mut inserted = Vec::new();
-    for (tag, name, cal) in results {
-        next.tables_mut(tag).insert(name.clone(), cal);
-        inserted.push((tag, name));
-        if !tags.contains(&tag) {
-            tags.push(tag);
-        }
-    }
-    let mut not_synced = None;
-    match store.save(&next) {
-        Ok(_) => {}
-        // On disk already: published, so that memory and the file agree (kept back, a restart
-        // would serve what the job said it had not published, and the next save would revert it).
-        Err(e @ crate::store::StoreError::NotSynced { .. }) => not_synced = Some(e.to_string()),
-        Err(e) => {
-            return fail(
-                inner,
-                format!("{e}; new bounds not published, old bounds kept"),
-            )
-        }
-    }
+    let names = kernel_names(&results);
+    let Staged {
+        mut next,
+        inserted,
+        tags,
+    } = Staged::of(inner, results);
+    let not_synced = match save(store, inner, &next) {
+        Ok(not_synced) => not_synced,
+        Err(failed) => return failed,
+    };
     // On disk now: their launch times can rest in the spill file, as loaded ones do.
     for (tag, name) in &inserted {
         if let Some(cal) = next.tables_mut(*tag).get_mut(name) {
@@ -745,7 +721,88 @@ pub(super) fn commit(
         }
     }
     monitor::publish(inner, Arc::new(next), &inserted);
-    match &not_synced {
+    health_after_commit(inner, not_synced.as_deref());
+    let _ = inner.events.send(Event::BoundsChanged {
+        kernels: names.clone(),
+    });
+    let tags: Vec<String> = tags.iter().map(ToString::to_string).collect();
+    (
+        JobState::Done,
+        format!("{verb} {} ({})", names.join(", "), tags.join(", ")),
+    )
+}
+
+/// The kernels of a job's results, each once, in the order the job finished them: the names its
+/// signal and its message give.
+fn kernel_names(results: &[TaggedCalibration]) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for (_, name, _) in results {
+        if !names.contains(name) {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+/// The snapshot a job's results make, before it is saved or published.
+struct Staged {
+    /// The current snapshot with the results in.
+    next: Calibration,
+    /// Each (interference, kernel) put in, in order: what is spilled and published.
+    inserted: Vec<(Interference, String)>,
+    /// The interferences the results were measured under, each once, for the job's message.
+    tags: Vec<Interference>,
+}
+
+impl Staged {
+    /// A copy of the snapshot served now (its read lock held only to copy it) with `results` in.
+    fn of(inner: &Inner, results: Vec<TaggedCalibration>) -> Staged {
+        let mut next = (**inner
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner))
+        .clone();
+        next.device = inner.device.clone();
+        let mut tags = Vec::new();
+        let mut inserted = Vec::new();
+        for (tag, name, cal) in results {
+            next.tables_mut(tag).insert(name.clone(), cal);
+            inserted.push((tag, name));
+            if !tags.contains(&tag) {
+                tags.push(tag);
+            }
+        }
+        Staged {
+            next,
+            inserted,
+            tags,
+        }
+    }
+}
+
+/// Saves `next`: `Ok` with why it is not synced where it reached the disk unsynced, `Err` with
+/// the job's failure (the job fails, old bounds kept) where it was not saved.
+fn save(
+    store: &Store,
+    inner: &Inner,
+    next: &Calibration,
+) -> std::result::Result<Option<String>, JobEnd> {
+    match store.save(next) {
+        Ok(_) => Ok(None),
+        // On disk already: published, so that memory and the file agree (kept back, a restart
+        // would serve what the job said it had not published, and the next save would revert it).
+        Err(e @ crate::store::StoreError::NotSynced { .. }) => Ok(Some(e.to_string())),
+        Err(e) => Err(fail(
+            inner,
+            format!("{e}; new bounds not published, old bounds kept"),
+        )),
+    }
+}
+
+/// Health once new bounds are published: degraded, with the error logged, where the save did not
+/// reach the disk safely; else ok.
+fn health_after_commit(inner: &Inner, not_synced: Option<&str>) {
+    match not_synced {
         Some(why) => {
             tracing::error!("{why}; the new bounds are published");
             set_health(
@@ -755,14 +812,6 @@ pub(super) fn commit(
         }
         None => set_health(inner, "ok".into()),
     }
-    let _ = inner.events.send(Event::BoundsChanged {
-        kernels: names.clone(),
-    });
-    let tags: Vec<String> = tags.iter().map(ToString::to_string).collect();
-    (
-        JobState::Done,
-        format!("{verb} {} ({})", names.join(", "), tags.join(", ")),
-    )
 }
 
 /// Record a lost device (the watch wakes the daemon's main task, which exits).
