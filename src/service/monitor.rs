@@ -21,8 +21,8 @@ use crate::gpu::{DeviceInfo, Interference, PartitionSize};
 use crate::log_throttle::Throttle;
 use crate::model::BoundEntry;
 use crate::observe::{
-    JournalledFloor, Judged, Loaded, ObservationFile, Quantiles, Recorded, ReportedTimes,
-    MAX_TIMES_PER_REPORT, MAX_TIME_NS,
+    Epoch, JournalledFloor, Judged, Loaded, ObservationFile, Quantiles, Recorded, ReportedTimes,
+    Series, MAX_TIMES_PER_REPORT, MAX_TIME_NS,
 };
 use crate::store::{KernelCalibration, Store};
 
@@ -1050,19 +1050,7 @@ impl Service {
         notes: &mut Vec<String>,
     ) -> Option<ObservedFloor> {
         let monotone = cal.table.monotone;
-        let inherited = cal
-            .inherited_floors
-            .iter()
-            .filter(|f| f.sms == entry.sms || (monotone && f.sms > entry.sms))
-            .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
-            .map(|f| ObservedFloor {
-                floor_ns: f.ns,
-                sms: f.sms,
-                at: f.at,
-                // Raised into the table when carried over: the bound served is this floor.
-                raised: f.ns >= entry.bound_ns,
-                tag: None,
-            });
+        let inherited = inherited_floor(cal, entry);
         let reported = self.observed_floor(kernel, tag, entry.sms, monotone);
         // The higher of the two holds the bound up. An inherited floor was raised into the table
         // when it was carried over, but only where the table has the size: applied here again.
@@ -1077,29 +1065,7 @@ impl Service {
             (r, i) => r.or(i)?,
         };
         if floor.floor_ns > entry.bound_ns {
-            let where_ = if floor.sms == entry.sms {
-                format!("at {} SMs", floor.sms)
-            } else {
-                format!(
-                    "at {} SMs (this kernel is never faster on fewer SMs)",
-                    floor.sms
-                )
-            };
-            // The series it came from: untagged, a contended time holds up a bound whose
-            // calibration is the isolated one, and the reader must be able to tell.
-            let under = match floor.tag {
-                Some(Interference::Contended) => " (tagged contended)",
-                Some(Interference::Isolated) => {
-                    " (tagged isolated, or untagged and filed as isolated)"
-                }
-                None => "",
-            };
-            notes.push(format!(
-                "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report)",
-                entry.bound_ns,
-                floor.floor_ns,
-                floor.at.to_rfc3339()
-            ));
+            notes.push(raised_note(entry, &floor));
             entry.bound_ns = floor.floor_ns;
             floor.raised = true;
         }
@@ -1226,54 +1192,45 @@ impl Service {
                 continue;
             }
             found = true;
-            out.reported_total += s.reported_total;
-            out.reported_total_saved += s.reported_saved;
-            out.overruns_total += s.overruns_total;
-            out.last_report = out.last_report.max(Some(s.last_report));
-            let judged_now = self.judging_now(kernel, t, &served);
-            let judging_now = s
-                .epochs
-                .last()
-                .is_some_and(|e| judged_now.contains(&e.calibration));
-            out.past_epochs = out
-                .past_epochs
-                .max((s.epochs.len() - usize::from(judging_now)) as u32);
-            if let Some(e) = s.epochs.last_mut().filter(|_| judging_now) {
-                out.interference.push(t);
-                out.epoch_started = Some(out.epoch_started.map_or(e.started, |d| d.min(e.started)));
-                current.push(e);
-            }
+            current.extend(self.add_series(kernel, t, s, &served, &mut out));
         }
         if !found {
             return Ok(None);
         }
-        out.count = current.iter().map(|e| e.count()).sum();
-        out.max_ns = current.iter().map(|e| e.max_ns).max().unwrap_or(0);
-        out.overruns = current.iter().map(|e| e.overruns).sum();
-        out.carried = current.iter().map(|e| e.carried).sum();
-        out.quantiles = match current.as_mut_slice() {
-            [] => Quantiles::default(),
-            [one] => one.quantiles(),
-            several => {
-                let mut all = several[0].histogram.histogram();
-                // The histograms resize themselves, so adding cannot run out of range; if it
-                // ever did, the quantiles would miss times, so the maximum stands in for them.
-                let merged = several[1..]
-                    .iter_mut()
-                    .all(|e| all.add(e.histogram.histogram()).is_ok());
-                let quantiles = if merged {
-                    Quantiles::of(&all)
-                } else {
-                    Quantiles {
-                        p50_ns: u64::MAX,
-                        p99_ns: u64::MAX,
-                        p999_ns: u64::MAX,
-                    }
-                };
-                quantiles.capped(out.max_ns)
-            }
-        };
+        add_current_epochs(&mut out, &mut current);
         Ok(Some(out))
+    }
+
+    /// Adds the series of interference `t` to `out`'s totals (every epoch), and returns its
+    /// current epoch where that judges a calibration served now: only such epochs count in
+    /// `out`'s times, and earlier ones are counted as past.
+    ///
+    /// Called with the observations locked (`s` is theirs); [`Self::judging_now`] may take the
+    /// snapshot's read lock inside that, as it always did here.
+    fn add_series<'s>(
+        &self,
+        kernel: &str,
+        t: Interference,
+        s: &'s mut Series,
+        served: &[String],
+        out: &mut ObservedInfo,
+    ) -> Option<&'s mut Epoch> {
+        out.reported_total += s.reported_total;
+        out.reported_total_saved += s.reported_saved;
+        out.overruns_total += s.overruns_total;
+        out.last_report = out.last_report.max(Some(s.last_report));
+        let judged_now = self.judging_now(kernel, t, served);
+        let judging_now = s
+            .epochs
+            .last()
+            .is_some_and(|e| judged_now.contains(&e.calibration));
+        out.past_epochs = out
+            .past_epochs
+            .max((s.epochs.len() - usize::from(judging_now)) as u32);
+        let e = s.epochs.last_mut().filter(|_| judging_now)?;
+        out.interference.push(t);
+        out.epoch_started = Some(out.epoch_started.map_or(e.started, |d| d.min(e.started)));
+        Some(e)
     }
 
     /// Ids of the calibrations served for `kernel` now (either tag); "" when it has none, as
@@ -1417,6 +1374,87 @@ impl Service {
             *counts.entry(status.state.as_str()).or_insert(0) += 1;
         }
         counts
+    }
+}
+
+/// The highest floor `cal` carried over from another fingerprint that bounds `entry`'s size: at
+/// that size, or at a larger one when the table is monotone.
+fn inherited_floor(cal: &KernelCalibration, entry: &BoundEntry) -> Option<ObservedFloor> {
+    let monotone = cal.table.monotone;
+    cal.inherited_floors
+        .iter()
+        .filter(|f| f.sms == entry.sms || (monotone && f.sms > entry.sms))
+        .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
+        .map(|f| ObservedFloor {
+            floor_ns: f.ns,
+            sms: f.sms,
+            at: f.at,
+            // Raised into the table when carried over: the bound served is this floor.
+            raised: f.ns >= entry.bound_ns,
+            tag: None,
+        })
+}
+
+/// The note that says `entry`'s bound (before it is raised) was raised to `floor`: where and
+/// when that time was reported, and under which series.
+fn raised_note(entry: &BoundEntry, floor: &ObservedFloor) -> String {
+    let where_ = if floor.sms == entry.sms {
+        format!("at {} SMs", floor.sms)
+    } else {
+        format!(
+            "at {} SMs (this kernel is never faster on fewer SMs)",
+            floor.sms
+        )
+    };
+    // The series it came from: untagged, a contended time holds up a bound whose
+    // calibration is the isolated one, and the reader must be able to tell.
+    let under = match floor.tag {
+        Some(Interference::Contended) => " (tagged contended)",
+        Some(Interference::Isolated) => " (tagged isolated, or untagged and filed as isolated)",
+        None => "",
+    };
+    format!(
+        "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report)",
+        entry.bound_ns,
+        floor.floor_ns,
+        floor.at.to_rfc3339()
+    )
+}
+
+/// Fills `out`'s times from the current epochs that judge the calibrations served now: counts
+/// and overruns summed, the largest time, and quantiles of them all.
+fn add_current_epochs(out: &mut ObservedInfo, current: &mut [&mut Epoch]) {
+    out.count = current.iter().map(|e| e.count()).sum();
+    out.max_ns = current.iter().map(|e| e.max_ns).max().unwrap_or(0);
+    out.overruns = current.iter().map(|e| e.overruns).sum();
+    out.carried = current.iter().map(|e| e.carried).sum();
+    out.quantiles = merged_quantiles(current, out.max_ns);
+}
+
+/// Quantiles of the times of `current` together (one histogram each, merged), none above
+/// `max_ns`, their exact largest time.
+fn merged_quantiles(current: &mut [&mut Epoch], max_ns: u64) -> Quantiles {
+    match current {
+        [] => Quantiles::default(),
+        [one] => one.quantiles(),
+        several => {
+            let mut all = several[0].histogram.histogram();
+            // The histograms resize themselves, so adding cannot run out of range; if it
+            // ever did, the quantiles would miss times, so the maximum stands in for them.
+            let merged = several[1..]
+                .iter_mut()
+                .all(|e| all.add(e.histogram.histogram()).is_ok());
+            let quantiles = if merged {
+                Quantiles::of(&all)
+            } else {
+                Quantiles {
+                    p50_ns: u64::MAX,
+                    p99_ns: u64::MAX,
+                    p999_ns: u64::MAX,
+                }
+            };
+            quantiles.capped(max_ns)
+        }
     }
 }
 
