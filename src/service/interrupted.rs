@@ -232,33 +232,58 @@ pub(super) fn read(path: &Path) -> Option<String> {
             ))
         }
     };
-    let describe = |r: &Record| {
-        let when = if r.queued { "queued" } else { "started" };
-        // Job numbers start afresh with every run: the pid and the time tell which run's it was.
+    let (running, waiting) = (listed(&all, false), listed(&all, true));
+    let again = to_run_again(&all);
+    let during = match (running.is_empty(), waiting.is_empty()) {
+        (false, true) => format!("during {}", running.join(" and ")),
+        (true, false) => format!("before {} started", waiting.join(" and ")),
+        _ => format!(
+            "during {}, before {} started",
+            running.join(" and "),
+            waiting.join(" and ")
+        ),
+    };
+    Some(format!(
+        "an earlier run ended {during}: those kernels keep the bounds they had when it stopped (from before the job, or what it published before then); run {}",
+        again.join(" and ")
+    ))
+}
+
+/// One interrupted job as `Health` names it.
+fn describe(r: &Record) -> String {
+    let when = if r.queued { "queued" } else { "started" };
+    // Job numbers start afresh with every run: the pid and the time tell which run's it was.
+    format!(
+        "job {} of pid {} ({} {}, {when} {})",
+        r.job,
+        r.pid,
+        r.what,
+        r.kernels.join(", "),
+        r.started_at.to_rfc3339()
+    )
+}
+
+/// The interrupted jobs that had started (or, with `queued`, were waiting), as `Health` lists
+/// them.
+///
+/// The latest few, with a count of the others: ten crashes in a row made a Health of 1.5 KB
+/// of near-identical entries.
+fn listed(all: &[Record], queued: bool) -> Vec<String> {
+    let these: Vec<&Record> = all.iter().filter(|r| r.queued == queued).collect();
+    let earlier = these.len().saturating_sub(SHOWN);
+    let shown = these[earlier..].iter().map(|r| describe(r));
+    let count = (earlier > 0).then(|| {
         format!(
-            "job {} of pid {} ({} {}, {when} {})",
-            r.job,
-            r.pid,
-            r.what,
-            r.kernels.join(", "),
-            r.started_at.to_rfc3339()
+            "{earlier} earlier job{}",
+            if earlier == 1 { "" } else { "s" }
         )
-    };
-    // The latest few, with a count of the others: ten crashes in a row made a Health of 1.5 KB
-    // of near-identical entries.
-    let list = |queued: bool| -> Vec<String> {
-        let these: Vec<&Record> = all.iter().filter(|r| r.queued == queued).collect();
-        let earlier = these.len().saturating_sub(SHOWN);
-        let shown = these[earlier..].iter().map(|r| describe(r));
-        let count = (earlier > 0).then(|| {
-            format!(
-                "{earlier} earlier job{}",
-                if earlier == 1 { "" } else { "s" }
-            )
-        });
-        count.into_iter().chain(shown).collect()
-    };
-    let (running, waiting) = (list(false), list(true));
+    });
+    count.into_iter().chain(shown).collect()
+}
+
+/// What the operator runs to redo the interrupted work: a recalibration of every kernel an
+/// interrupted calibration named, and the import again where an import was interrupted.
+fn to_run_again(all: &[Record]) -> Vec<String> {
     let mut kernels: Vec<&str> = all
         .iter()
         .filter(|r| r.what == "calibrating")
@@ -273,19 +298,7 @@ pub(super) fn read(path: &Path) -> Option<String> {
     if all.iter().any(|r| r.what != "calibrating") {
         again.push("the import again".to_string());
     }
-    let during = match (running.is_empty(), waiting.is_empty()) {
-        (false, true) => format!("during {}", running.join(" and ")),
-        (true, false) => format!("before {} started", waiting.join(" and ")),
-        _ => format!(
-            "during {}, before {} started",
-            running.join(" and "),
-            waiting.join(" and ")
-        ),
-    };
-    Some(format!(
-        "an earlier run ended {during}: those kernels keep the bounds they had when it stopped (from before the job, or what it published before then); run {}",
-        again.join(" and ")
-    ))
+    again
 }
 
 #[cfg(test)]
