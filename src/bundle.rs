@@ -252,14 +252,30 @@ pub fn missing_sizes(bundle: &Bundle, sizes: &[u32]) -> Vec<String> {
 
 /// Where an entry's summary or table disagrees with the launches it ships.
 fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
-    let c = &e.calibration.campaign;
     let mut found = Vec::new();
-    let measured: Vec<u32> = c
+    let measured = measured_sizes(e);
+    summary_against_samples(e, what, &measured, &mut found);
+    provenance_against_samples(e, what, &measured, &mut found);
+    tail_against_additive(e, what, &mut found);
+    sweep_against_table(e, what, &mut found);
+    found
+}
+
+/// The sizes at which the entry's campaign ships launches, in order.
+fn measured_sizes(e: &Entry) -> Vec<u32> {
+    e.calibration
+        .campaign
         .sizes
         .iter()
         .filter(|(_, r)| !r.times_ns.is_empty())
         .map(|(&m, _)| m)
-        .collect();
+        .collect()
+}
+
+/// Where the summary's sizes, launch counts and largest times, or the table's sample counts,
+/// disagree with the launches the campaign ships (`measured`: the sizes it ships them at).
+fn summary_against_samples(e: &Entry, what: &str, measured: &[u32], found: &mut Vec<String>) {
+    let c = &e.calibration.campaign;
     if measured != e.summary.keys().copied().collect::<Vec<_>>() {
         found.push(format!(
             "{what}: the summary lists sizes {:?}, the samples {measured:?}",
@@ -282,9 +298,14 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             ));
         }
     }
-    // A size is called measured exactly where it ships its launches (the fit marks every such
-    // size measured; the fewest launches at a measured size is what a table without a tail
-    // model states its guarantee from).
+}
+
+/// Where the table calls a size measured that ships no launches, or the other way round.
+///
+/// A size is called measured exactly where it ships its launches (the fit marks every such
+/// size measured; the fewest launches at a measured size is what a table without a tail
+/// model states its guarantee from).
+fn provenance_against_samples(e: &Entry, what: &str, measured: &[u32], found: &mut Vec<String>) {
     for b in &e.calibration.table.entries {
         let is_measured = b.provenance == crate::model::Provenance::Measured;
         if is_measured != measured.contains(&b.sms) {
@@ -302,8 +323,13 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             });
         }
     }
-    // A tail states its bound at the weaker of its ratio model's and the additive part's (the
-    // device's rare delays): never stronger than the latter.
+}
+
+/// Where the tail states a guarantee stronger than its own additive part's.
+///
+/// A tail states its bound at the weaker of its ratio model's and the additive part's (the
+/// device's rare delays): never stronger than the latter.
+fn tail_against_additive(e: &Entry, what: &str, found: &mut Vec<String>) {
     if let Some(t) = &e.calibration.table.tail {
         if t.exceedance < t.additive_exceedance * (1.0 - 1e-9) {
             found.push(format!(
@@ -312,8 +338,13 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             ));
         }
     }
-    // The verification sweep's launches, which hold up the bounds between measured sizes.
-    for (m, r) in &c.verified {
+}
+
+/// Where the table's count of sweep launches at a size it did not measure disagrees with the
+/// campaign's: the verification sweep's launches, which hold up the bounds between measured
+/// sizes.
+fn sweep_against_table(e: &Entry, what: &str, found: &mut Vec<String>) {
+    for (m, r) in &e.calibration.campaign.verified {
         let Some(b) = e.calibration.table.entry(*m) else {
             continue;
         };
@@ -325,7 +356,6 @@ fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
             ));
         }
     }
-    found
 }
 
 /// `cal` without its bounds at sizes this device cannot realise (`sizes`), and which were
