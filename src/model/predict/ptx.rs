@@ -47,6 +47,21 @@ pub fn entries(ptx: &str) -> Vec<String> {
 
 /// Features of `entry` in `ptx`.
 pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
+    let body = entry_body(ptx, entry)?;
+    let mut f = PtxFeatures {
+        entry: entry.to_string(),
+        ..Default::default()
+    };
+    let (statements, labels) = statements_and_labels(&body);
+    for (i, &line) in statements.iter().enumerate() {
+        f.add_statement(i, line, &labels);
+    }
+    Ok(f)
+}
+
+/// The body of `entry` in `ptx`, without comments and without the directives that end at their
+/// line, so that every statement in it ends with `;`.
+fn entry_body(ptx: &str, entry: &str) -> Result<String, PtxError> {
     let found = entries(ptx);
     if !found.iter().any(|e| e == entry) {
         return Err(PtxError::NoEntry {
@@ -63,20 +78,22 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
         .into_iter()
         .find_map(|e| e.body.filter(|_| e.name == entry))
         .ok_or_else(|| PtxError::NoBody(entry.to_string()))?;
-    let mut f = PtxFeatures {
-        entry: entry.to_string(),
-        ..Default::default()
-    };
     // Directives without a `;` (`.loc`, `.file`, `.section`) end at their line.
-    let body: String = body
+    Ok(body
         .lines()
         .filter(|l| {
             let t = l.trim();
             !t.starts_with('.') || t.contains(';')
         })
         .collect::<Vec<_>>()
-        .join("\n");
-    // Statements end with `;`, whatever the lines; labels and scope braces lead a statement.
+        .join("\n"))
+}
+
+/// The statements of `body`, their labels stripped, and the statement each label leads (its
+/// index): what a branch's target is looked up in to tell a loop.
+///
+/// Statements end with `;`, whatever the lines; labels and scope braces lead a statement.
+fn statements_and_labels(body: &str) -> (Vec<&str>, BTreeMap<&str, usize>) {
     let mut labels: BTreeMap<&str, usize> = BTreeMap::new();
     let statements: Vec<&str> = body
         .split(';')
@@ -89,15 +106,21 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
             rest
         })
         .collect();
-    for (i, &line) in statements.iter().enumerate() {
+    (statements, labels)
+}
+
+impl PtxFeatures {
+    /// Counts statement `i` (`line`, labels stripped): a `.shared` declaration's bytes, or an
+    /// instruction, and a branch back to a label at or before it as a loop.
+    fn add_statement(&mut self, i: usize, line: &str, labels: &BTreeMap<&str, usize>) {
         if line.is_empty() {
-            continue;
+            return;
         }
         if line.starts_with('.') {
             if line.starts_with(".shared") {
-                f.static_shared_bytes += declared_bytes(line);
+                self.static_shared_bytes += declared_bytes(line);
             }
-            continue;
+            return;
         }
         // A guard predicate (`@%p1 bra ...`) does not change what the instruction is.
         let line = match line.strip_prefix('@') {
@@ -107,18 +130,17 @@ pub fn features(ptx: &str, entry: &str) -> Result<PtxFeatures, PtxError> {
             None => line,
         };
         let mut parts = line.split_whitespace();
-        let Some(op) = parts.next() else { continue };
-        f.instructions += 1;
+        let Some(op) = parts.next() else { return };
+        self.instructions += 1;
         if op.starts_with("bra") {
             let target = parts.next().unwrap_or("").trim_end_matches(';');
             if labels.get(target).is_some_and(|&at| at <= i) {
-                f.loops = true;
+                self.loops = true;
             }
-            continue;
+            return;
         }
-        count(op, &mut f);
+        count(op, self);
     }
-    Ok(f)
 }
 
 /// A statement's leading labels (`$L1:`) and scope braces stripped: (labels, the rest).
