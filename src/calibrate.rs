@@ -295,42 +295,13 @@ pub fn from_samples(
     recipe: &Recipe,
 ) -> Result<KernelCalibration, CalibrateError> {
     let now = Utc::now();
-    let sizes = imported
-        .by_size
-        .iter()
-        .map(|(&m, times)| {
-            let mut record = measure::SizeRecord::empty(m);
-            record.times_ns = times.as_slice().into();
-            (m, record)
-        })
-        .collect();
-    let campaign = KernelCampaign {
-        kernel: imported.kernel.clone(),
-        geometry: imported.geometry,
-        sizes,
-        verified: Default::default(),
-        environment: measure::EnvironmentStamp {
-            fingerprint: device.fingerprint.clone(),
-            started_at: now,
-            finished_at: now,
-            host: format!("imported: {}", imported.source),
-            interference: imported.interference,
-            sm_clock_mhz_min: None,
-            sm_clock_mhz_max: None,
-            temperature_c_max: None,
-            throttle_reasons: Vec::new(),
-        },
-    };
+    let campaign = imported_campaign(imported, device, now);
     // Imported samples are in launch order, so they show slowdowns as measured ones do.
-    let mut config = recipe.method_config;
     let mut evidence = recipe.slowdowns;
     for times in imported.by_size.values() {
         evidence.add(times);
     }
-    if let Some(found) = evidence.slowdown() {
-        config.device_slowdown = found.depth;
-        config.device_slowdown_share = found.share;
-    }
+    let config = allowing_for_slowdowns(recipe.method_config, &evidence);
     let mut table = method::bound_table(
         &observations(&campaign),
         &device.partition_sizes,
@@ -355,6 +326,51 @@ pub fn from_samples(
         inherited_floors: Vec::new(),
         launches_here: Vec::new(),
     })
+}
+
+/// Imported samples as the campaign a calibration keeps: their launches per size, taken `now`
+/// under this device's fingerprint, the host naming where they came from.
+fn imported_campaign(
+    imported: &Imported,
+    device: &crate::gpu::DeviceInfo,
+    now: chrono::DateTime<Utc>,
+) -> KernelCampaign {
+    let sizes = imported
+        .by_size
+        .iter()
+        .map(|(&m, times)| {
+            let mut record = measure::SizeRecord::empty(m);
+            record.times_ns = times.as_slice().into();
+            (m, record)
+        })
+        .collect();
+    KernelCampaign {
+        kernel: imported.kernel.clone(),
+        geometry: imported.geometry,
+        sizes,
+        verified: Default::default(),
+        environment: measure::EnvironmentStamp {
+            fingerprint: device.fingerprint.clone(),
+            started_at: now,
+            finished_at: now,
+            host: format!("imported: {}", imported.source),
+            interference: imported.interference,
+            sm_clock_mhz_min: None,
+            sm_clock_mhz_max: None,
+            temperature_c_max: None,
+            throttle_reasons: Vec::new(),
+        },
+    }
+}
+
+/// `config` with the sustained slowdown `evidence` shows (its depth and share of launches), where
+/// it shows one, so that the bounds allow for it.
+fn allowing_for_slowdowns(mut config: MethodConfig, evidence: &throttle::Evidence) -> MethodConfig {
+    if let Some(found) = evidence.slowdown() {
+        config.device_slowdown = found.depth;
+        config.device_slowdown_share = found.share;
+    }
+    config
 }
 
 /// A calibration from elsewhere (a bundle), made no tighter than the method it names makes from
