@@ -166,8 +166,58 @@ fn wcetd(
     sizes: &[u32],
     config: &MethodConfig,
 ) -> Result<BoundTable, ModelError> {
-    // With the device's sustained slowdowns, half the exceedance goes to the launches they slow
-    // (a share π of launches, each at p/(2π)) and half to the rest, so the mixture is still at p.
+    let tail = device_tail(obs, config);
+    let mut typical = TypicalFit::new(obs, sizes, config);
+    // Launches at sizes not measured in full can show a rise the measured medians do not (a
+    // contention hump between two of them); then the clamp between neighbours and the
+    // non-increasing pass would both rest on a monotonicity the data contradict.
+    let rise = typical.monotone.then(|| verified_rise(obs)).flatten();
+    // What the measured medians and the law used say; the sweep's rise and a passed-over law
+    // (below) have notes of their own.
+    let monotone_by_fit = typical.monotone;
+    typical.monotone &= rise.is_none();
+    let shape = typical.shape(obs, config, true);
+    let between = |m: &u32| between_measured(&typical.medians, *m);
+    // Said only where a size lies between measured ones: with every size measured it has no use.
+    let convexity_note = shape.convexity_note().filter(|_| sizes.iter().any(between));
+    let mut entries = tailed_entries(obs, sizes, &shape, &tail, config)?;
+    // Where step 6b holds a size up, the table stays as monotone as the medians say: the
+    // non-increasing pass, and later raises carried to smaller sizes (production floors,
+    // imports), only ever raise. (Dropping both, tried first, lowered some measured sizes'
+    // bounds and stopped floors being carried down: a code review.)
+    let rising_law = sizes
+        .iter()
+        .find(|&&m| between(&m) && shape.passed_over_at(m).is_some())
+        .and(typical.passed_over.as_ref());
+    if typical.monotone {
+        make_non_increasing(&mut entries);
+    }
+    let validated = typical.validated;
+    let mut notes = wcetd_notes(&validated, &typical.medians, monotone_by_fit, &tail, config);
+    notes.extend(convexity_note);
+    notes.extend(rising_law.map(|(f, margin)| passed_over_law_note(f, *margin)));
+    notes.extend(rise.map(|(a, b)| {
+        format!("the verification sweep saw the time rise from {a} to {b} SMs beyond its noise: monotonicity not assumed")
+    }));
+    Ok(BoundTable {
+        method: Method::Wcetd,
+        notes,
+        law: validated.as_ref().map(|v| v.fitted.clone()),
+        law_margin: typical.law_margin,
+        validation_error: validated.as_ref().map_or(0.0, |v| v.error),
+        monotone: typical.monotone,
+        tail: Some(tail),
+        entries,
+        process_shift: Some(config.process_shift),
+    })
+}
+
+/// The tail ratio of `obs` at the configured exceedance, with the device's sustained slowdowns
+/// and rare delays allowed for.
+///
+/// With the device's sustained slowdowns, half the exceedance goes to the launches they slow
+/// (a share π of launches, each at p/(2π)) and half to the rest, so the mixture is still at p.
+fn device_tail(obs: &Observations, config: &MethodConfig) -> TailBound {
     let slowdown =
         (config.device_slowdown > 0.0 && config.device_slowdown_share > 0.0).then(|| {
             (
@@ -188,23 +238,26 @@ fn wcetd(
         }
     };
     tail.include_device_delay(config.device_delay_ns, config.device_delay_exceedance);
-    let mut typical = TypicalFit::new(obs, sizes, config);
-    // Launches at sizes not measured in full can show a rise the measured medians do not (a
-    // contention hump between two of them); then the clamp between neighbours and the
-    // non-increasing pass would both rest on a monotonicity the data contradict.
-    let rise = typical.monotone.then(|| verified_rise(obs)).flatten();
-    // What the measured medians and the law used say; the sweep's rise and a passed-over law
-    // (below) have notes of their own.
-    let monotone_by_fit = typical.monotone;
-    typical.monotone &= rise.is_none();
-    let shape = typical.shape(obs, config, true);
-    // Said only where a size lies between measured ones: with every size measured it has no use.
-    let between = |m: &u32| {
-        typical.medians.first().is_some_and(|p| p.sms < *m)
-            && typical.medians.last().is_some_and(|p| p.sms > *m)
-            && !typical.medians.iter().any(|p| p.sms == *m)
-    };
-    let convexity_note = shape.convexity_note().filter(|_| sizes.iter().any(between));
+    tail
+}
+
+/// Whether size `m` lies strictly between the measured sizes (`medians`) and is not one of them:
+/// where the curve between measured sizes is all a bound rests on.
+fn between_measured(medians: &[Point], m: u32) -> bool {
+    medians.first().is_some_and(|p| p.sms < m)
+        && medians.last().is_some_and(|p| p.sms > m)
+        && !medians.iter().any(|p| p.sms == m)
+}
+
+/// The bound at each of `sizes`: the safety chain's typical time, raised by the process shift,
+/// then by the tail ratio and the unseen-condition margin (before the non-increasing pass).
+fn tailed_entries(
+    obs: &Observations,
+    sizes: &[u32],
+    shape: &Shape,
+    tail: &TailBound,
+    config: &MethodConfig,
+) -> Result<Vec<BoundEntry>, ModelError> {
     let mut entries = Vec::with_capacity(sizes.len());
     for &m in sizes {
         let (central, provenance) = shape.safety_chain(m)?;
@@ -213,37 +266,13 @@ fn wcetd(
         let bound = tail.apply(m, central) * (1.0 + config.unseen_condition_margin);
         entries.push(entry(obs, m, bound, provenance));
     }
-    // Where step 6b holds a size up, the table stays as monotone as the medians say: the
-    // non-increasing pass, and later raises carried to smaller sizes (production floors,
-    // imports), only ever raise. (Dropping both, tried first, lowered some measured sizes'
-    // bounds and stopped floors being carried down: a code review.)
-    let rising_law = sizes
-        .iter()
-        .find(|&&m| between(&m) && shape.passed_over_at(m).is_some())
-        .and(typical.passed_over.as_ref());
-    if typical.monotone {
-        make_non_increasing(&mut entries);
-    }
-    let validated = typical.validated;
-    let mut notes = wcetd_notes(&validated, &typical.medians, monotone_by_fit, &tail, config);
-    notes.extend(convexity_note);
-    notes.extend(rising_law.map(|(f, margin)| {
-        format!("law {} explained the measured sizes best but predicts a rise they do not show, so another was used; where no launch was seen between measured sizes, bounds are never below it plus {:.1}%", f.law, margin * 100.0)
-    }));
-    notes.extend(rise.map(|(a, b)| {
-        format!("the verification sweep saw the time rise from {a} to {b} SMs beyond its noise: monotonicity not assumed")
-    }));
-    Ok(BoundTable {
-        method: Method::Wcetd,
-        notes,
-        law: validated.as_ref().map(|v| v.fitted.clone()),
-        law_margin: typical.law_margin,
-        validation_error: validated.as_ref().map_or(0.0, |v| v.error),
-        monotone: typical.monotone,
-        tail: Some(tail),
-        entries,
-        process_shift: Some(config.process_shift),
-    })
+    Ok(entries)
+}
+
+/// The note that a law which explained the measured sizes best was passed over because it
+/// predicts a rise they do not show, and the margin over it that unseen sizes keep.
+fn passed_over_law_note(f: &FittedLaw, margin: f64) -> String {
+    format!("law {} explained the measured sizes best but predicts a rise they do not show, so another was used; where no launch was seen between measured sizes, bounds are never below it plus {:.1}%", f.law, margin * 100.0)
 }
 
 /// The `wcetd` method's typical-time curve (its bound before the tail ratio) at `sizes`, from
