@@ -591,51 +591,14 @@ impl TailFit {
         bound.fit_accepted = self.fit_accepted;
         let envelope = exponential_envelope(sorted, p);
         let Some(gpd) = &self.gpd else {
-            if envelope.is_finite() {
-                bound.kind = TailKind::ExponentialQuantile;
-                bound.ratio = envelope;
-            } else {
-                // Fewer than MIN_EXCEEDANCES above every threshold (ties: equal times, a coarse
-                // timer): there is no tail to model, so no probability below 1/(n+1) is claimed,
-                // and the bound is a stated margin over the largest, as for too few samples.
-                observed_margin(bound, sorted.len());
-                bound.notes.push(format!(
-                    "fewer than {MIN_EXCEEDANCES} samples above every candidate threshold (equal or quantised times): no tail model; twice the largest excess over the median, stated at 1/(n+1)"
-                ));
-            }
+            without_gpd(bound, sorted, envelope);
             return;
         };
         bound.shape = gpd.shape;
         if let Some(tail) = &self.heavy {
-            // With a shape well above 0 the quantile at 1e-9 runs to thousands of times the
-            // median, which no scheduler can use. State the bound at a probability a campaign of
-            // tens of thousands of launches can support instead, and say so.
-            let p = p.max(HEAVY_TAIL_EXCEEDANCE);
-            let upper = tail.upper_shape().max(0.0);
-            bound.kind = TailKind::HeavyTail;
-            bound.shape = tail.shape;
-            bound.exceedance = p;
-            bound.ratio = envelope
-                .max(tail.quantile(p, upper))
-                .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
-            bound.notes.push(format!(
-                "heavy tail (GPD shape {:.2}, upper limit {upper:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
-                tail.shape
-            ));
+            heavy_tail(bound, tail, p, envelope);
         } else if gpd.shape > 0.0 {
-            // The tail may be heavy: the quantile at the shape's upper confidence limit. At 1e-9
-            // it runs to hundreds of times the median on a few dozen exceedances, so, as for a
-            // heavy tail, it is stated at the probability the data can support, and never below
-            // the exponential quantile at the configured one.
-            let upper = gpd.upper_shape();
-            let stated = p.max(HEAVY_TAIL_EXCEEDANCE);
-            bound.kind = TailKind::GpdUpperShape;
-            bound.exceedance = stated;
-            bound.ratio = gpd.quantile(stated, upper).max(gpd.exponential_quantile(p));
-            bound.notes.push(format!(
-                "GPD shape {:.2} > 0 but not significant: quantile at {stated:e} with the shape's upper confidence limit {upper:.2}, at least the exponential quantile at {p:e}",
-                gpd.shape
-            ));
+            possibly_heavy_tail(bound, gpd, p);
         } else if self.fit_accepted {
             bound.kind = TailKind::GpdBounded;
             bound.ratio = gpd.exponential_quantile(p);
@@ -651,6 +614,61 @@ impl TailFit {
                 .push(format!("exponential tail; quantile at {p:e}"));
         }
     }
+}
+
+/// `bound` where no GPD could be fitted: the exponential envelope where some threshold leaves
+/// enough exceedances, else a stated margin over the largest sample.
+fn without_gpd(bound: &mut TailBound, sorted: &[f64], envelope: f64) {
+    if envelope.is_finite() {
+        bound.kind = TailKind::ExponentialQuantile;
+        bound.ratio = envelope;
+    } else {
+        // Fewer than MIN_EXCEEDANCES above every threshold (ties: equal times, a coarse
+        // timer): there is no tail to model, so no probability below 1/(n+1) is claimed,
+        // and the bound is a stated margin over the largest, as for too few samples.
+        observed_margin(bound, sorted.len());
+        bound.notes.push(format!(
+            "fewer than {MIN_EXCEEDANCES} samples above every candidate threshold (equal or quantised times): no tail model; twice the largest excess over the median, stated at 1/(n+1)"
+        ));
+    }
+}
+
+/// `bound` on a heavy tail (`tail`, its GPD fit): stated at a weaker exceedance than `p`.
+///
+/// With a shape well above 0 the quantile at 1e-9 runs to thousands of times the
+/// median, which no scheduler can use. State the bound at a probability a campaign of
+/// tens of thousands of launches can support instead, and say so.
+fn heavy_tail(bound: &mut TailBound, tail: &GpdFit, p: f64, envelope: f64) {
+    let p = p.max(HEAVY_TAIL_EXCEEDANCE);
+    let upper = tail.upper_shape().max(0.0);
+    bound.kind = TailKind::HeavyTail;
+    bound.shape = tail.shape;
+    bound.exceedance = p;
+    bound.ratio = envelope
+        .max(tail.quantile(p, upper))
+        .max(1.0 + 2.0 * (bound.observed_max_ratio - 1.0));
+    bound.notes.push(format!(
+        "heavy tail (GPD shape {:.2}, upper limit {upper:.2}): bound stated at exceedance {p:e} per launch, not the configured one",
+        tail.shape
+    ));
+}
+
+/// `bound` where the GPD shape is above 0 but not significantly so.
+///
+/// The tail may be heavy: the quantile at the shape's upper confidence limit. At 1e-9
+/// it runs to hundreds of times the median on a few dozen exceedances, so, as for a
+/// heavy tail, it is stated at the probability the data can support, and never below
+/// the exponential quantile at the configured one.
+fn possibly_heavy_tail(bound: &mut TailBound, gpd: &GpdFit, p: f64) {
+    let upper = gpd.upper_shape();
+    let stated = p.max(HEAVY_TAIL_EXCEEDANCE);
+    bound.kind = TailKind::GpdUpperShape;
+    bound.exceedance = stated;
+    bound.ratio = gpd.quantile(stated, upper).max(gpd.exponential_quantile(p));
+    bound.notes.push(format!(
+        "GPD shape {:.2} > 0 but not significant: quantile at {stated:e} with the shape's upper confidence limit {upper:.2}, at least the exponential quantile at {p:e}",
+        gpd.shape
+    ));
 }
 
 /// Largest exponential-tail quantile over the thresholds that leave enough exceedances.
