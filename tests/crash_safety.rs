@@ -600,7 +600,8 @@ async fn a_save_whose_directory_sync_fails_is_published_and_named_in_health() {
 /// launch that takes seconds, as a hung one on a GPU would) ends the wait: the daemon exits
 /// cleanly without the worker. The job it was running never ended, so it is not announced as
 /// ended; the next start serves the bounds of before and names that job in Health, as after a
-/// crash. The same path follows a worker that outlasts the 20 s wait.
+/// crash. The same path follows a worker that outlasts the 20 s wait. Meanwhile a new job is
+/// `Busy`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_stops_waiting_for_a_worker_in_a_long_batch() {
     tokio::time::timeout(Duration::from_secs(90), async {
@@ -629,6 +630,11 @@ async fn a_second_sigterm_stops_waiting_for_a_worker_in_a_long_batch() {
         unsafe { libc::kill(pid, libc::SIGTERM) };
         let cancelled = (queued, "cancelled".to_string());
         assert_eq!(next_finished(&mut finished).await, cancelled);
+        // While the stop waits for the worker, a new job is refused, saying why.
+        let refused: Result<u64, zbus::Error> =
+            call(&conn, CALIBRATION, "Recalibrate", &(vec!["srad"],)).await;
+        assert_eq!(error_name(&refused), "org.wcetd.Error.Busy", "{refused:?}");
+        assert!(format!("{refused:?}").contains("the daemon is stopping"));
         let second = std::time::Instant::now();
         // SAFETY: as above.
         unsafe { libc::kill(pid, libc::SIGTERM) };
