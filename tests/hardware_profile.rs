@@ -113,6 +113,11 @@ fn with_the_delay_probe_every_size_holds_and_without_it_some_does_not() {
             "{profile}: violations with the delay probe: {with:?}"
         );
         let without = violations(profile, false);
+        // Printed for docs/hardware-validation.md (`-- --nocapture`).
+        println!(
+            "{profile}: {} sizes under without the probe: {without:?}",
+            without.len()
+        );
         assert!(
             !without.is_empty(),
             "{profile}: without the probe the rare delays should reach above some bound"
