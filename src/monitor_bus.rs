@@ -133,10 +133,22 @@ impl Monitor {
         tag: Option<Interference>,
         times: &[u64],
     ) -> Result<(), BusError> {
-        // On the runtime, the hot path of production: the job record an overrun's recalibration
-        // writes is at most one per kernel per `--overrun-recalibration-interval`, and the
-        // hop to the blocking pool took Report past 1.5x Ping in the load bench (1.66x).
+        // On the runtime, the hot path of production: the hop to the blocking pool took Report
+        // past 1.5x Ping in the load bench (1.66x). Only the rare recalibration an overrun
+        // queues touches the disk synchronously (a job record, synced), so only it hops. The
+        // answer waits for it, as it waits for the overrun's save: once answered, GetObserved
+        // names the job.
         let outcome = self.service.report(kernel, sms, tag, times)?;
+        if outcome.recalibration_wanted {
+            let (service, kernel) = (self.service.clone(), kernel.to_string());
+            let queued =
+                tokio::task::spawn_blocking(move || service.recalibrate_after_overrun(&kernel));
+            // The times are recorded either way: a failure here is the recalibration's, not
+            // the report's, and is not answered as one.
+            if let Err(e) = queued.await {
+                tracing::warn!(error = %e, "queueing the recalibration after an overrun stopped");
+            }
+        }
         if let Some(generation) = outcome.save_generation {
             self.service
                 .observations_saved(generation, SAVE_WAIT)

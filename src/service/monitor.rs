@@ -92,6 +92,9 @@ pub struct ReportOutcome {
     /// the journal entry to wait for ([`Service::floors_journalled`]), so that no later bound
     /// can fall below it after a crash.
     pub journal_seq: Option<u64>,
+    /// The report overran a bound and `--recalibrate-on-overrun` is set: the caller is to call
+    /// [`Service::recalibrate_after_overrun`], off the async runtime (it writes a job record).
+    pub recalibration_wanted: bool,
 }
 
 /// What `GetObserved` answers: the current epoch (the times judged against the bounds served
@@ -751,6 +754,8 @@ impl Service {
             bound_ns: bound_ns.unwrap_or(0),
             save_generation,
             journal_seq,
+            recalibration_wanted: save.overran
+                && self.inner.config.monitor.recalibrate_on_overrun.is_some(),
         })
     }
 
@@ -824,8 +829,8 @@ impl Service {
     }
 
     /// Overruns of the bound served (`bound_ns`) by a report: logged, signalled
-    /// (`BoundExceeded`, `OverrunKernels`, `BoundsChanged`), and a recalibration queued if
-    /// configured. The bound itself was raised by the floor already.
+    /// (`BoundExceeded`, `OverrunKernels`, `BoundsChanged`). The bound itself was raised by the
+    /// floor already; the recalibration it may queue is the caller's ([`ReportOutcome`]).
     fn announce_overrun(&self, kernel: &str, sms: u32, recorded: &Recorded, bound_ns: u64) {
         let observed_ns = recorded.max_ns;
         let m = self.monitor();
@@ -854,7 +859,6 @@ impl Service {
         let _ = self.inner.events.send(Event::BoundsChanged {
             kernels: vec![kernel.to_string()],
         });
-        self.recalibrate_after_overrun(kernel);
     }
 
     /// Whether a calibration of `kernel` will replace its bounds: a job for it is queued or
@@ -1072,7 +1076,11 @@ impl Service {
         Some(floor)
     }
 
-    fn recalibrate_after_overrun(&self, kernel: &str) {
+    /// Queue the recalibration of `kernel` a report that overran asked for
+    /// ([`ReportOutcome::recalibration_wanted`]), at most once per configured interval, unless
+    /// the kernel is held back. Blocking: queueing a job writes its record and syncs it, so a
+    /// caller on the async runtime runs this on the blocking pool.
+    pub fn recalibrate_after_overrun(&self, kernel: &str) {
         let Some(interval) = self.inner.config.monitor.recalibrate_on_overrun else {
             return;
         };

@@ -1303,7 +1303,13 @@ fn a_held_back_kernel_is_run_only_when_named() {
     let service = start();
     assert!(service.health().contains("kernel `lud` is held back"));
     let overrun = 10 * service.bound(K, 64, None).unwrap();
-    assert_eq!(service.report(K, 64, None, &[overrun]).unwrap().overruns, 1);
+    let outcome = service.report(K, 64, None, &[overrun]).unwrap();
+    assert_eq!(outcome.overruns, 1);
+    assert!(
+        outcome.recalibration_wanted,
+        "configured, so asked of the caller"
+    );
+    service.recalibrate_after_overrun(K);
     assert!(
         service.jobs().is_empty(),
         "no recalibration of a held kernel"
