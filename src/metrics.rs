@@ -45,6 +45,8 @@ pub struct Snapshot {
     pub observed: Vec<ObservedInfo>,
     pub jobs: BTreeMap<&'static str, u64>,
     pub health: String,
+    /// `BoundExceeded` signals the bus forwarders skipped ([`Service::bound_exceeded_skipped`]).
+    pub bound_exceeded_skipped: u64,
 }
 
 impl Snapshot {
@@ -76,6 +78,7 @@ impl Snapshot {
             observed: service.list_observed(),
             jobs: service.job_counts(),
             health: service.health(),
+            bound_exceeded_skipped: service.bound_exceeded_skipped(),
         }
     }
 }
@@ -314,6 +317,15 @@ fn job_and_health(out: &mut dyn Write, snapshots: &[Snapshot]) -> std::io::Resul
     }
     let mut f = Family::new(
         out,
+        "wcetd_bound_exceeded_signals_skipped_total",
+        "counter",
+        "BoundExceeded signals not sent since the daemon started: the bus forwarder fell behind a flood of overruns (GetObserved's counts and OverrunKernels stay exact). One per object path: the default device's signals go out on two.",
+    )?;
+    for s in snapshots {
+        f.sample(s, &[], &s.bound_exceeded_skipped.to_string())?;
+    }
+    let mut f = Family::new(
+        out,
         "wcetd_health",
         "gauge",
         "1 for the device's health (the Health property: ok, degraded after a failed job, failed when the device is lost), 0 for the others.",
@@ -500,6 +512,7 @@ mod tests {
             }],
             jobs: [("done", 2), ("running", 1)].into_iter().collect(),
             health: "degraded: something".into(),
+            bound_exceeded_skipped: 7,
         }
     }
 
@@ -531,6 +544,9 @@ mod tests {
         )));
         assert!(text.contains(&format!("wcetd_health{{{device},state=\"degraded\"}} 1\n")));
         assert!(text.contains(&format!("wcetd_jobs{{{device},state=\"running\"}} 1\n")));
+        assert!(text.contains(&format!(
+            "wcetd_bound_exceeded_signals_skipped_total{{{device}}} 7\n"
+        )));
         // Every family is announced once, before its samples.
         let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
         let mut names: Vec<&str> = types.iter().map(|l| l.split(' ').nth(2).unwrap()).collect();

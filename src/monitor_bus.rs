@@ -215,11 +215,28 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let mut events = service.subscribe_monitor();
     let mut bounds = service.subscribe();
     let mut overrun = service.overrun_kernels();
+    // The number of the last `BoundExceeded` seen: a gap is signals skipped, counted exactly
+    // (a lag's own count mixes in the other events).
+    // Read after subscribing: an event numbered up to it may still be in the channel, and is no
+    // gap.
+    let mut last_seq = service.bound_exceeded_sent();
     let (mut lag_said, mut skipped) = (crate::log_throttle::Throttle::default(), 0u64);
     loop {
         let recheck = tokio::select! {
             e = events.recv() => match e {
-                Ok(MonitorEvent::BoundExceeded { kernel, sms, observed_ns, bound_ns }) => {
+                Ok(MonitorEvent::BoundExceeded { seq, kernel, sms, observed_ns, bound_ns }) => {
+                    let gap = seq.saturating_sub(last_seq + 1);
+                    last_seq = last_seq.max(seq);
+                    if gap > 0 {
+                        service.note_bound_exceeded_skipped(gap);
+                        skipped += gap;
+                        if lag_said.due().is_some() {
+                            tracing::warn!(
+                                missed = std::mem::take(&mut skipped),
+                                "monitor signal forwarder fell behind; BoundExceeded signals were skipped (GetObserved's counts and OverrunKernels stay exact; counted in wcetd_bound_exceeded_signals_skipped_total; said at most every 10 s, with the signals skipped since)"
+                            );
+                        }
+                    }
                     let sent = Monitor::bound_exceeded(monitor.signal_emitter(), &kernel, sms, observed_ns, bound_ns).await;
                     if let Err(e) = sent {
                         tracing::warn!(error = %e, "could not emit BoundExceeded");
@@ -227,16 +244,9 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
                     false
                 }
                 Ok(MonitorEvent::OverrunKernelsChanged) => true,
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    skipped += n;
-                    if lag_said.due().is_some() {
-                        tracing::warn!(
-                            missed = std::mem::take(&mut skipped),
-                            "monitor signal forwarder fell behind; BoundExceeded signals were skipped (GetObserved's counts and OverrunKernels stay exact; said at most every 10 s, with the events skipped since)"
-                        );
-                    }
-                    true
-                }
+                // What was skipped is counted at the next `BoundExceeded` this forwarder sees
+                // (the channel keeps the newest events, so after a flood of them, at once).
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => true,
                 Err(_) => return,
             },
             e = bounds.recv() => match e {

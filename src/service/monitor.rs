@@ -12,6 +12,7 @@
 
 use chrono::{DateTime, Utc};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
@@ -55,6 +56,9 @@ impl Default for MonitorConfig {
 pub enum MonitorEvent {
     /// A reported time above the bound served at that size (the largest of the report's).
     BoundExceeded {
+        /// 1, 2, 3, ... in the order sent: a forwarder that sees a gap knows how many signals
+        /// it skipped ([`Service::note_bound_exceeded_skipped`]).
+        seq: u64,
         kernel: String,
         sms: PartitionSize,
         observed_ns: u64,
@@ -192,6 +196,11 @@ pub(super) struct MonitorState {
     /// Per kernel, the overrun's log line: a flood of rising times overran at every report, and
     /// logged a line each (the signal and the counts in `GetObserved` are per overrun still).
     overrun_said: Mutex<HashMap<String, Throttle>>,
+    /// The last `BoundExceeded` event's number, held while it is sent so that numbers go out
+    /// in order.
+    bound_exceeded_seq: Mutex<u64>,
+    /// `BoundExceeded` signals the bus forwarders skipped, falling behind a flood.
+    bound_exceeded_skipped: AtomicU64,
     /// Why the observations file was moved aside at start, if it was.
     moved_aside: Option<String>,
 }
@@ -286,6 +295,8 @@ impl MonitorState {
             saving: Mutex::new(false),
             recalibrations: Mutex::new(HashMap::new()),
             overrun_said: Mutex::new(HashMap::new()),
+            bound_exceeded_seq: Mutex::new(0),
+            bound_exceeded_skipped: AtomicU64::new(0),
             moved_aside,
         };
         // What survived a corrupt file is written to a clean one soon.
@@ -293,6 +304,19 @@ impl MonitorState {
             state.request_save(false);
         }
         state
+    }
+
+    /// Send `BoundExceeded` with the next number.
+    fn bound_exceeded(&self, kernel: &str, sms: PartitionSize, observed_ns: u64, bound_ns: u64) {
+        let mut seq = lock(&self.bound_exceeded_seq);
+        *seq += 1;
+        let _ = self.events.send(MonitorEvent::BoundExceeded {
+            seq: *seq,
+            kernel: kernel.to_string(),
+            sms,
+            observed_ns,
+            bound_ns,
+        });
     }
 
     fn request_save(&self, urgent: bool) {
@@ -677,12 +701,7 @@ fn announce_carried(inner: &Inner, carried: Carried) {
             bound_ns,
             "a launch time reported while this calibration was measured (or before the kernel had a bound there) exceeds its bound; the kernel stays among the overrun kernels"
         );
-        let _ = m.events.send(MonitorEvent::BoundExceeded {
-            kernel: kernel.clone(),
-            sms: *sms,
-            observed_ns: *observed_ns,
-            bound_ns: *bound_ns,
-        });
+        m.bound_exceeded(kernel, *sms, *observed_ns, *bound_ns);
     }
     // A time carried again by a job's later publication changes the file too: unsaved, a
     // restart lost the overrun.
@@ -849,13 +868,8 @@ impl Service {
                 "a reported launch time exceeds the bound served; the bound is raised to it (said at most every 10 s per kernel)"
             );
         }
-        let _ = m.events.send(MonitorEvent::BoundExceeded {
-            kernel: kernel.to_string(),
-            sms,
-            observed_ns,
-            bound_ns,
-        });
-        let _ = m.events.send(MonitorEvent::OverrunKernelsChanged);
+        m.bound_exceeded(kernel, sms, observed_ns, bound_ns);
+        // `OverrunKernels` is checked again on this event too.
         let _ = self.inner.events.send(Event::BoundsChanged {
             kernels: vec![kernel.to_string()],
         });
@@ -1275,6 +1289,27 @@ impl Service {
             Some(id) => vec![id],
             None => served.to_vec(),
         }
+    }
+
+    /// Count `n` `BoundExceeded` signals a bus forwarder skipped (it fell behind a flood; the
+    /// counts of `GetObserved` and `OverrunKernels` stay exact).
+    pub fn note_bound_exceeded_skipped(&self, n: u64) {
+        self.monitor()
+            .bound_exceeded_skipped
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The number of the last `BoundExceeded` event sent (0: none yet).
+    pub fn bound_exceeded_sent(&self) -> u64 {
+        *lock(&self.monitor().bound_exceeded_seq)
+    }
+
+    /// `BoundExceeded` signals skipped since the daemon started, over the device's object paths
+    /// (the default device's signals go out on two, and each is counted).
+    pub fn bound_exceeded_skipped(&self) -> u64 {
+        self.monitor()
+            .bound_exceeded_skipped
+            .load(Ordering::Relaxed)
     }
 
     /// Kernels with an overrun against the bounds served now (since their last calibration).
