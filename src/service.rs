@@ -869,9 +869,10 @@ impl Service {
     }
 
     /// Which calibration of `at` serves `kernel` under `tag`: that tag's, or the safer of the
-    /// two when `tag` is None, compared at `at`'s clock reading. The caller scales the bound to
-    /// that same reading: read again, a clock change in between could turn the larger of the
-    /// two into the smaller, and the untagged bound would be below a tagged one.
+    /// two when `tag` is None, compared as served ([`Service::served_untagged`]) at `at`'s clock
+    /// reading. The caller scales the bound to that same reading: read again, a clock change in
+    /// between could turn the larger of the two into the smaller, and the untagged bound would
+    /// be below a tagged one.
     fn calibration_of(
         &self,
         at: &Moment,
@@ -884,17 +885,10 @@ impl Service {
         let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k, i));
         let found = match tag {
             Some(i) => pick(i),
-            None => {
-                // Compared as served: a calibration made at a lower clock is scaled less.
-                let bound = |c: &(&KernelCalibration, Interference)| {
-                    let at = c.0.table.at_most(sms).map_or(0, |e| e.bound_ns);
-                    self.inner.clock_scaled_at(c.0, at, clock)
-                };
-                [pick(Interference::Isolated), pick(Interference::Contended)]
-                    .into_iter()
-                    .flatten()
-                    .max_by_key(bound)
-            }
+            None => [pick(Interference::Isolated), pick(Interference::Contended)]
+                .into_iter()
+                .flatten()
+                .max_by_key(|(cal, _)| self.served_untagged(kernel, cal, sms, clock)),
         };
         found.map(|(_, i)| i).ok_or_else(|| {
             let job = self.job_for(kernel);
@@ -1262,6 +1256,21 @@ impl Service {
             current_mhz: current,
             scaled,
         }
+    }
+
+    /// The untagged bound `cal` would serve at `sms` SMs with the SM clock at `clock` MHz: its
+    /// entry clock-scaled and raised to every production floor, carried down from larger sizes
+    /// as `cal`'s own shape allows. The two tags are compared so, after the floors, not before:
+    /// before, a non-monotone isolated calibration slightly above a monotone contended one was
+    /// chosen at sizes below a reported time, which the contended one carries down to them and
+    /// the isolated one does not, and `GetBound` was far below `GetBoundTagged(contended)`.
+    fn served_untagged(&self, kernel: &str, cal: &KernelCalibration, sms: u32, clock: u32) -> u64 {
+        let Some(mut entry) = cal.table.at_most(sms).copied() else {
+            return 0;
+        };
+        entry.bound_ns = self.inner.clock_scaled_at(cal, entry.bound_ns, clock);
+        self.raise_to_observed(kernel, None, cal, &mut entry, &mut Vec::new());
+        entry.bound_ns
     }
 
     /// The bound served for `kernel` on `sms` SMs: [`Service::bound_info`]'s `bound_ns`, without
