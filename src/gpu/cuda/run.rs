@@ -291,9 +291,15 @@ fn time_launches(
         }
         if let Err(e) = enqueued {
             // What was enqueued drains before the caller drops buffers it may read, and
-            // before the next batch lowers the latch again.
-            let _ = sync_stream(stream);
-            return Err(e);
+            // before the next batch lowers the latch again. The user's launch may be among it
+            // (only the stop event failed), so the wait is bounded like any other: a launch
+            // that does not end is a hang, abandoned by the caller, not a worker blocked for good.
+            return Err(
+                match sync_stream_within(stream, "a timed launch", LAUNCH_TIMEOUT) {
+                    Err(hung @ GpuError::Hung(_)) => hung,
+                    _ => e,
+                },
+            );
         }
         stop.wait("a timed launch", LAUNCH_TIMEOUT)?;
         if i >= warmup {
