@@ -355,11 +355,15 @@ impl CudaGpu {
         });
     }
 
-    /// Launch a kernel that traps, to test fault handling on a real device.
+    /// Launch a kernel that traps, to test fault handling on a real device. A wait that ran into
+    /// the launch time limit is handled as every hang is (abandoned), not reset.
     #[doc(hidden)]
     pub fn inject_fault(&mut self) -> Result<(), GpuError> {
         let (dev, total, target) = (self.dev, self.info.total_sms, self.target);
         match placement::trap(&mut self.session, dev, total, target) {
+            Err(e) if run::recovery_for(&e) == run::Recovery::Abandon => {
+                Err(self.abandon(&format!("the trap kernel: {e}")))
+            }
             Err(fault @ GpuError::Fault(_)) => Err(self.after_fault(&fault)),
             other => other,
         }

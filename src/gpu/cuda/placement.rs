@@ -12,7 +12,10 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::driver::{launch, occupancy, sync_stream, Current, DeviceBuffer, Param, Shape};
+use super::driver::{
+    launch, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer, Param, Shape,
+    LAUNCH_TIMEOUT,
+};
 use super::green::GreenContext;
 use super::suite::HostBuf;
 use super::{library, nvrtc, partition, Session, SUPPORT, SUPPORT_SOURCE};
@@ -164,7 +167,9 @@ pub(super) fn load(
     sync_stream(whole.stream)
 }
 
-/// Launch a kernel that executes `trap`: a sticky device fault.
+/// Launch a kernel that executes `trap`: a sticky device fault. Waited on as a user's launch is
+/// (polled, up to the launch time limit), so the real-GPU test proves that the polled wait
+/// reports a sticky error as a fault rather than spinning into [`GpuError::Hung`].
 pub(super) fn trap(
     session: &mut Session,
     dev: sys::CUdevice,
@@ -182,7 +187,7 @@ pub(super) fn trap(
         whole.stream,
         &mut [],
     )?;
-    sync_stream(whole.stream)
+    sync_stream_within(whole.stream, "the trap kernel", LAUNCH_TIMEOUT)
 }
 
 #[cfg(test)]

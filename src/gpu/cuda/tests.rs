@@ -192,6 +192,12 @@ fn real_gpu_end_to_end() {
     // every call fails the same way and the daemon restarts.
     let fault = gpu.inject_fault();
     eprintln!("injected fault: {fault:?}");
+    // The trap is waited on by polling, as a user's launch is: the sticky error must come back
+    // from the query as a fault, not as a wait that ran to the launch time limit.
+    assert!(
+        !gpu.primary.abandoned,
+        "the trap was taken for a hang: {fault:?}"
+    );
     let hotspot = RunRequest {
         sms: smallest,
         warmup: 1,
