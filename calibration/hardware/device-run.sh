@@ -2,7 +2,7 @@
 # What ran on the lent GPU machine (which has no Rust toolchain and no dbus-daemon): release
 # binaries built here and stripped into $BIN (default .device), dbus-daemon and its libraries in
 # $BIN/dbus (a wrapper that sets LD_LIBRARY_PATH for the copied libraries), results under $OUT. Every step has its own time limit, so one hang cannot take the
-# rest of the call with it. Usage: device-run.sh check|campaign NAME|probes|daemon
+# rest of the call with it. Usage: device-run.sh check|campaign NAME|probes|daemon|hang
 set -u
 BIN=${BIN:-.device}
 OUT=${OUT:?OUT must name the results directory}
@@ -15,7 +15,8 @@ check)
     step "device"
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.applications.graphics,temperature.gpu,power.draw,persistence_mode --format=csv
     step "real_gpu test"
-    timeout 240 "$BIN/libtest" real_gpu --ignored --nocapture --test-threads 1
+    # Not real_gpu_hang: its kernel never ends and keeps its SMs until the process exits (`hang`).
+    timeout 240 "$BIN/libtest" real_gpu --skip real_gpu_hang --ignored --nocapture --test-threads 1
     echo "real_gpu rc=$?"
     step "placement probe"
     timeout 60 "$BIN/wcetctl" probe --backend cuda
@@ -97,8 +98,29 @@ daemon)
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     tail -3 "$OUT/wcetd-restart.log"
     ;;
+hang)
+    # The launch time limit on a kernel that never ends (an engineering check, last in a lease:
+    # the hung kernel holds its SMs until its process exits). The test sets a 5 s limit and
+    # fails unless the device is given up within about a second of it. rc 124 or 137 after
+    # "test result: ok" means the test passed but its process did not exit: libcuda's exit-time
+    # teardown waits on the running kernel, as the daemon's exit after a hang would.
+    step "real_gpu_hang (5 s launch time limit)"
+    timeout -k 5 60 "$BIN/libtest" real_gpu_hang --ignored --nocapture --test-threads 1 \
+        > "$OUT/hang.log" 2>&1
+    echo "real_gpu_hang rc=$?" | tee -a "$OUT/hang.log"
+    tail -5 "$OUT/hang.log"
+    step "the GPU after the hung process"
+    # Its compute process may take a moment to go: up to 10 s, then what is left is recorded.
+    for _ in $(seq 20); do
+        [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)" ] && break
+        sleep 0.5
+    done
+    nvidia-smi --query-compute-apps=pid --format=csv | tee "$OUT/hang-compute-apps.csv"
+    timeout 60 "$BIN/wcetctl" --json probe --backend cuda > "$OUT/placement-after-hang.json"
+    echo "probe after the hang rc=$?" | tee -a "$OUT/hang.log"
+    ;;
 *)
-    echo "usage: $0 check|campaign NAME|probes|daemon" >&2
+    echo "usage: $0 check|campaign NAME|probes|daemon|hang" >&2
     exit 2
     ;;
 esac

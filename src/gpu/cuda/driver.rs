@@ -10,6 +10,7 @@
 
 use std::ffi::{c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
 use std::time::{Duration, Instant};
 
@@ -74,12 +75,28 @@ fn unnamed(call: &'static str, code: u32) -> GpuError {
     GpuError::Fault(format!("{call}: {what}, taken as a device fault"))
 }
 
-/// How long one launch may run before it is taken as hung: far beyond any kernel a real-time
-/// scheduler runs (microseconds to milliseconds), short enough that a kernel that never ends (a
-/// loop bound read from the wrong buffer, a spin on a flag nothing sets) gives the GPU back in a
-/// minute rather than never. A waiting driver call cannot be interrupted, so every wait on a
-/// user's kernel polls instead ([`wait_within`]).
-pub const LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// The launch time limit's default: far beyond any kernel a real-time scheduler runs
+/// (microseconds to milliseconds), short enough that a kernel that never ends (a loop bound read
+/// from the wrong buffer, a spin on a flag nothing sets) gives the GPU back in a minute rather
+/// than never.
+pub const DEFAULT_LAUNCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// [`launch_timeout`], in milliseconds.
+static LAUNCH_TIMEOUT_MS: AtomicU64 = AtomicU64::new(DEFAULT_LAUNCH_TIMEOUT.as_millis() as u64);
+
+/// How long one launch may run before it is taken as hung. A waiting driver call cannot be
+/// interrupted, so every wait on a user's kernel polls instead ([`wait_within`]).
+pub fn launch_timeout() -> Duration {
+    Duration::from_millis(LAUNCH_TIMEOUT_MS.load(Ordering::Relaxed))
+}
+
+/// Set the launch time limit of every device in this process, for the waits that start after
+/// it (at least a millisecond). One value per process, set before the devices open: the hang
+/// test sets a few seconds rather than wait a minute for a kernel that never ends.
+pub fn set_launch_timeout(limit: Duration) {
+    let ms = limit.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    LAUNCH_TIMEOUT_MS.store(ms, Ordering::Relaxed);
+}
 
 /// `error`, having leaked `held` (buffers, a stressor) if it is a hang: freeing what a launch that
 /// does not end may use would wait on it for ever ([`super::CudaGpu`] abandons the rest).

@@ -9,8 +9,8 @@ use std::collections::hash_map::Entry;
 use cudarc::driver::sys::{self, CUfunction_attribute};
 
 use super::driver::{
-    check, leak_if_hung, occupancy, sync_stream_within, Current, DeviceBuffer, Library, Param,
-    Shape, LAUNCH_TIMEOUT,
+    check, launch_timeout, leak_if_hung, occupancy, sync_stream_within, Current, DeviceBuffer,
+    Library, Param, Shape,
 };
 use super::nvrtc::{self, Image};
 use super::raw;
@@ -169,7 +169,7 @@ fn params(m: &Manifest, bufs: &[DeviceBuffer]) -> Vec<Param> {
 fn step_once(step: &Step, stream: sys::CUstream) -> Result<(), GpuError> {
     let mut params = step.params.clone();
     super::driver::launch(step.func, step.shape, stream, &mut params)?;
-    sync_stream_within(stream, "the output check's launch", LAUNCH_TIMEOUT)
+    sync_stream_within(stream, "the output check's launch", launch_timeout())
 }
 
 /// The buffer `c` names (the check counts buffers among all arguments; `bufs` holds only them).

@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
 
+/// The launch time limit ([`driver::launch_timeout`]): how long one launch may run before the
+/// device is given up as hung.
+pub use self::driver::set_launch_timeout;
 pub use self::placement::PlacementReport;
 
 use self::driver::{check, Current, Library, MappedFlag};

@@ -13,8 +13,8 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::driver::{
-    launch, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer, Param, Shape,
-    LAUNCH_TIMEOUT,
+    launch, launch_timeout, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer,
+    Param, Shape,
 };
 use super::green::GreenContext;
 use super::suite::HostBuf;
@@ -187,7 +187,7 @@ pub(super) fn trap(
         whole.stream,
         &mut [],
     )?;
-    sync_stream_within(whole.stream, "the trap kernel", LAUNCH_TIMEOUT)
+    sync_stream_within(whole.stream, "the trap kernel", launch_timeout())
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@
 use cudarc::driver::sys;
 
 use super::driver::{
-    launch, leak_if_hung, occupancy, sync_stream, sync_stream_within, Current, DeviceBuffer, Event,
-    Library, MappedFlag, Param, Shape, LAUNCH_TIMEOUT,
+    launch, launch_timeout, leak_if_hung, occupancy, sync_stream, sync_stream_within, Current,
+    DeviceBuffer, Event, Library, MappedFlag, Param, Shape,
 };
 use super::green::GreenContext;
 use super::suite::{self, Arg, Launch, Plan};
@@ -107,7 +107,7 @@ fn upload_and_run(
         run_one(f, l, &bufs, stream)?;
     }
     // Our own kernels, enqueued together: a minute for each.
-    let limit = LAUNCH_TIMEOUT * launches.len().max(1) as u32;
+    let limit = launch_timeout().saturating_mul(launches.len().max(1) as u32);
     match sync_stream_within(stream, "the check's launches", limit) {
         Ok(()) => Ok(bufs),
         Err(e) => Err(leak_if_hung(e, bufs)),
@@ -295,13 +295,13 @@ fn time_launches(
             // (only the stop event failed), so the wait is bounded like any other: a launch
             // that does not end is a hang, abandoned by the caller, not a worker blocked for good.
             return Err(
-                match sync_stream_within(stream, "a timed launch", LAUNCH_TIMEOUT) {
+                match sync_stream_within(stream, "a timed launch", launch_timeout()) {
                     Err(hung @ GpuError::Hung(_)) => hung,
                     _ => e,
                 },
             );
         }
-        stop.wait("a timed launch", LAUNCH_TIMEOUT)?;
+        stop.wait("a timed launch", launch_timeout())?;
         if i >= warmup {
             times.push(stop.ns_since(&start)?);
         }

@@ -1,5 +1,6 @@
 //! Tests of the CUDA backend that need no GPU (the no-driver path, kernel sources, NVRTC when it
-//! is installed) and one ignored test that drives the whole path on a real device.
+//! is installed) and two ignored ones on a real device: the whole path, and a launch that never
+//! ends (which keeps its SMs until its process exits, so it runs alone, last).
 
 use super::*;
 use crate::gpu::{Gpu, Interference, RunRequest};
@@ -81,8 +82,9 @@ fn kernel_sources_compile_with_nvrtc_when_it_is_installed() {
     }
 }
 
-/// The whole path on a real GPU: `cargo test -- --ignored real_gpu` (or the carried test binary
-/// with `real_gpu --ignored --nocapture`). Prints what it saw, for the hardware notes.
+/// The whole path on a real GPU: `cargo test -- --ignored real_gpu --skip real_gpu_hang` (or the
+/// carried test binary with the same arguments and `--nocapture`: `device-run.sh check`). Prints
+/// what it saw, for the hardware notes.
 #[test]
 #[ignore = "needs an NVIDIA GPU with driver and NVRTC"]
 fn real_gpu_end_to_end() {
@@ -210,4 +212,73 @@ fn real_gpu_end_to_end() {
         Err(GpuError::Lost(_)) => assert!(matches!(after, Err(GpuError::Lost(_))), "{after:?}"),
         other => panic!("a trap must fault: {other:?}"),
     }
+}
+
+/// A manifest kernel that is the support library's gate kernel, spinning for `spin_ns`: written
+/// under `dir` as `NAME.toml` beside `gate.cu`.
+fn gate_kernel(dir: &std::path::Path, file: &str, spin_ns: u64) -> kernels::KernelSpec {
+    std::fs::write(dir.join("gate.cu"), SUPPORT_SOURCE).unwrap();
+    let toml = format!(
+        "name = \"test.gate\"\nmodule = \"gate.cu\"\nentry = \"wcetd_gate\"\n\
+         grid = [1, 1, 1]\nblock = [1, 1, 1]\nargs = [{{ u64 = {spin_ns} }}]\n"
+    );
+    let path = dir.join(format!("{file}.toml"));
+    std::fs::write(&path, toml).unwrap();
+    kernels::KernelSpec::from_manifest(crate::manifest::load(&path).unwrap())
+}
+
+/// The hang test's kernel passes the manifest checks here, so no lent GPU's time is lost on it.
+#[test]
+fn the_hang_tests_gate_kernel_is_a_valid_manifest() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = gate_kernel(dir.path(), "never", i64::MAX as u64);
+    let m = spec.manifest().expect("a manifest kernel");
+    assert_eq!(m.entry, "wcetd_gate");
+    assert_eq!(m.args, [crate::manifest::Arg::U64(i64::MAX as u64)]);
+}
+
+/// The launch time limit on a real GPU: a timed launch that never ends, contended at the smallest
+/// partition (so the stressor is abandoned too), loses the device within the limit and about a
+/// second, so that nothing on the way out waited on the launch. Run alone and last, in a process
+/// of its own (`device-run.sh hang`): the hung kernel keeps its SMs until the process exits.
+#[test]
+#[ignore = "needs an NVIDIA GPU; hangs a kernel until the process exits: run alone, last"]
+fn real_gpu_hang() {
+    let limit = Duration::from_secs(5);
+    set_launch_timeout(limit);
+    let mut gpu = CudaGpu::open(0).expect("a CUDA device");
+    let dir = tempfile::tempdir().unwrap();
+    let request = RunRequest {
+        sms: gpu.info().partition_sizes[0],
+        warmup: 1,
+        launches: 1,
+        interference: Interference::Contended,
+    };
+    // The same module ending after 1 µs first: compiled, loaded and the partition made, so the
+    // hung run below times the launch and what follows it, not NVRTC.
+    let ends = gate_kernel(dir.path(), "ends", 1_000);
+    let batch = gpu
+        .run(&ends, &request)
+        .expect("the gate kernel given an end");
+    assert_eq!(batch.interference, Interference::Contended);
+    // 2^63 - 1 ns (292 years: the most TOML holds) is a launch that never ends.
+    let never = gate_kernel(dir.path(), "never", i64::MAX as u64);
+    let started = Instant::now();
+    let hung = gpu.run(&never, &request);
+    let after = gpu.run(&ends, &request);
+    drop(gpu);
+    let took = started.elapsed();
+    eprintln!("hung launch: {hung:?} after {took:?} (limit {limit:?}); then {after:?}");
+    match &hung {
+        Err(GpuError::Lost(why)) => assert!(
+            why.contains("had not finished after") && why.contains("abandoned"),
+            "{why}"
+        ),
+        other => panic!("a launch that never ends must lose the device: {other:?}"),
+    }
+    assert!(matches!(after, Err(GpuError::Lost(_))), "{after:?}");
+    assert!(
+        took >= limit && took < limit + Duration::from_secs(1),
+        "the device was given up {took:?} after the launch, with a limit of {limit:?}"
+    );
 }
