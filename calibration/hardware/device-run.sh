@@ -10,6 +10,19 @@ export PATH="$PWD/$BIN/dbus:$PATH" RUST_LOG=${RUST_LOG:-info} NO_COLOR=1
 
 step() { echo "=== $* ($(date -u +%H:%M:%S))"; }
 
+# SIGTERM, then SIGKILL if wcetd is still there 10 s later: a second daemon must never start on
+# the same state directory while the first lives (a stop can hang, in the driver or its exit).
+# Fails if it outlives SIGKILL too.
+stop_daemon() {
+    kill "$1"
+    for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    echo "wcetd ($1) still running 10 s after SIGTERM: SIGKILL"
+    kill -9 "$1"
+    for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+    echo "wcetd ($1) still running 10 s after SIGKILL"
+    return 1
+}
+
 case ${1:-} in
 check)
     step "device"
@@ -79,9 +92,9 @@ daemon)
     ctl observed hotspot 64
     grep -E "job finished|output check|rejected" "$OUT/wcetd.log"
     grep VmRSS "/proc/$pid/status"
-    kill "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    stopped=0; stop_daemon "$pid" || stopped=$?
     tail -5 "$OUT/wcetd.log"
+    [ "$stopped" = 0 ] || { echo "not restarting on $state while the first wcetd lives"; exit 1; }
     # A restart on what was saved: the store loads every launch time into the spill file; the
     # bounds must come back the same, GetBoundInfo's medians and an export read the times back.
     step "restart on the saved state"
@@ -94,8 +107,7 @@ daemon)
     ctl --json bound hotspot 64 | tee "$OUT/bound-after-restart.json"
     ctl export > "$OUT/export-after-restart.json"; echo "export rc=$? $(wc -c < "$OUT/export-after-restart.json") bytes"
     grep VmRSS "/proc/$pid/status"
-    kill "$pid"
-    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    stop_daemon "$pid"
     tail -3 "$OUT/wcetd-restart.log"
     ;;
 hang)
@@ -103,7 +115,7 @@ hang)
     # the hung kernel holds its SMs until its process exits). The test sets a 5 s limit and
     # fails unless the device is given up within about a second of it. rc 124 or 137 after
     # "test result: ok" means the test passed but its process did not exit: libcuda's exit-time
-    # teardown waits on the running kernel, as the daemon's exit after a hang would.
+    # teardown waits on the running kernel (the daemon, after a hang, ends with _exit for this).
     step "real_gpu_hang (5 s launch time limit)"
     timeout -k 5 60 "$BIN/libtest" real_gpu_hang --ignored --nocapture --test-threads 1 \
         > "$OUT/hang.log" 2>&1

@@ -24,6 +24,7 @@ mod run;
 pub mod suite;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{self, CUdevice_attribute};
@@ -47,6 +48,18 @@ const STRESSOR_BYTES: usize = 256 << 20;
 const STRESSOR_MAX_NS: u64 = 600_000_000_000;
 /// A partition nobody measured on for this long is destroyed; it is made again when needed.
 const PARTITION_IDLE: Duration = Duration::from_secs(600);
+
+/// Set by [`CudaGpu::abandon`]: a launch of this process is still running in a context that is
+/// never released ([`launch_abandoned`]).
+static ABANDONED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a launch of this process was abandoned still running. libcuda's exit-time teardown
+/// would then run with the kernel spinning in a context never released, and whether it waits on
+/// the kernel is unknown: such a process ends with `_exit` once its own work is done
+/// (`src/bin/wcetd.rs`), and the exit ends the launch.
+pub fn launch_abandoned() -> bool {
+    ABANDONED.load(Ordering::Relaxed)
+}
 
 /// Keeps the device's primary context retained for the session; released last.
 struct Primary {
@@ -310,6 +323,7 @@ impl CudaGpu {
         tracing::error!("launch hung: {why}");
         std::mem::forget(std::mem::replace(&mut self.session, Session::abandoned()));
         self.primary.abandoned = true;
+        ABANDONED.store(true, Ordering::Relaxed);
         let why = format!("{why}; the device's state in this process was abandoned");
         self.lost = Some(why.clone());
         GpuError::Lost(why)
