@@ -209,9 +209,14 @@ async fn the_configuration_file_sets_options_and_flags_win() {
     // (file, its text, what the error must say besides the file's name): an unknown key with
     // the keys accepted; a value the flag refuses, named with the file, not only the flag; a
     // negative value too (it was read as a flag of its own, then checked without the file).
-    let cases: [(&str, &str, &[&str]); 3] = [
+    let cases: [(&str, &str, &[&str]); 4] = [
         ("bad.toml", "lanches = 5\n", &["`lanches`", "launches"]),
         ("zero.toml", "launches = 0\n", &["--launches"]),
+        (
+            "timeout.toml",
+            "launch-timeout = 0\n",
+            &["--launch-timeout", "1..=86400"],
+        ),
         (
             "negative.toml",
             "calibration-budget = -1\n",

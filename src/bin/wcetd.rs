@@ -168,6 +168,12 @@ struct Args {
     /// Seconds between two recalibrations of one kernel queued by overruns.
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     overrun_recalibration_interval: u64,
+    /// Seconds one launch on a CUDA device may run before it is taken as hung (1 to 86400): a
+    /// running kernel cannot be stopped inside a process, so the device is given up, the kernel
+    /// charged with the loss, and wcetd exits to be restarted. Keep it above the longest launch
+    /// your kernels may take, contended on the smallest partition included.
+    #[arg(long, default_value_t = gpu::cuda::DEFAULT_LAUNCH_TIMEOUT.as_secs(), value_name = "SECONDS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    launch_timeout: u64,
     /// Seconds between saves of production observations while they change: what a crash can
     /// lose of the times that did not raise a bound (those that did are saved before Report
     /// returns).
@@ -586,6 +592,7 @@ type Loaded = (Vec<(u32, Service)>, Vec<GpuWorker>, u32);
 /// queue; the workers are returned to be started once the bus name is owned.
 fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Loaded> {
     let profile = DeviceProfile::load(&args.sim_profile)?;
+    gpu::cuda::set_launch_timeout(std::time::Duration::from_secs(args.launch_timeout));
     let sim = SimOptions {
         seed: args.seed,
         fault_after_launches: args.sim_fault_after,

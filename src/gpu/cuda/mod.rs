@@ -31,7 +31,7 @@ use cudarc::driver::sys::{self, CUdevice_attribute};
 
 /// The launch time limit ([`driver::launch_timeout`]): how long one launch may run before the
 /// device is given up as hung.
-pub use self::driver::set_launch_timeout;
+pub use self::driver::{set_launch_timeout, DEFAULT_LAUNCH_TIMEOUT};
 pub use self::placement::PlacementReport;
 
 use self::driver::{check, Current, Library, MappedFlag};
