@@ -869,10 +869,12 @@ impl Service {
     }
 
     /// Which calibration of `at` serves `kernel` under `tag`: that tag's, or the safer of the
-    /// two when `tag` is None, compared as served ([`Service::served_untagged`]) at `at`'s clock
-    /// reading. The caller scales the bound to that same reading: read again, a clock change in
-    /// between could turn the larger of the two into the smaller, and the untagged bound would
-    /// be below a tagged one.
+    /// two when `tag` is None, compared at `at`'s clock reading, before production floors (the
+    /// choice names the epoch an untagged report is filed in, which a floor must not switch;
+    /// the floors the other calibration's shape carries are applied by
+    /// [`Service::raise_to_the_other_tag`]). The caller scales the bound to that same reading:
+    /// read again, a clock change in between could turn the larger of the two into the smaller,
+    /// and the untagged bound would be below a tagged one.
     fn calibration_of(
         &self,
         at: &Moment,
@@ -885,10 +887,17 @@ impl Service {
         let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k, i));
         let found = match tag {
             Some(i) => pick(i),
-            None => [pick(Interference::Isolated), pick(Interference::Contended)]
-                .into_iter()
-                .flatten()
-                .max_by_key(|(cal, _)| self.served_untagged(kernel, cal, sms, clock)),
+            None => {
+                // Compared as served: a calibration made at a lower clock is scaled less.
+                let bound = |c: &(&KernelCalibration, Interference)| {
+                    let at = c.0.table.at_most(sms).map_or(0, |e| e.bound_ns);
+                    self.inner.clock_scaled_at(c.0, at, clock)
+                };
+                [pick(Interference::Isolated), pick(Interference::Contended)]
+                    .into_iter()
+                    .flatten()
+                    .max_by_key(bound)
+            }
         };
         found.map(|(_, i)| i).ok_or_else(|| {
             let job = self.job_for(kernel);
@@ -1012,6 +1021,7 @@ impl Service {
         let files_changed = self.staleness_notes(kernel, cal, &mut notes);
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
         let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
+        self.raise_to_the_other_tag(at, (kernel, tag, interference), &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
             .sizes
@@ -1258,12 +1268,61 @@ impl Service {
         }
     }
 
+    /// Raise `entry`, of the calibration serving `kernel` under `tag`, to what the other
+    /// interference's calibration vouches for at its size, so that no tag's bound is below what
+    /// is known of the other:
+    /// - untagged, to the other calibration's bound as served (clock-scaled and raised to every
+    ///   floor as its own shape carries them down): the untagged bound is never below
+    ///   `GetBoundTagged` of either tag. The calibration is chosen before floors, and a time
+    ///   reported at a larger size, which a monotone contended calibration carries down and a
+    ///   non-monotone isolated one does not, left `GetBound` at 26,641 ns beside a contended
+    ///   bound of 10,000,000 (a black-box review found it);
+    /// - contended, to the largest isolated launch measured at its size: a launch beside a
+    ///   stressor is never faster than one with the GPU idle, the rule reported times already
+    ///   obey ([`Service::observed_floor`]). Contended samples imported from elsewhere served a
+    ///   contended bound a quarter of the isolated launches measured there.
+    fn raise_to_the_other_tag(
+        &self,
+        at: &Moment,
+        (kernel, tag, serving): (&str, Option<Interference>, Interference),
+        entry: &mut BoundEntry,
+        notes: &mut Vec<String>,
+    ) {
+        let other = match serving {
+            Interference::Isolated => Interference::Contended,
+            Interference::Contended => Interference::Isolated,
+        };
+        let Some(cal) = at.snap.tables(other).get(kernel) else {
+            return;
+        };
+        let (held_at, why) = match tag {
+            None => (
+                self.served_untagged(kernel, cal, entry.sms, at.clock_mhz),
+                format!("the {other} bound as served here (calibration {})", cal.id),
+            ),
+            Some(Interference::Contended) => {
+                let Some(measured) = cal.table.entry(entry.sms).map(|e| e.observed_max_ns) else {
+                    return;
+                };
+                (
+                    self.inner.clock_scaled_at(cal, measured, at.clock_mhz),
+                    format!("the largest isolated launch measured at {} SMs (calibration {}): a contended launch is never faster than an isolated one", entry.sms, cal.id),
+                )
+            }
+            Some(Interference::Isolated) => return,
+        };
+        if held_at > entry.bound_ns {
+            notes.push(format!(
+                "raised from {} ns to {held_at} ns, {why}",
+                entry.bound_ns
+            ));
+            entry.bound_ns = held_at;
+        }
+    }
+
     /// The untagged bound `cal` would serve at `sms` SMs with the SM clock at `clock` MHz: its
     /// entry clock-scaled and raised to every production floor, carried down from larger sizes
-    /// as `cal`'s own shape allows. The two tags are compared so, after the floors, not before:
-    /// before, a non-monotone isolated calibration slightly above a monotone contended one was
-    /// chosen at sizes below a reported time, which the contended one carries down to them and
-    /// the isolated one does not, and `GetBound` was far below `GetBoundTagged(contended)`.
+    /// as `cal`'s own shape allows.
     fn served_untagged(&self, kernel: &str, cal: &KernelCalibration, sms: u32, clock: u32) -> u64 {
         let Some(mut entry) = cal.table.at_most(sms).copied() else {
             return 0;

@@ -288,31 +288,13 @@ fn main() -> std::process::ExitCode {
             true
         }
     };
-    if gpu::cuda::launch_abandoned() {
-        exit_without_teardown(failed);
-    }
+    // 1 after a lost device, which the unit's `Restart=on-failure` restarts.
+    gpu::cuda::exit_now_if_a_launch_was_abandoned(u8::from(failed));
     if failed {
         std::process::ExitCode::FAILURE
     } else {
         std::process::ExitCode::SUCCESS
     }
-}
-
-/// End the process at once, with the status `main` would return (1 after a lost device, which
-/// the unit's `Restart=on-failure` restarts), skipping the C library's exit: after a hung launch
-/// libcuda's exit-time handlers would run with the kernel still spinning in a context never
-/// released, and a process that hung in its own exit would stay active, never restarted (a stop
-/// timeout applies only to a stop systemd starts). `run` has returned, so the final save, the
-/// metrics file and the private bus's end are done; the log lines are written unbuffered to
-/// standard error, and standard output is flushed here, which `_exit` would not.
-fn exit_without_teardown(failed: bool) -> ! {
-    use std::io::Write;
-    tracing::warn!("a launch was abandoned still running: exiting without libcuda's exit-time teardown, which could wait on it");
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    // SAFETY: `_exit` ends the process without running atexit handlers or destructors; nothing
-    // of this process is left to write (see above).
-    unsafe { libc::_exit(i32::from(failed)) }
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {

@@ -964,6 +964,7 @@ impl Service {
         let mut notes = Vec::new();
         self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
         let floor = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
+        self.raise_to_the_other_tag(&at, (kernel, tag, interference), &mut entry, &mut notes);
         let floor_ns = floor.map_or(0, |f| f.floor_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))
     }
@@ -1457,7 +1458,7 @@ fn raised_note(entry: &BoundEntry, floor: &ObservedFloor) -> String {
         None => "",
     };
     format!(
-        "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report)",
+        "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report or ReportTagged)",
         entry.bound_ns,
         floor.floor_ns,
         floor.at.to_rfc3339()

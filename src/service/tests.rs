@@ -259,6 +259,51 @@ fn an_untagged_bound_is_never_below_a_tagged_one_after_a_report() {
     );
 }
 
+/// A contended bound is never below an isolated launch measured at its size: contended samples
+/// imported from elsewhere (10 µs) served a contended bound a quarter of the isolated launches
+/// the daemon had (a black-box review found it), though a reported isolated time already held
+/// it up.
+#[test]
+fn a_contended_bound_is_never_below_an_isolated_launch_measured_at_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    let jitter = |i: u32| 1.0 + 0.03 * f64::from(i * 37 % 200) / 200.0;
+    import_and_wait(&service, "lab.y", Interference::Isolated, |m, i| {
+        ((1e6 / f64::from(m) + 30_000.0) * jitter(i)) as u64
+    });
+    import_and_wait(&service, "lab.y", Interference::Contended, |_, i| {
+        (10_000.0 * jitter(i)) as u64
+    });
+    for &m in &service.device().partition_sizes {
+        let isolated = service
+            .bound_info("lab.y", m, Some(Interference::Isolated))
+            .unwrap();
+        let measured = isolated.entry.observed_max_ns;
+        assert!(
+            measured > 30_000,
+            "{m} SMs: isolated launches measured, {measured}"
+        );
+        let contended = service
+            .bound_info("lab.y", m, Some(Interference::Contended))
+            .unwrap();
+        assert!(
+            contended.entry.bound_ns >= measured,
+            "{m} SMs: contended {} below an isolated launch of {measured}",
+            contended.entry.bound_ns
+        );
+        assert!(
+            contended
+                .notes
+                .iter()
+                .any(|n| n.contains("largest isolated launch")),
+            "{:?}",
+            contended.notes
+        );
+        let served = service.bound("lab.y", m, Some(Interference::Contended));
+        assert_eq!(served.unwrap(), contended.entry.bound_ns, "{m} SMs");
+    }
+}
+
 /// A time reported without a tag (filed as isolated) above the contended bound holds the
 /// contended bound up too: contended launches are never faster than isolated ones, and the
 /// scheduler did not say which condition it ran under.

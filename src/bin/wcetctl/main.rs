@@ -126,14 +126,14 @@ fn main() -> std::process::ExitCode {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    match runtime.block_on(run(cli)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) if e.is::<NotAdmitted>() => std::process::ExitCode::from(1),
+    let status = match runtime.block_on(run(cli)) {
+        Ok(()) => 0,
+        Err(e) if e.is::<NotAdmitted>() => 1,
         Err(e) if e.is::<Rejected>() => {
             eprintln!("wcetctl: {e}");
-            std::process::ExitCode::from(1)
+            1
         }
-        Err(e) if e.is::<Interrupted>() => std::process::ExitCode::from(130),
+        Err(e) if e.is::<Interrupted>() => 130,
         Err(e) => {
             let text = format!("{e:#}");
             match gpu {
@@ -147,9 +147,12 @@ fn main() -> std::process::ExitCode {
                 ),
                 _ => eprintln!("wcetctl: {text}"),
             }
-            std::process::ExitCode::from(2)
+            2
         }
-    }
+    };
+    // `wcetctl campaign --backend cuda` after a launch that never ended, as the daemon does.
+    wcetd::gpu::cuda::exit_now_if_a_launch_was_abandoned(status);
+    std::process::ExitCode::from(status)
 }
 
 /// Whether `e` is a method call that met [`wcetd::bus::call_timeout`].

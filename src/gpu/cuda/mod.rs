@@ -56,9 +56,29 @@ static ABANDONED: AtomicBool = AtomicBool::new(false);
 /// Whether a launch of this process was abandoned still running. libcuda's exit-time teardown
 /// would then run with the kernel spinning in a context never released, and whether it waits on
 /// the kernel is unknown: such a process ends with `_exit` once its own work is done
-/// (`src/bin/wcetd.rs`), and the exit ends the launch.
-pub fn launch_abandoned() -> bool {
+/// ([`exit_now_if_a_launch_was_abandoned`]), and the exit ends the launch.
+fn launch_abandoned() -> bool {
     ABANDONED.load(Ordering::Relaxed)
+}
+
+/// If a launch was abandoned ([`launch_abandoned`]), end the process at once with `status`,
+/// skipping the C library's exit: libcuda's exit-time handlers would run with the kernel still
+/// spinning in a context never released, and a process that hung in its own exit would stay
+/// active, never restarted (a stop timeout applies only to a stop systemd starts). Called by a
+/// binary once its own work is done (the daemon: final save, metrics file, private bus); log
+/// lines are written unbuffered to standard error, and standard output is flushed here, which
+/// `_exit` would not.
+pub fn exit_now_if_a_launch_was_abandoned(status: u8) {
+    use std::io::Write;
+    if !launch_abandoned() {
+        return;
+    }
+    tracing::warn!("a launch was abandoned still running: exiting without libcuda's exit-time teardown, which could wait on it");
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` ends the process without running atexit handlers or destructors; nothing
+    // of this process is left to write (see above).
+    unsafe { libc::_exit(i32::from(status)) }
 }
 
 /// Keeps the device's primary context retained for the session; released last.
