@@ -130,6 +130,26 @@ hang)
     nvidia-smi --query-compute-apps=pid --format=csv | tee "$OUT/hang-compute-apps.csv"
     timeout 60 "$BIN/wcetctl" --json probe --backend cuda > "$OUT/placement-after-hang.json"
     echo "probe after the hang rc=$?" | tee -a "$OUT/hang.log"
+    # The daemon's own way out: a manifest kernel that never ends, a 5 s limit. wcetd must lose
+    # the device, save, and end with status 1 (which the unit restarts) through _exit; 124 or 137
+    # here means it hung on its way out.
+    step "wcetd with a kernel that never ends (--launch-timeout 5)"
+    never=/tmp/never-kernel state=/tmp/wcetd-hang-state
+    rm -rf "$never" "$state"; mkdir -p "$never" "$state"
+    cp src/gpu/cuda/support.cu "$never/gate.cu"
+    printf '%s\n' 'name = "test.never"' 'module = "gate.cu"' 'entry = "wcetd_gate"' \
+        'grid = [1, 1, 1]' 'block = [1, 1, 1]' 'args = [{ u64 = 9223372036854775807 }]' \
+        > "$never/never.toml"
+    "$BIN/wcetctl" kernels check "$never/never.toml"
+    timeout -k 5 120 "$BIN/wcetd" --backend cuda --state-dir "$state" --no-initial-calibration \
+        --interference isolated --launch-timeout 5 --kernel-dir "$never" \
+        > "$OUT/wcetd-hang.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 600); do [ -s "$state/bus-address" ] && break; sleep 0.1; done
+    timeout 60 "$BIN/wcetctl" --state-dir "$state" recalibrate test.never
+    wait "$pid"
+    echo "wcetd after the hang rc=$? (1: lost the device and left; 124 or 137: hung)" | tee -a "$OUT/hang.log"
+    grep -E "hung|abandoned|teardown|lost" "$OUT/wcetd-hang.log" | tail -5
     ;;
 *)
     echo "usage: $0 check|campaign NAME|probes|daemon|hang" >&2
