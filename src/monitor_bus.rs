@@ -215,28 +215,12 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let mut events = service.subscribe_monitor();
     let mut bounds = service.subscribe();
     let mut overrun = service.overrun_kernels();
-    // The number of the last `BoundExceeded` seen: a gap is signals skipped, counted exactly
-    // (a lag's own count mixes in the other events).
-    // Read after subscribing: an event numbered up to it may still be in the channel, and is no
-    // gap.
-    let mut last_seq = service.bound_exceeded_sent();
-    let (mut lag_said, mut skipped) = (crate::log_throttle::Throttle::default(), 0u64);
+    let mut skipped = Skipped::since(&service);
     loop {
         let recheck = tokio::select! {
             e = events.recv() => match e {
                 Ok(MonitorEvent::BoundExceeded { seq, kernel, sms, observed_ns, bound_ns }) => {
-                    let gap = seq.saturating_sub(last_seq + 1);
-                    last_seq = last_seq.max(seq);
-                    if gap > 0 {
-                        service.note_bound_exceeded_skipped(gap);
-                        skipped += gap;
-                        if lag_said.due().is_some() {
-                            tracing::warn!(
-                                missed = std::mem::take(&mut skipped),
-                                "monitor signal forwarder fell behind; BoundExceeded signals were skipped (GetObserved's counts and OverrunKernels stay exact; counted in wcetd_bound_exceeded_signals_skipped_total; said at most every 10 s, with the signals skipped since)"
-                            );
-                        }
-                    }
+                    skipped.saw(seq, &service);
                     let sent = Monitor::bound_exceeded(monitor.signal_emitter(), &kernel, sms, observed_ns, bound_ns).await;
                     if let Err(e) = sent {
                         tracing::warn!(error = %e, "could not emit BoundExceeded");
@@ -265,6 +249,44 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
             if let Err(e) = monitor.get().await.overrun_kernels_changed(emitter).await {
                 tracing::warn!(error = %e, "could not emit an OverrunKernels change");
             }
+        }
+    }
+}
+
+/// The `BoundExceeded` signals one forwarder skipped, from the events' numbers: a gap is
+/// signals skipped, counted exactly (a lag's own count mixes in the other events).
+struct Skipped {
+    /// The number of the last `BoundExceeded` seen.
+    last_seq: u64,
+    said: crate::log_throttle::Throttle,
+    not_said: u64,
+}
+
+impl Skipped {
+    /// Read after subscribing: an event numbered up to it may still be in the channel, and is
+    /// no gap.
+    fn since(service: &Service) -> Self {
+        Skipped {
+            last_seq: service.bound_exceeded_sent(),
+            said: Default::default(),
+            not_said: 0,
+        }
+    }
+
+    /// Event `seq` came: count the gap before it, and log it at most every 10 s.
+    fn saw(&mut self, seq: u64, service: &Service) {
+        let gap = seq.saturating_sub(self.last_seq + 1);
+        self.last_seq = self.last_seq.max(seq);
+        if gap == 0 {
+            return;
+        }
+        service.note_bound_exceeded_skipped(gap);
+        self.not_said += gap;
+        if self.said.due().is_some() {
+            tracing::warn!(
+                missed = std::mem::take(&mut self.not_said),
+                "monitor signal forwarder fell behind; BoundExceeded signals were skipped (GetObserved's counts and OverrunKernels stay exact; counted in wcetd_bound_exceeded_signals_skipped_total; said at most every 10 s, with the signals skipped since)"
+            );
         }
     }
 }

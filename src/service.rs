@@ -1277,9 +1277,9 @@ impl Service {
     ///   reported at a larger size, which a monotone contended calibration carries down and a
     ///   non-monotone isolated one does not, left `GetBound` at 26,641 ns beside a contended
     ///   bound of 10,000,000 (a black-box review found it);
-    /// - contended, to the largest isolated launch measured at its size: a launch beside a
-    ///   stressor is never faster than one with the GPU idle, the rule reported times already
-    ///   obey ([`Service::observed_floor`]). Contended samples imported from elsewhere served a
+    /// - contended, to the largest isolated launch measured at its size (or above it, where the
+    ///   contended calibration is monotone): a launch beside a stressor is never faster than one
+    ///   with the GPU idle, the rule reported times already obey ([`Service::observed_floor`]). Contended samples imported from elsewhere served a
     ///   contended bound a quarter of the isolated launches measured there.
     fn raise_to_the_other_tag(
         &self,
@@ -1300,15 +1300,11 @@ impl Service {
                 self.served_untagged(kernel, cal, entry.sms, at.clock_mhz),
                 format!("the {other} bound as served here (calibration {})", cal.id),
             ),
-            Some(Interference::Contended) => {
-                let Some(measured) = cal.table.entry(entry.sms).map(|e| e.observed_max_ns) else {
-                    return;
-                };
-                (
-                    self.inner.clock_scaled_at(cal, measured, at.clock_mhz),
-                    format!("the largest isolated launch measured at {} SMs (calibration {}): a contended launch is never faster than an isolated one", entry.sms, cal.id),
-                )
-            }
+            Some(Interference::Contended) => (
+                self.inner
+                    .isolated_measured_at(&at.snap, kernel, entry.sms, at.clock_mhz),
+                format!("the largest isolated launch measured at {} SMs or, where this kernel is never faster on fewer SMs, above (calibration {}): a contended launch is never faster than an isolated one", entry.sms, cal.id),
+            ),
             Some(Interference::Isolated) => return,
         };
         if held_at > entry.bound_ns {
@@ -1763,6 +1759,35 @@ impl Inner {
 
     /// `cal`'s calibrated bound at exactly `partition`, scaled to the current clock as it is
     /// served, before production floors.
+    /// The largest isolated launch `snap` measured for `kernel` at `partition`, clock-scaled to
+    /// `clock` as its bound is (0 without one): what a contended bound there is never below.
+    /// Where the contended calibration says the kernel is never faster on fewer SMs, the isolated
+    /// launches of larger sizes count too, as reported times do ([`Service::observed_floor`]).
+    fn isolated_measured_at(
+        &self,
+        snap: &Calibration,
+        kernel: &str,
+        partition: u32,
+        clock: u32,
+    ) -> u64 {
+        let monotone = snap
+            .tables(Interference::Contended)
+            .get(kernel)
+            .is_some_and(|c| c.table.monotone);
+        let Some(cal) = snap.tables(Interference::Isolated).get(kernel) else {
+            return 0;
+        };
+        let largest = cal
+            .table
+            .entries
+            .iter()
+            .filter(|e| e.sms == partition || (monotone && e.sms > partition))
+            .map(|e| e.observed_max_ns)
+            .max()
+            .unwrap_or(0);
+        self.clock_scaled_at(cal, largest, clock)
+    }
+
     fn calibrated_at(&self, cal: &KernelCalibration, partition: u32) -> Option<u64> {
         let entry = cal.table.entry(partition)?;
         Some(self.clock_scaled(cal, entry.bound_ns))

@@ -289,7 +289,8 @@ fn main() -> std::process::ExitCode {
         }
     };
     // 1 after a lost device, which the unit's `Restart=on-failure` restarts.
-    gpu::cuda::exit_now_if_a_launch_was_abandoned(u8::from(failed));
+    let left = WORKER_LEFT_RUNNING.load(std::sync::atomic::Ordering::Relaxed);
+    gpu::cuda::exit_now_if_a_launch_may_still_run(u8::from(failed), left);
     if failed {
         std::process::ExitCode::FAILURE
     } else {
@@ -410,12 +411,14 @@ async fn until_stop(
 /// pressed again, a service manager that signals twice) ends the wait: the workers are left as a
 /// hung one is, the stored bounds intact, and what has ended is announced and saved as usual.
 async fn stop_workers(services: &[(u32, Service)], shutdown: &mut ShutdownSignals) {
+    let left = || WORKER_LEFT_RUNNING.store(true, std::sync::atomic::Ordering::Relaxed);
     let stopping: Vec<_> = services
         .iter()
         .map(|(n, service)| {
             let (n, service) = (*n, service.clone());
             tokio::task::spawn_blocking(move || {
                 if !service.stop_worker(WORKER_STOP) {
+                    left();
                     tracing::warn!(gpu = n, "the GPU worker did not finish its job within {WORKER_STOP:?}; exiting without it (stored bounds are intact)");
                 }
             })
@@ -429,6 +432,7 @@ async fn stop_workers(services: &[(u32, Service)], shutdown: &mut ShutdownSignal
     tokio::select! {
         () = all_stopped => {}
         signal = shutdown.wait() => {
+            left();
             tracing::warn!("{signal} again: not waiting for the GPU workers to end their jobs (stored bounds are intact)");
         }
     }
@@ -823,6 +827,10 @@ fn announce(
 /// How long shutdown waits for a GPU worker to end its cancelled job: well inside systemd's
 /// default stop timeout (90 s), long enough for a batch of launches to finish.
 const WORKER_STOP: std::time::Duration = std::time::Duration::from_secs(20);
+/// Set when the stop leaves a GPU worker inside its job: it may be waiting on a launch, which
+/// libcuda's exit-time teardown could wait on too (`main` then ends with `_exit`).
+static WORKER_LEFT_RUNNING: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 /// How long a lost bus name waits for a shutdown signal sent with it.
 const SIGNAL_WITH_LOSS: std::time::Duration = std::time::Duration::from_millis(200);
 

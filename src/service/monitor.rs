@@ -668,8 +668,20 @@ fn judge_waiting(
             _ => vec![Interference::Isolated, Interference::Contended],
         }
         .into_iter()
-        .filter_map(|t| next.tables(t).get(kernel))
-        .filter_map(|cal| Some((cal, inner.calibrated_at(cal, sms)?)))
+        .filter_map(|t| Some((t, next.tables(t).get(kernel)?)))
+        .filter_map(|(t, cal)| {
+            // A contended bound is held up by the isolated launches measured at its size, as it
+            // is served ([`Service::raise_to_the_other_tag`]): without them here, a contended time
+            // below the bound served was carried as an overrun of a bound never served.
+            let held = match t {
+                Interference::Contended => {
+                    let clock = inner.current_clock_mhz.load(Ordering::SeqCst);
+                    inner.isolated_measured_at(next, kernel, sms, clock)
+                }
+                Interference::Isolated => 0,
+            };
+            Some((cal, inner.calibrated_at(cal, sms)?.max(held)))
+        })
         .max_by_key(|&(_, bound_ns)| bound_ns);
         let Some((cal, bound_ns)) = judge.filter(|(c, _)| published.contains(&c.id)) else {
             continue;

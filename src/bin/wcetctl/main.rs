@@ -151,7 +151,7 @@ fn main() -> std::process::ExitCode {
         }
     };
     // `wcetctl campaign --backend cuda` after a launch that never ended, as the daemon does.
-    wcetd::gpu::cuda::exit_now_if_a_launch_was_abandoned(status);
+    wcetd::gpu::cuda::exit_now_if_a_launch_may_still_run(status, false);
     std::process::ExitCode::from(status)
 }
 

@@ -53,27 +53,33 @@ const PARTITION_IDLE: Duration = Duration::from_secs(600);
 /// never released ([`launch_abandoned`]).
 static ABANDONED: AtomicBool = AtomicBool::new(false);
 
+/// Set once a device's primary context is retained: from then on a thread left inside a driver
+/// call may hold what libcuda's exit-time teardown waits for.
+static CONTEXT_RETAINED: AtomicBool = AtomicBool::new(false);
+
 /// Whether a launch of this process was abandoned still running. libcuda's exit-time teardown
 /// would then run with the kernel spinning in a context never released, and whether it waits on
 /// the kernel is unknown: such a process ends with `_exit` once its own work is done
-/// ([`exit_now_if_a_launch_was_abandoned`]), and the exit ends the launch.
+/// ([`exit_now_if_a_launch_may_still_run`]), and the exit ends the launch.
 fn launch_abandoned() -> bool {
     ABANDONED.load(Ordering::Relaxed)
 }
 
-/// If a launch was abandoned ([`launch_abandoned`]), end the process at once with `status`,
-/// skipping the C library's exit: libcuda's exit-time handlers would run with the kernel still
-/// spinning in a context never released, and a process that hung in its own exit would stay
-/// active, never restarted (a stop timeout applies only to a stop systemd starts). Called by a
-/// binary once its own work is done (the daemon: final save, metrics file, private bus); log
-/// lines are written unbuffered to standard error, and standard output is flushed here, which
-/// `_exit` would not.
-pub fn exit_now_if_a_launch_was_abandoned(status: u8) {
+/// If a launch was abandoned ([`launch_abandoned`]), or a GPU worker was left inside its job
+/// (`worker_left_running`: the daemon's stop did not wait for it) on a CUDA device, end the
+/// process at once with `status`, skipping the C library's exit: libcuda's exit-time handlers
+/// would run with a kernel still running in a context never released, and a process that hung
+/// in its own exit would stay active, never restarted (a stop timeout applies only to a stop
+/// systemd starts). Called by a binary once its own work is done (the daemon: final save,
+/// metrics file, private bus); log lines are written unbuffered to standard error, and standard
+/// output is flushed here, which `_exit` would not.
+pub fn exit_now_if_a_launch_may_still_run(status: u8, worker_left_running: bool) {
     use std::io::Write;
-    if !launch_abandoned() {
+    let left = worker_left_running && CONTEXT_RETAINED.load(Ordering::Relaxed);
+    if !launch_abandoned() && !left {
         return;
     }
-    tracing::warn!("a launch was abandoned still running: exiting without libcuda's exit-time teardown, which could wait on it");
+    tracing::warn!("a launch may still be running (abandoned as hung, or its worker left at the stop): exiting without libcuda's exit-time teardown, which could wait on it");
     let _ = std::io::stdout().flush();
     let _ = std::io::stderr().flush();
     // SAFETY: `_exit` ends the process without running atexit handlers or destructors; nothing
@@ -211,6 +217,7 @@ impl CudaGpu {
             raw::cuDeviceGet(&mut dev, ordinal as i32)
         })?;
         let primary = Primary::retain(dev)?;
+        CONTEXT_RETAINED.store(true, Ordering::Relaxed);
         let cc =
             10 * attribute(
                 dev,
