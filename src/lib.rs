@@ -53,7 +53,13 @@
 //!   [`model::predict`], which are reported beside bounds and never change one.
 //!
 //! The rule no layer may break: a bound is never below a sample observed at its size, whether
-//! measured by the daemon or reported from production.
+//! measured by the daemon or reported from production. A calibration's bound is made safe in
+//! one place, `model::method::safety_chain`; as it is served it is only ever raised, in this
+//! order (`Service::served_entry`, and `served_bound` on the hot path, which must agree):
+//! scaled to the current SM clock; raised to the production floors (carried down from larger
+//! sizes where the calibration says the kernel is never faster on fewer SMs); raised to what the
+//! other interference vouches for (untagged: the other tag's bound as served; contended: the
+//! isolated launches measured).
 
 pub mod access;
 pub mod admission;

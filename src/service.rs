@@ -1006,7 +1006,8 @@ impl Service {
     }
 
     /// `entry` of `query`'s calibration as it is served now: scaled to the clock of `at`, raised
-    /// to the production floors, with the notes that say so, and whether it is stale. The
+    /// to the production floors and to what the other interference vouches for, with the notes
+    /// that say so, and whether it is stale. The
     /// calibration's own entry is never changed: these only ever raise a bound as it is read.
     fn served_entry(&self, at: &Moment, query: &BoundQuery, mut entry: BoundEntry) -> ServedEntry {
         let BoundQuery {
