@@ -5,6 +5,9 @@
 use super::worker::finish_unstarted;
 use super::*;
 
+/// Why a job is refused while the daemon stops.
+const STOPPING: &str = "the daemon is stopping; accepted: retry once it has started again";
+
 impl Service {
     /// Queue a recalibration of `kernels` (every kernel of the catalogue when empty).
     pub fn recalibrate(&self, kernels: &[String]) -> Result<u64> {
@@ -38,16 +41,39 @@ impl Service {
         Ok(id)
     }
 
+    /// Queue `work` as a new job and hand it to the worker, or say why not (the daemon is
+    /// stopping, the queue is full, or the worker has stopped).
     pub(super) fn enqueue(
         &self,
         work: Work,
         kernels: Vec<String>,
         tags: Vec<Interference>,
     ) -> Result<u64> {
-        const STOPPING: &str = "the daemon is stopping; accepted: retry once it has started again";
         if self.inner.stopping.load(Ordering::SeqCst) {
             return Err(ServiceError::Busy(STOPPING.into()));
         }
+        self.take_queue_place()?;
+        let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
+        // Recorded before anyone can see the job, so a cancel cannot come before the record.
+        self.inner.job_record.queued(id, work.doing(), &kernels);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let status = JobStatus {
+            state: JobState::Queued,
+            progress: 0.0,
+            message: "queued".into(),
+            kernels,
+            interference: tags,
+        };
+        if let Some(why) = self.list_and_send(Job { id, work, cancel }, status) {
+            self.inner.pending.fetch_sub(1, Ordering::SeqCst);
+            self.inner.job_record.ended(id, false);
+            return Err(ServiceError::Busy(why.into()));
+        }
+        Ok(id)
+    }
+
+    /// One of the `max_queued_jobs` places in the queue, or `Busy` when all are taken.
+    fn take_queue_place(&self) -> Result<()> {
         let limit = self.inner.config.max_queued_jobs as u64;
         // Taken in one step, so two callers at once cannot both take the last place.
         let taken = self
@@ -61,46 +87,34 @@ impl Service {
                 "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`wcetctl jobs` or Calibration1.ListJobs() shows the queue)"
             )));
         }
-        let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
-        // Recorded before anyone can see the job, so a cancel cannot come before the record.
-        self.inner.job_record.queued(id, work.doing(), &kernels);
-        let cancel = Arc::new(AtomicBool::new(false));
-        let status = JobStatus {
-            state: JobState::Queued,
-            progress: 0.0,
-            message: "queued".into(),
-            kernels,
-            interference: tags,
-        };
-        let refused = {
-            // Queued and sent under the jobs lock, where `stop_worker` sends the end marker.
-            let mut jobs = self
-                .inner
-                .jobs
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if self.inner.stopping.load(Ordering::SeqCst) {
-                Some(STOPPING)
-            } else {
-                jobs.insert(id, (status, Arc::clone(&cancel)));
-                let sent = self.worker.send(Some(Job { id, work, cancel }));
-                sent.is_err().then(|| {
-                    // Not left listed as queued forever: the job ends here, and says why.
-                    let why = "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
-                    if let Some((s, _)) = jobs.get_mut(&id) {
-                        s.state = JobState::Failed;
-                        s.message = why.into();
-                    }
-                    why
-                })
-            }
-        };
-        if let Some(why) = refused {
-            self.inner.pending.fetch_sub(1, Ordering::SeqCst);
-            self.inner.job_record.ended(id, false);
-            return Err(ServiceError::Busy(why.into()));
+        Ok(())
+    }
+
+    /// Lists `job` as `status` and sends it to the worker; why it was refused, if it was.
+    fn list_and_send(&self, job: Job, status: JobStatus) -> Option<&'static str> {
+        let id = job.id;
+        // Queued and sent under the jobs lock, where `stop_worker` sends the end marker.
+        let mut jobs = self
+            .inner
+            .jobs
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            Some(STOPPING)
+        } else {
+            jobs.insert(id, (status, Arc::clone(&job.cancel)));
+            let sent = self.worker.send(Some(job));
+            sent.is_err().then(|| {
+                // Not left listed as queued forever: the job ends here, and says why.
+                let why =
+                    "the GPU worker has stopped; restart the daemon (`systemctl restart wcetd`)";
+                if let Some((s, _)) = jobs.get_mut(&id) {
+                    s.state = JobState::Failed;
+                    s.message = why.into();
+                }
+                why
+            })
         }
-        Ok(id)
     }
 
     /// The kernels `names` asks for (every one when empty but those held back for losing the
