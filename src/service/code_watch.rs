@@ -18,6 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use super::{Event, Inner};
 use crate::kernels::Catalogue;
+use crate::manifest::Manifest;
 
 /// How often the files are looked at.
 const POLL: Duration = Duration::from_secs(1);
@@ -125,9 +126,28 @@ impl CodeWatch {
         let names: HashSet<&str> = manifests.iter().map(|m| m.name.as_str()).collect();
         self.seen.retain(|name, _| names.contains(name.as_str()));
         // Hashed without the lock: queries read it, and a large module takes a while.
+        let judged = self.judge_moved(&manifests);
+        let unchanged = || {
+            let verdicts = changed.read().unwrap_or_else(PoisonError::into_inner);
+            verdicts.keys().all(|k| names.contains(k.as_str()))
+        };
+        if judged.is_empty() && unchanged() {
+            return Vec::new();
+        }
+        let mut verdicts = changed.write().unwrap_or_else(PoisonError::into_inner);
+        verdicts.retain(|name, _| names.contains(name.as_str()));
+        record_verdicts(&mut verdicts, judged)
+    }
+
+    /// The verdict on each manifest whose files moved since the last look (or were too recently
+    /// changed to trust their stat); those settled are remembered as seen.
+    fn judge_moved<'m>(
+        &mut self,
+        manifests: &[&'m Manifest],
+    ) -> Vec<(&'m Manifest, Option<OffDisk>)> {
         let racy = now_ns() - RACY.as_nanos() as i128;
         let mut judged = Vec::new();
-        for m in manifests.iter() {
+        for &m in manifests {
             let stats: Vec<Option<Stat>> = m.input_files().into_iter().map(stat).collect();
             let now = Seen {
                 code: m.code_sha256.clone(),
@@ -151,34 +171,33 @@ impl CodeWatch {
                 self.seen.remove(&m.name);
             }
         }
-        let unchanged = || {
-            let verdicts = changed.read().unwrap_or_else(PoisonError::into_inner);
-            verdicts.keys().all(|k| names.contains(k.as_str()))
-        };
-        if judged.is_empty() && unchanged() {
-            return Vec::new();
-        }
-        let mut verdicts = changed.write().unwrap_or_else(PoisonError::into_inner);
-        verdicts.retain(|name, _| names.contains(name.as_str()));
-        let mut flipped = Vec::new();
-        for (m, verdict) in judged {
-            let before = verdicts
-                .get(&m.name)
-                .is_some_and(|(code, _)| *code == m.code_sha256);
-            if before != verdict.is_some() {
-                flipped.push(m.name.clone());
-            }
-            match verdict {
-                Some(why) => {
-                    verdicts.insert(m.name.clone(), (m.code_sha256.clone(), why));
-                }
-                None => {
-                    verdicts.remove(&m.name);
-                }
-            }
-        }
-        flipped
+        judged
     }
+}
+
+/// Writes the `judged` verdicts into `verdicts`; returns the kernels whose verdict changed.
+fn record_verdicts(
+    verdicts: &mut ChangedOnDisk,
+    judged: Vec<(&Manifest, Option<OffDisk>)>,
+) -> Vec<String> {
+    let mut flipped = Vec::new();
+    for (m, verdict) in judged {
+        let before = verdicts
+            .get(&m.name)
+            .is_some_and(|(code, _)| *code == m.code_sha256);
+        if before != verdict.is_some() {
+            flipped.push(m.name.clone());
+        }
+        match verdict {
+            Some(why) => {
+                verdicts.insert(m.name.clone(), (m.code_sha256.clone(), why));
+            }
+            None => {
+                verdicts.remove(&m.name);
+            }
+        }
+    }
+    flipped
 }
 
 /// The file's [`Stat`], or `None` when it cannot be read.
