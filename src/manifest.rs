@@ -415,25 +415,9 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         .enumerate()
         .map(|(i, a)| arg(i, a, dir))
         .collect::<Result<Vec<_>, _>>()?;
-    let buffers = args
-        .iter()
-        .map(|a| match a {
-            Arg::Buffer { bytes, .. } => *bytes,
-            _ => 0,
-        })
-        .fold(0u64, u64::saturating_add);
-    if buffers > MAX_BUFFER_BYTES {
-        return Err(format!(
-            "the buffers take {buffers} bytes in all; accepted: 1 byte to {MAX_BUFFER_BYTES} (1 TiB) in all, and the device's free memory is checked when the kernel is prepared"
-        ));
-    }
+    check_buffers_total(&args)?;
     let module = dir.join(&raw.module);
-    let module_kind = module_kind(&module)?;
-    let bytes = read_module(&module)?;
-    check_entry(module_kind, &bytes, &raw.entry, &module)?;
-    if module_kind == ModuleKind::Ptx {
-        check_ptx_params(&String::from_utf8_lossy(&bytes), &raw.entry, &args)?;
-    }
+    let (module_kind, bytes) = checked_module(&module, &raw.entry, &args)?;
     let check = raw
         .check
         .as_ref()
@@ -461,6 +445,39 @@ pub fn parse(path: &Path, text: &str) -> Result<Manifest, String> {
         check,
         sim: raw.sim,
     })
+}
+
+/// Refuses buffers that take more than [`MAX_BUFFER_BYTES`] in all.
+fn check_buffers_total(args: &[Arg]) -> Result<(), String> {
+    let buffers = args
+        .iter()
+        .map(|a| match a {
+            Arg::Buffer { bytes, .. } => *bytes,
+            _ => 0,
+        })
+        .fold(0u64, u64::saturating_add);
+    if buffers > MAX_BUFFER_BYTES {
+        return Err(format!(
+            "the buffers take {buffers} bytes in all; accepted: 1 byte to {MAX_BUFFER_BYTES} (1 TiB) in all, and the device's free memory is checked when the kernel is prepared"
+        ));
+    }
+    Ok(())
+}
+
+/// The module's kind and bytes, once it is found to define `entry` (with parameters that
+/// match `args`, where it is PTX).
+fn checked_module(
+    module: &Path,
+    entry: &str,
+    args: &[Arg],
+) -> Result<(ModuleKind, Vec<u8>), String> {
+    let module_kind = module_kind(module)?;
+    let bytes = read_module(module)?;
+    check_entry(module_kind, &bytes, entry, module)?;
+    if module_kind == ModuleKind::Ptx {
+        check_ptx_params(&String::from_utf8_lossy(&bytes), entry, args)?;
+    }
+    Ok((module_kind, bytes))
 }
 
 /// [`Manifest::code_sha256`] (the manifest's text, then the inputs) and
