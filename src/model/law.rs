@@ -370,9 +370,32 @@ impl CostFunction for NonlinearCost<'_> {
 /// well-posed system singular at one time scale and not at another (at 20-500 us two-column laws
 /// with a 1/m term collapsed to one column). Each column is scaled to unit norm first, so every
 /// pivot is compared with 1, and the coefficients are scaled back after.
+fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f64>, f64) {
+    let (gram, xty, cols) = normal_equations(law, pts, q, g);
+    let (norm, unit, unit_xty) = unit_columns(&gram, &xty, cols);
+    let best = best_active_set(&unit, &unit_xty, cols, pts.len() as f64);
+    let coefficients = (0..cols)
+        .map(|i| {
+            if norm[i] > 0.0 {
+                best.0[i] / norm[i]
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    (coefficients, best.1)
+}
+
+/// The Gram matrix and right-hand side of the normal equations of `law`'s basis at `pts`, and
+/// the number of basis columns.
 // Index loops read as the matrix algebra they are.
 #[allow(clippy::needless_range_loop)]
-fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f64>, f64) {
+fn normal_equations(
+    law: Law,
+    pts: &[Point],
+    q: f64,
+    g: Option<Geometry>,
+) -> ([[f64; 3]; 3], [f64; 3], usize) {
     let top = f64::from(pts.iter().map(|p| p.sms).max().unwrap_or(1));
     let mut gram = [[0.0; 3]; 3];
     let mut xty = [0.0; 3];
@@ -389,6 +412,18 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
             }
         }
     }
+    (gram, xty, cols)
+}
+
+/// The column norms, and the Gram matrix and right-hand side with every column scaled to unit
+/// norm (a column of zeros stays zero).
+// Index loops read as the matrix algebra they are.
+#[allow(clippy::needless_range_loop)]
+fn unit_columns(
+    gram: &[[f64; 3]; 3],
+    xty: &[f64; 3],
+    cols: usize,
+) -> ([f64; 3], [[f64; 3]; 3], [f64; 3]) {
     let norm: [f64; 3] = std::array::from_fn(|i| gram[i][i].sqrt());
     let mut unit = [[0.0; 3]; 3];
     let mut unit_xty = [0.0; 3];
@@ -402,7 +437,20 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
             };
         }
     }
-    let yty = pts.len() as f64;
+    (norm, unit, unit_xty)
+}
+
+/// The nonnegative coefficients (of unit columns) with the least residual, and that residual:
+/// the unconstrained solution when it is nonnegative, else the best of the other active sets.
+/// `yty` is the number of points (each row's target is 1).
+// Index loops read as the matrix algebra they are.
+#[allow(clippy::needless_range_loop)]
+fn best_active_set(
+    unit: &[[f64; 3]; 3],
+    unit_xty: &[f64; 3],
+    cols: usize,
+    yty: f64,
+) -> ([f64; 3], f64) {
     let residual = |c: &[f64; 3]| {
         let mut r = yty;
         for i in 0..cols {
@@ -416,7 +464,7 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
     let full = (1u32 << cols) - 1;
     let mut best = ([0.0; 3], f64::INFINITY);
     for mask in std::iter::once(full).chain((1..full).rev()) {
-        let Some(coef) = solve_active(&unit, &unit_xty, cols, mask) else {
+        let Some(coef) = solve_active(unit, unit_xty, cols, mask) else {
             continue;
         };
         if coef.iter().any(|&c| c < 0.0) {
@@ -430,16 +478,7 @@ fn nnls_relative(law: Law, pts: &[Point], q: f64, g: Option<Geometry>) -> (Vec<f
             break;
         }
     }
-    let coefficients = (0..cols)
-        .map(|i| {
-            if norm[i] > 0.0 {
-                best.0[i] / norm[i]
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    (coefficients, best.1)
+    best
 }
 
 /// Least squares restricted to the columns in `mask`, from the Gram matrix of unit columns.
