@@ -521,16 +521,7 @@ struct TailFit {
 
 impl TailFit {
     fn of(bound: &TailBound, sorted: &[f64], sequences: &[Vec<f64>]) -> TailFit {
-        // Dependent samples (a throttling episode is a run of slow launches) are declustered: the
-        // tail is fitted to the maximum of each cluster of exceedances (Coles 2001, section 5.3).
-        let fit_at = |q: f64| {
-            if bound.independent {
-                GpdFit::at(sorted, q)
-            } else {
-                GpdFit::declustered(sorted, sequences, q)
-            }
-        };
-        let fits: Vec<GpdFit> = THRESHOLDS.iter().map(|&q| fit_at(q)).collect();
+        let fits = TailFit::at_thresholds(bound.independent, sorted, sequences);
         let mut notes = Vec::new();
         let Some(gpd) = stable_threshold(&fits) else {
             notes.push("too few exceedances at every threshold: exponential-tail quantile".into());
@@ -542,7 +533,33 @@ impl TailFit {
             };
         };
         let fit_accepted = gpd.ks_passes_bootstrap();
-        if !bound.independent {
+        TailFit::describe(&mut notes, bound.independent, &gpd, fit_accepted);
+        let heavy = TailFit::heavy(fits, &gpd, bound.observed_max_ratio, sorted, &mut notes);
+        TailFit {
+            gpd: Some(gpd),
+            fit_accepted,
+            heavy,
+            notes,
+        }
+    }
+
+    /// The GPD fitted at each of [`THRESHOLDS`].
+    fn at_thresholds(independent: bool, sorted: &[f64], sequences: &[Vec<f64>]) -> Vec<GpdFit> {
+        // Dependent samples (a throttling episode is a run of slow launches) are declustered: the
+        // tail is fitted to the maximum of each cluster of exceedances (Coles 2001, section 5.3).
+        let fit_at = |q: f64| {
+            if independent {
+                GpdFit::at(sorted, q)
+            } else {
+                GpdFit::declustered(sorted, sequences, q)
+            }
+        };
+        THRESHOLDS.iter().map(|&q| fit_at(q)).collect()
+    }
+
+    /// Notes what the fit at the stable threshold `gpd` rests on, and whether it passed.
+    fn describe(notes: &mut Vec<String>, independent: bool, gpd: &GpdFit, fit_accepted: bool) {
+        if !independent {
             notes.push(format!(
                 "samples are autocorrelated (Ljung-Box, lag 10, 1%): tail fitted to {} cluster maxima (runs declustering, run length {DECLUSTER_RUN})",
                 gpd.excess.len()
@@ -560,6 +577,17 @@ impl TailFit {
                 "GPD fit rejected by Kolmogorov-Smirnov at 5% (bootstrap critical value)".into(),
             );
         }
+    }
+
+    /// The heaviest significantly heavy fit of `fits`, or `gpd` when outliers dwarf the body
+    /// (noted); `None` when the tail is not heavy.
+    fn heavy(
+        fits: Vec<GpdFit>,
+        gpd: &GpdFit,
+        observed_max_ratio: f64,
+        sorted: &[f64],
+        notes: &mut Vec<String>,
+    ) -> Option<GpdFit> {
         let heavy = fits
             .into_iter()
             .filter(|g| g.excess.len() >= 2 * MIN_EXCEEDANCES && g.significantly_heavy())
@@ -567,21 +595,16 @@ impl TailFit {
         // A few huge outliers over a tight body are a heavy tail even when too few to make the GPD
         // shape significant: the largest excess dwarfs the spread of the body.
         let body = quantile_sorted(sorted, 0.95) - 1.0;
-        let outliers = body > 0.0 && bound.observed_max_ratio - 1.0 > OUTLIER_FACTOR * body;
+        let outliers = body > 0.0 && observed_max_ratio - 1.0 > OUTLIER_FACTOR * body;
         let heavy = heavy.or_else(|| outliers.then(|| gpd.clone()));
         if outliers {
             notes.push(format!(
                 "outliers: largest excess {:.1}% is over {OUTLIER_FACTOR}x the body's 95th percentile ({:.1}%)",
-                (bound.observed_max_ratio - 1.0) * 100.0,
+                (observed_max_ratio - 1.0) * 100.0,
                 body * 100.0
             ));
         }
-        TailFit {
-            gpd: Some(gpd),
-            fit_accepted,
-            heavy,
-            notes,
-        }
+        heavy
     }
 
     /// The kind and ratio of `bound` at its exceedance.
