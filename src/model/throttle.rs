@@ -155,16 +155,50 @@ fn slow_runs(series: &[u64]) -> Vec<Run> {
     if series.len() < 4 * WINDOW {
         return Vec::new();
     }
+    let Some((median, sigma)) = median_and_spread(series) else {
+        return Vec::new();
+    };
+    let threshold = (Z * 1.2533 * sigma / (WINDOW as f64).sqrt()).max(MIN_SLOWDOWN);
+    let spans = flagged_spans(series, median, threshold);
+    // A run's depth is the median of the launches at its flagged windows' centres (the edges
+    // of the span hold launches from before and after; the largest window median would be
+    // biased up by the jitter).
+    spans
+        .into_iter()
+        .map(|(first, last)| {
+            let mut centres: Vec<f64> = series[first + WINDOW / 2..=last + WINDOW / 2]
+                .iter()
+                .map(|&t| t as f64)
+                .collect();
+            centres.sort_unstable_by(f64::total_cmp);
+            Run {
+                start: first,
+                depth: quantile_sorted(&centres, 0.5) / median - 1.0,
+                se: 1.2533 * sigma / (centres.len() as f64).sqrt(),
+                len: last - first + WINDOW,
+            }
+        })
+        .collect()
+}
+
+/// The median of `series`, and the spread of its ratios to it (the median absolute deviation,
+/// scaled to a standard deviation); `None` when the median is not positive.
+fn median_and_spread(series: &[u64]) -> Option<(f64, f64)> {
     let mut sorted: Vec<f64> = series.iter().map(|&t| t as f64).collect();
     sorted.sort_unstable_by(f64::total_cmp);
     let median = quantile_sorted(&sorted, 0.5);
     if median <= 0.0 {
-        return Vec::new();
+        return None;
     }
     let mut deviations: Vec<f64> = sorted.iter().map(|t| (t / median - 1.0).abs()).collect();
     deviations.sort_unstable_by(f64::total_cmp);
     let sigma = 1.4826 * quantile_sorted(&deviations, 0.5);
-    let threshold = (Z * 1.2533 * sigma / (WINDOW as f64).sqrt()).max(MIN_SLOWDOWN);
+    Some((median, sigma))
+}
+
+/// The windows of `series` whose median is more than `threshold` above `median`, merged into
+/// runs.
+fn flagged_spans(series: &[u64], median: f64, threshold: f64) -> Vec<(usize, usize)> {
     // Flagged windows merged into runs: (first window start, last window start). The search
     // sees every launch of every kernel, so it counts, sliding, the launches that are slow on
     // their own: with more than half of a window slow its median is too, with fewer than half it
@@ -193,25 +227,7 @@ fn slow_runs(series: &[u64]) -> Vec<Run> {
             }
         }
     }
-    // A run's depth is the median of the launches at its flagged windows' centres (the edges
-    // of the span hold launches from before and after; the largest window median would be
-    // biased up by the jitter).
     spans
-        .into_iter()
-        .map(|(first, last)| {
-            let mut centres: Vec<f64> = series[first + WINDOW / 2..=last + WINDOW / 2]
-                .iter()
-                .map(|&t| t as f64)
-                .collect();
-            centres.sort_unstable_by(f64::total_cmp);
-            Run {
-                start: first,
-                depth: quantile_sorted(&centres, 0.5) / median - 1.0,
-                se: 1.2533 * sigma / (centres.len() as f64).sqrt(),
-                len: last - first + WINDOW,
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
