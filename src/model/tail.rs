@@ -420,15 +420,7 @@ fn ks_against_the_rest(own: &[f64], all: &[f64]) -> f64 {
 /// The tail bound of ratio sequences (one per size, in launch order) pooled as `pool` says, at
 /// each of `exceedances`.
 fn pooled_tail_bounds(per_size: &[Vec<f64>], exceedances: &[f64], pool: Pool) -> Vec<TailBound> {
-    let share = match pool {
-        Pool::Balanced => per_size
-            .iter()
-            .map(|s| s.len())
-            .filter(|&n| n > 0)
-            .min()
-            .unwrap_or(0),
-        Pool::All => usize::MAX,
-    };
+    let share = pool_share(per_size, pool);
     let mut pooled = Vec::new();
     let mut sequences = Vec::new();
     let mut independent = true;
@@ -459,27 +451,48 @@ fn pooled_tail_bounds(per_size: &[Vec<f64>], exceedances: &[f64], pool: Pool) ->
     exceedances
         .iter()
         .map(|&exceedance| {
-            let mut bound = TailBound {
+            let bound = TailBound {
                 exceedance,
                 ..template.clone()
             };
-            let Some(fit) = &fit else {
-                observed_margin(&mut bound, pooled.len());
-                bound.notes.push(format!(
-                    "{} samples are too few for a tail model (need {MIN_SAMPLES}): twice the largest excess over the median",
-                    pooled.len()
-                ));
-                return bound;
-            };
-            fit.choose(&mut bound, &pooled);
-            bound.ratio = bound.ratio.max(observed_max_ratio);
-            bound.notes.push(format!(
-                "tail bound x{:.4} of the median (largest observed x{:.4}, {} samples)",
-                bound.ratio, observed_max_ratio, bound.samples
-            ));
-            bound
+            bound_at(bound, fit.as_ref(), &pooled)
         })
         .collect()
+}
+
+/// How many launches of each size go into the pool: all of them, or as many as the size with
+/// fewest has (sizes without any left aside).
+fn pool_share(per_size: &[Vec<f64>], pool: Pool) -> usize {
+    match pool {
+        Pool::Balanced => per_size
+            .iter()
+            .map(|s| s.len())
+            .filter(|&n| n > 0)
+            .min()
+            .unwrap_or(0),
+        Pool::All => usize::MAX,
+    }
+}
+
+/// `bound` (the pool's template at its exceedance) completed from the tail model `fit` of the
+/// sorted `pooled` ratios, or from the largest ratio without one (too few samples).
+fn bound_at(mut bound: TailBound, fit: Option<&TailFit>, pooled: &[f64]) -> TailBound {
+    let observed_max_ratio = bound.observed_max_ratio;
+    let Some(fit) = fit else {
+        observed_margin(&mut bound, pooled.len());
+        bound.notes.push(format!(
+            "{} samples are too few for a tail model (need {MIN_SAMPLES}): twice the largest excess over the median",
+            pooled.len()
+        ));
+        return bound;
+    };
+    fit.choose(&mut bound, pooled);
+    bound.ratio = bound.ratio.max(observed_max_ratio);
+    bound.notes.push(format!(
+        "tail bound x{:.4} of the median (largest observed x{:.4}, {} samples)",
+        bound.ratio, observed_max_ratio, bound.samples
+    ));
+    bound
 }
 
 /// No tail model: the largest ratio plus as much again (twice the largest excess over the
