@@ -1007,8 +1007,8 @@ impl Service {
 
     /// `entry` of `query`'s calibration as it is served now: scaled to the clock of `at`, raised
     /// to the production floors and to what the other interference vouches for, with the notes
-    /// that say so, and whether it is stale. The
-    /// calibration's own entry is never changed: these only ever raise a bound as it is read.
+    /// that say so, and whether it is stale. The calibration's own entry is never changed: these
+    /// only ever raise a bound as it is read.
     fn served_entry(&self, at: &Moment, query: &BoundQuery, mut entry: BoundEntry) -> ServedEntry {
         let BoundQuery {
             kernel,
@@ -1272,16 +1272,17 @@ impl Service {
     /// Raise `entry`, of the calibration serving `kernel` under `tag`, to what the other
     /// interference's calibration vouches for at its size, so that no tag's bound is below what
     /// is known of the other:
-    /// - untagged, to the other calibration's bound as served (clock-scaled and raised to every
-    ///   floor as its own shape carries them down): the untagged bound is never below
-    ///   `GetBoundTagged` of either tag. The calibration is chosen before floors, and a time
-    ///   reported at a larger size, which a monotone contended calibration carries down and a
-    ///   non-monotone isolated one does not, left `GetBound` at 26,641 ns beside a contended
-    ///   bound of 10,000,000 (a black-box review found it);
     /// - contended, to the largest isolated launch measured at its size (or above it, where the
     ///   contended calibration is monotone): a launch beside a stressor is never faster than one
-    ///   with the GPU idle, the rule reported times already obey ([`Service::observed_floor`]). Contended samples imported from elsewhere served a
-    ///   contended bound a quarter of the isolated launches measured there.
+    ///   with the GPU idle, the rule reported times already obey ([`Service::observed_floor`]).
+    ///   Contended samples imported from elsewhere served a contended bound a quarter of the
+    ///   isolated launches measured there;
+    /// - untagged, to the other calibration's bound as served (clock-scaled and raised to every
+    ///   floor as its own shape carries them down) and to those isolated launches: the untagged
+    ///   bound is never below `GetBoundTagged` of either tag. The calibration is chosen before
+    ///   floors, and a time reported at a larger size, which a monotone contended calibration
+    ///   carries down and a non-monotone isolated one does not, left `GetBound` at 26,641 ns
+    ///   beside a contended bound of 10,000,000 (a black-box review found it).
     fn raise_to_the_other_tag(
         &self,
         at: &Moment,
@@ -1296,16 +1297,23 @@ impl Service {
         let Some(cal) = at.snap.tables(other).get(kernel) else {
             return;
         };
+        let isolated = || {
+            let tables = at.snap.tables(Interference::Isolated);
+            let id = tables.get(kernel).map_or("", |c| c.id.as_str());
+            (
+                self.inner.isolated_measured_at(&at.snap, kernel, entry.sms, at.clock_mhz),
+                format!("the largest isolated launch measured at {} SMs or, where this kernel is never faster on fewer SMs, above (calibration {id}): a contended launch is never faster than an isolated one", entry.sms),
+            )
+        };
         let (held_at, why) = match tag {
-            None => (
-                self.served_untagged(kernel, cal, entry.sms, at.clock_mhz),
-                format!("the {other} bound as served here (calibration {})", cal.id),
-            ),
-            Some(Interference::Contended) => (
-                self.inner
-                    .isolated_measured_at(&at.snap, kernel, entry.sms, at.clock_mhz),
-                format!("the largest isolated launch measured at {} SMs or, where this kernel is never faster on fewer SMs, above (calibration {}): a contended launch is never faster than an isolated one", entry.sms, cal.id),
-            ),
+            None => {
+                let as_served = (
+                    self.served_untagged(kernel, cal, entry.sms, at.clock_mhz),
+                    format!("the {other} bound as served here (calibration {})", cal.id),
+                );
+                std::cmp::max_by_key(as_served, isolated(), |held| held.0)
+            }
+            Some(Interference::Contended) => isolated(),
             Some(Interference::Isolated) => return,
         };
         if held_at > entry.bound_ns {
@@ -1758,8 +1766,6 @@ impl Inner {
         }
     }
 
-    /// `cal`'s calibrated bound at exactly `partition`, scaled to the current clock as it is
-    /// served, before production floors.
     /// The largest isolated launch `snap` measured for `kernel` at `partition`, clock-scaled to
     /// `clock` as its bound is (0 without one): what a contended bound there is never below.
     /// Where the contended calibration says the kernel is never faster on fewer SMs, the isolated
@@ -1789,6 +1795,8 @@ impl Inner {
         self.clock_scaled_at(cal, largest, clock)
     }
 
+    /// `cal`'s calibrated bound at exactly `partition`, scaled to the current clock as it is
+    /// served, before production floors.
     fn calibrated_at(&self, cal: &KernelCalibration, partition: u32) -> Option<u64> {
         let entry = cal.table.entry(partition)?;
         Some(self.clock_scaled(cal, entry.bound_ns))

@@ -312,6 +312,12 @@ fn a_contended_bound_is_never_below_an_isolated_launch_measured_at_its_size() {
         );
         let served = service.bound("lab.y", m, Some(Interference::Contended));
         assert_eq!(served.unwrap(), contended.entry.bound_ns, "{m} SMs");
+        let untagged = service.bound("lab.y", m, None).unwrap();
+        assert!(
+            untagged >= contended.entry.bound_ns,
+            "{m} SMs: GetBound {untagged} below the contended bound {}",
+            contended.entry.bound_ns
+        );
     }
 }
 
