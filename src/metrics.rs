@@ -319,7 +319,7 @@ fn job_and_health(out: &mut dyn Write, snapshots: &[Snapshot]) -> std::io::Resul
         out,
         "wcetd_bound_exceeded_signals_skipped_total",
         "counter",
-        "BoundExceeded signals not sent since the daemon started: the bus forwarder fell behind a flood of overruns (GetObserved's counts and OverrunKernels stay exact). One per object path: the default device's signals go out on two.",
+        "BoundExceeded signals not sent since the daemon started: the bus forwarder fell behind a flood of overruns (GetObserved's counts and OverrunKernels stay exact), on the device's own object path (/org/wcetd/Wcetd1/gpu/N).",
     )?;
     for s in snapshots {
         f.sample(s, &[], &s.bound_exceeded_skipped.to_string())?;

@@ -215,7 +215,9 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
     let mut events = service.subscribe_monitor();
     let mut bounds = service.subscribe();
     let mut overrun = service.overrun_kernels();
-    let mut skipped = Skipped::since(&service);
+    // The default device's signals go out on its own path and on the root alias: what is skipped
+    // is counted once, on its own path, the one alerters are told to match (operations.md).
+    let mut skipped = Skipped::since(&service, path != crate::bus::OBJECT_PATH);
     loop {
         let recheck = tokio::select! {
             e = events.recv() => match e {
@@ -258,6 +260,8 @@ pub async fn forward_events(conn: Connection, service: Service, path: String) {
 struct Skipped {
     /// The number of the last `BoundExceeded` seen.
     last_seq: u64,
+    /// Whether this forwarder's skips go into the service's count.
+    counted: bool,
     said: crate::log_throttle::Throttle,
     not_said: u64,
 }
@@ -265,9 +269,10 @@ struct Skipped {
 impl Skipped {
     /// Read after subscribing: an event numbered up to it may still be in the channel, and is
     /// no gap.
-    fn since(service: &Service) -> Self {
+    fn since(service: &Service, counted: bool) -> Self {
         Skipped {
             last_seq: service.bound_exceeded_sent(),
+            counted,
             said: Default::default(),
             not_said: 0,
         }
@@ -280,7 +285,9 @@ impl Skipped {
         if gap == 0 {
             return;
         }
-        service.note_bound_exceeded_skipped(gap);
+        if self.counted {
+            service.note_bound_exceeded_skipped(gap);
+        }
         self.not_said += gap;
         if self.said.due().is_some() {
             tracing::warn!(

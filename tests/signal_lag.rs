@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use wcetd::access::{OperatorPolicy, ReporterPolicy};
-use wcetd::bus::{PrivateBus, BUS_NAME, OBJECT_PATH};
+use wcetd::bus::{device_path, PrivateBus, BUS_NAME};
 use wcetd::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
 use wcetd::service::{Service, ServiceConfig};
 use wcetd::store::Store;
@@ -84,7 +84,8 @@ async fn forwarders_that_fall_behind_announce_what_they_skipped_or_count_it() {
         wcetd::dbus::serve_devices(&conn, &devices, 0, operators, reporters)
             .await
             .unwrap();
-        let path = OBJECT_PATH.to_string();
+        // The device's own path, where skipped signals are counted.
+        let path = device_path(0);
         let announced = wcetd::dbus::Announced::default();
         tokio::spawn(wcetd::dbus::forward_events(
             conn.clone(),
@@ -95,7 +96,7 @@ async fn forwarders_that_fall_behind_announce_what_they_skipped_or_count_it() {
         tokio::spawn(wcetd::monitor_bus::forward_events(
             conn.clone(),
             service.clone(),
-            path,
+            path.clone(),
         ));
 
         // Every signal of the object, in the order sent, on a queue that cannot fill.
@@ -105,7 +106,7 @@ async fn forwarders_that_fall_behind_announce_what_they_skipped_or_count_it() {
             .unwrap();
         let rule = zbus::MatchRule::builder()
             .msg_type(zbus::message::Type::Signal)
-            .path(OBJECT_PATH)
+            .path(path.as_str())
             .build()
             .unwrap();
         let queue = NonZeroUsize::new(100_000);

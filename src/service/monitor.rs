@@ -1317,8 +1317,8 @@ impl Service {
         *lock(&self.monitor().bound_exceeded_seq)
     }
 
-    /// `BoundExceeded` signals skipped since the daemon started, over the device's object paths
-    /// (the default device's signals go out on two, and each is counted).
+    /// `BoundExceeded` signals skipped since the daemon started on the device's own object path
+    /// (`/org/wcetd/Wcetd1/gpu/N`; the default device's root alias is not counted again).
     pub fn bound_exceeded_skipped(&self) -> u64 {
         self.monitor()
             .bound_exceeded_skipped
