@@ -307,8 +307,6 @@ pub struct Prediction {
     pub label: String,
 }
 
-/// How a bound relates to the SM clock: it is valid at the clock it was calibrated at, and is
-/// scaled by calibrated/current (rounded up) while the device runs slower.
 /// The calibrations and the SM clock reading at one instant. An answer built from several
 /// lookups (admission reads each kernel's isolated, contended and untagged bound) takes one
 /// `Moment` and makes every lookup through it, so no entry of one calibration is paired with
@@ -320,6 +318,8 @@ pub struct Moment {
     clock_mhz: u32,
 }
 
+/// How a bound relates to the SM clock: it is valid at the clock it was calibrated at, and is
+/// scaled by calibrated/current (rounded up) while the device runs slower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClockScaling {
     /// Highest SM clock seen while measuring (0 when unknown).

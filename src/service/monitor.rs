@@ -583,8 +583,8 @@ pub(super) fn recalibration_ended(inner: &Inner, kernels: &[String]) {
 /// `OverrunKernels` as if nothing were wrong.
 ///
 /// So the largest such time of each size and tag is judged as a report of it would be judged
-/// now (an untagged one against the larger of the tags' bounds, a tagged one against its tag's)
-/// where that calibration is a new one: against its calibrated bound (clock-scaled, before
+/// now (an untagged one against the larger of the tags' bounds, a tagged one against its tag's,
+/// a contended one held up by the isolated launches measured) where that calibration is a new one: against its calibrated bound (clock-scaled, before
 /// floors: the floor the time set already holds the served bound up, so against the served
 /// bound nothing would ever overrun). Above it, the time is carried into the new epoch as an
 /// overrun: logged, `BoundExceeded` (with the calibrated bound) and `OverrunKernels` signalled,
