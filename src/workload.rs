@@ -1,18 +1,19 @@
 //! Static work of the kernels the daemon knows, for predictions made before (or instead of)
-//! measuring: the launch geometry of each built-in kernel's timed step and the buffers it is
-//! given, from the suite's launch plans (pure host code in the CUDA backend's `suite`, no GPU);
-//! a manifest kernel's from its grid and buffers, and FLOPs and bytes from its module when that
-//! is PTX ([`from_manifest`]). A built-in kernel's PTX ([`from_ptx`]) is not used by the daemon
-//! yet: the backend compiles cubins, not PTX, for the architectures it lists. Sits above the GPU layer,
-//! whose plans it reads, and below the service: the model's predictor reads the [`StaticWork`]
-//! this makes and knows nothing of where it came from.
+//! measuring: each built-in kernel's timed launch from its launch plan (pure host code in the CUDA
+//! backend's `suite`, no GPU) and its PTX (from NVRTC, which needs no GPU either); a manifest
+//! kernel's from its grid and buffers, and FLOPs and bytes from its module when that is PTX
+//! ([`from_manifest`]). Sits above the GPU layer, whose plans and compiler it uses, and below the
+//! service: the model's predictor reads the [`StaticWork`] this makes and knows nothing of where
+//! it came from.
 //!
-//! Building a plan generates the kernel's inputs (seconds for the whole suite), so the plans'
-//! figures are committed in `calibration/work/builtin.toml` and read from there; a test rebuilds
-//! them from the plans and fails when the file is out of date.
+//! Building a plan generates the kernel's inputs (seconds for the whole suite), and NVRTC is not
+//! on every host, so the built-in suite's figures are committed in `calibration/work/builtin.toml`
+//! and read from there; a test rebuilds them from the plans and the PTX and fails when the file is
+//! out of date.
 
 use anyhow::Context;
 
+use crate::gpu::cuda::nvrtc;
 use crate::gpu::cuda::suite::{self, Arg, Plan};
 use crate::kernels::{self, Catalogue, KernelBody};
 use crate::manifest::{Manifest, ModuleKind};
@@ -55,13 +56,19 @@ const TABLE: &str = include_str!("../calibration/work/builtin.toml");
 
 #[derive(serde::Deserialize, serde::Serialize)]
 struct Table {
+    /// The NVRTC (major.minor) whose PTX the FLOPs and bytes were counted from: another version
+    /// may emit another instruction mix, so the test compares exactly only with this one.
+    nvrtc: String,
     kernels: std::collections::BTreeMap<String, StaticWork>,
 }
 
-/// Static work of a built-in kernel's timed launch without its PTX (from the committed table):
-/// the geometry of the launch, and its buffers' footprint as the bytes it moves (each byte once)
-/// and as its working set. FLOPs are unknown (0), so a prediction from this is a memory roofline
-/// and launch overhead only.
+/// The virtual architecture the built-in suite's PTX is counted for: Hopper's, the part the
+/// committed hardware data come from. The instruction mix barely depends on it.
+const PTX_ARCH: u32 = 90;
+
+/// Static work of a built-in kernel's timed launch (from the committed table): the geometry of
+/// the launch and its buffers' footprint as its working set, from its launch plan; FLOPs, global
+/// bytes and static shared memory from its PTX ([`from_plan_and_ptx`]).
 pub fn builtin(kernel: &str) -> anyhow::Result<StaticWork> {
     builtin_suite().remove(kernel).with_context(|| {
         format!(
@@ -78,7 +85,9 @@ pub fn builtin_suite() -> std::collections::BTreeMap<String, StaticWork> {
         .kernels
 }
 
-/// [`builtin`], computed from the launch plan (slow: it builds the kernel's inputs).
+/// A built-in kernel's launch from its plan alone (slow: it builds the kernel's inputs): its
+/// geometry, and its buffers' footprint as the bytes it moves (each byte once) and as its working
+/// set. FLOPs are unknown (0).
 pub fn from_plan(kernel: &str) -> anyhow::Result<StaticWork> {
     let plan = plan_of(kernel)?;
     let bytes = footprint(&plan);
@@ -100,9 +109,9 @@ pub fn from_plan(kernel: &str) -> anyhow::Result<StaticWork> {
     })
 }
 
-/// Static work of a built-in kernel's timed launch from the PTX the CUDA backend compiled: the
-/// instruction mix of one thread times the threads of the launch. For the integrator to call with
-/// the backend's PTX; `regs_per_thread` comes from the compiled module when it is known (0 if not).
+/// Static work of a built-in kernel's timed launch from `ptx`: the instruction mix of one thread
+/// of the plan's entry times the threads of the launch, the working set from the plan's buffers.
+/// `regs_per_thread` comes from the compiled module when it is known (0 if not).
 pub fn from_ptx(kernel: &str, ptx: &str, regs_per_thread: u32) -> anyhow::Result<StaticWork> {
     let plan = plan_of(kernel)?;
     let launch = Launch {
@@ -112,6 +121,33 @@ pub fn from_ptx(kernel: &str, ptx: &str, regs_per_thread: u32) -> anyhow::Result
         regs_per_thread,
     };
     from_ptx_launch(ptx, &launch, footprint(&plan))
+}
+
+/// A built-in kernel's PTX for [`PTX_ARCH`], compiled by the NVRTC at hand, and its version.
+pub fn builtin_ptx(kernel: &str) -> anyhow::Result<(String, (u32, u32))> {
+    let spec = kernels::find(kernel).with_context(|| format!("no built-in kernel `{kernel}`"))?;
+    let source = spec
+        .builtin()
+        .context("the built-in suite has bodies")?
+        .source;
+    let (version, _) = nvrtc::version()?;
+    match nvrtc::compile(&spec.name, source, nvrtc::Target::Ptx(PTX_ARCH))? {
+        nvrtc::Image::Ptx(ptx) => Ok((ptx, version)),
+        nvrtc::Image::Cubin(_) => unreachable!("NVRTC was asked for PTX"),
+    }
+}
+
+/// What the committed table holds for a built-in kernel: [`from_ptx`] on the PTX the NVRTC at
+/// hand compiles, labelled with its version (slow: builds the inputs and compiles).
+pub fn from_plan_and_ptx(kernel: &str) -> anyhow::Result<StaticWork> {
+    let (ptx, (major, minor)) = builtin_ptx(kernel)?;
+    let mut work = from_ptx(kernel, &ptx, 0)?;
+    work.basis = format!(
+        "launch plan and NVRTC {major}.{minor} compute_{PTX_ARCH} {}; working set {:.1} MB of buffers",
+        work.basis,
+        work.working_set / 1e6
+    );
+    Ok(work)
 }
 
 /// One launch's geometry, as a manifest or a plan gives it.
@@ -311,37 +347,81 @@ impl Forecast {
 mod tests {
     use super::*;
 
-    /// The committed table is what the plans give; `WCETD_REGENERATE=1` rewrites it.
+    /// The committed table is what the plans give (always checked) and what the PTX gives
+    /// (checked where NVRTC can be loaded, exactly when it is the version the table names);
+    /// `WCETD_REGENERATE=1` rewrites it, which needs NVRTC.
     #[test]
-    fn the_committed_table_matches_the_launch_plans() {
-        let kernels: std::collections::BTreeMap<String, StaticWork> = kernels::BUILTIN_NAMES
-            .iter()
-            .map(|k| (k.to_string(), from_plan(k).unwrap()))
-            .collect();
-        let text = format!(
-            "# Static work of the built-in kernels' timed launches, from their launch plans\n# (src/workload.rs; regenerate with WCETD_REGENERATE=1 cargo test --lib workload).\n\n{}",
-            toml::to_string(&Table { kernels: kernels.clone() }).unwrap()
-        );
+    fn the_committed_table_matches_the_launch_plans_and_the_ptx() {
         if std::env::var_os("WCETD_REGENERATE").is_some() {
-            std::fs::write(
-                concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/work/builtin.toml"),
-                &text,
-            )
-            .unwrap();
+            return regenerate_the_table();
         }
-        assert_eq!(
-            builtin_suite(),
-            kernels,
-            "calibration/work/builtin.toml is out of date; rewrite it with WCETD_REGENERATE=1 cargo test --lib workload"
-        );
-        for (k, w) in &kernels {
+        let table: Table = toml::from_str(TABLE).unwrap();
+        let mut names: Vec<String> = kernels::BUILTIN_NAMES
+            .iter()
+            .map(|k| k.to_string())
+            .collect();
+        names.sort_unstable();
+        assert_eq!(table.kernels.keys().cloned().collect::<Vec<_>>(), names);
+        for (k, w) in &table.kernels {
+            let plan = from_plan(k).unwrap();
+            assert_eq!(
+                (w.blocks, w.threads_per_block, w.working_set),
+                (plan.blocks, plan.threads_per_block, plan.working_set),
+                "{k}: calibration/work/builtin.toml is out of date with the launch plan"
+            );
+            assert!(w.bytes > 0.0, "{k}: {w:?}");
             assert!(
-                w.blocks > 0 && w.threads_per_block > 0 && w.bytes > 0.0,
-                "{k}: {w:?}"
+                w.basis.contains(&format!("NVRTC {}", table.nvrtc)),
+                "{k}: {}",
+                w.basis
             );
         }
-        let e = builtin("nope").unwrap_err().to_string();
-        assert!(e.contains("accepted: needle"), "{e}");
+        assert!(builtin("nope")
+            .unwrap_err()
+            .to_string()
+            .contains("accepted: needle"));
+        if !nvrtc::available() {
+            eprintln!("libnvrtc not found; the table's PTX figures are not re-counted");
+            return;
+        }
+        let fresh = counted_table();
+        if fresh.nvrtc != table.nvrtc {
+            eprintln!(
+                "NVRTC {} here, the table was counted with {}: PTX figures not compared",
+                fresh.nvrtc, table.nvrtc
+            );
+            return;
+        }
+        assert!(
+            fresh.kernels == table.kernels,
+            "calibration/work/builtin.toml is out of date with the PTX; rewrite it with WCETD_REGENERATE=1 cargo test --lib workload"
+        );
+    }
+
+    /// The table as the plans and the NVRTC at hand give it.
+    fn counted_table() -> Table {
+        let ((major, minor), _) = nvrtc::version().unwrap();
+        Table {
+            nvrtc: format!("{major}.{minor}"),
+            kernels: kernels::BUILTIN_NAMES
+                .iter()
+                .map(|k| (k.to_string(), from_plan_and_ptx(k).unwrap()))
+                .collect(),
+        }
+    }
+
+    fn regenerate_the_table() {
+        assert!(
+            nvrtc::available(),
+            "regenerating the table needs NVRTC: pip install nvidia-cuda-nvrtc and set WCETD_NVRTC to its libnvrtc.so.13"
+        );
+        let text = format!(
+            "# Static work of the built-in kernels' timed launches, from their launch plans and their PTX\n# (src/workload.rs; regenerate with WCETD_REGENERATE=1 cargo test --lib workload, with NVRTC).\n\n{}",
+            toml::to_string(&counted_table()).unwrap()
+        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/calibration/work/builtin.toml");
+        std::fs::write(path, text).unwrap();
+        eprintln!("rewrote {path}; run the test again to check it");
     }
 
     #[test]

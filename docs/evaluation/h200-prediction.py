@@ -8,6 +8,11 @@ from the H100's measured medians. Run from the repository root after
         wcetctl --json predict $k --device h200 --sizes 8,16,24,32,40,48,56,64,72,80,88,96,104,112,120,128,132 > /tmp/pred-$k.json
     done
     python3 docs/evaluation/h200-prediction.py /tmp/simh200 /tmp
+
+Further directories of `pred-KERNEL.json` files, each after a label (`LABEL=DIR`), add a row each
+and a table per kernel (docs/evaluation/preregistration-ptx-prediction.md):
+
+    python3 docs/evaluation/h200-prediction.py /tmp/simh200 /tmp "PTX=/tmp/pred-ptx"
 """
 import csv, gzip, json, statistics, sys
 from collections import defaultdict
@@ -27,19 +32,40 @@ def medians(path):
 real = medians("calibration/datasets/h200-2026-11-24/a/samples-isolated.csv.gz")
 h100 = medians("calibration/datasets/h100-2026-11-22/c1/samples-isolated.csv.gz")
 sim = medians(sys.argv[1] + "/samples-isolated.csv")
-pred = {}
-for k in KERNELS:
-    with open(f"{sys.argv[2]}/pred-{k}.json") as f:
-        for m, t in json.load(f)["predicted_typical_ns"]:
-            pred[(k, m)] = t
+
+
+def predictions(directory):
+    pred = {}
+    for k in KERNELS:
+        with open(f"{directory}/pred-{k}.json") as f:
+            for m, t in json.load(f)["predicted_typical_ns"]:
+                pred[(k, m)] = t
+    return pred
+
+
+pred = predictions(sys.argv[2])
+more = [(arg.split("=", 1)[0], predictions(arg.split("=", 1)[1])) for arg in sys.argv[3:]]
 
 print("| prediction | MAPE | median predicted/true | within 10 / 25 / 50% |")
 print("|---|---|---|---|")
-for name, p in [("simulator h200", sim), ("wcetctl predict --device h200", pred), ("H100 c1", h100)]:
-    ratios = [p[k] / real[k] for k in real]
+
+
+def row(name, p, keys):
+    ratios = [p[k] / real[k] for k in keys]
     ape = [abs(r - 1) * 100 for r in ratios]
     within = "/".join(f"{round(100 * sum(a <= t for a in ape) / len(ape))}" for t in (10, 25, 50))
     print(f"| {name} | {statistics.mean(ape):.1f}% | {statistics.median(ratios):.3f} | {within}% |")
+
+
+rows = [("simulator h200", sim), ("wcetctl predict --device h200", pred), ("H100 c1", h100)] + more
+for name, p in rows:
+    row(name, p, list(real))
+for name, p in [("wcetctl predict --device h200", pred)] + more:
+    print(f"\nPer kernel, {name}:\n")
+    print("| kernel | MAPE | median predicted/true | within 10 / 25 / 50% |")
+    print("|---|---|---|---|")
+    for kernel in KERNELS:
+        row(kernel, p, [key for key in real if key[0] == kernel])
 print()
 print("H200 median at 8 SMs over the H100's, per kernel:",
       ", ".join(f"{k} {100 * (real[(k, 8)] / h100[(k, 8)] - 1):+.1f}%" for k in KERNELS))

@@ -16,7 +16,7 @@ mod driver;
 mod green;
 mod manifest;
 mod nvml;
-mod nvrtc;
+pub mod nvrtc;
 mod placement;
 #[rustfmt::skip] // generated: src/gpu/cuda/gen_raw.py
 mod raw;

@@ -7,6 +7,9 @@
 //! panics inside them. Here the candidates are listed in one place ([`library_candidates`]), the
 //! eight symbols the daemon uses are resolved once, and every failure is a [`GpuError`].
 //!
+//! It needs no GPU: the host side compiles the built-in suite to PTX with it too, for the static
+//! work its predictions are made from (`crate::workload`).
+//!
 //! PTX is kept as a fallback for a device the NVRTC at hand cannot target as a CUBIN. PTX must be
 //! JIT-compiled by the driver, which refuses PTX newer than itself, so that path first compares
 //! NVRTC's version with the driver's and says what to install when they do not fit.
@@ -132,8 +135,8 @@ fn resolve(lib: libloading::Library, path: &str) -> Result<Api, String> {
     })
 }
 
-/// Whether an NVRTC library can be loaded here (no GPU needed): tests skip without one.
-#[cfg(test)]
+/// Whether an NVRTC library can be loaded here (no GPU needed): the built-in suite's PTX is
+/// counted with it (`workload`), and tests that compile skip without one.
 pub fn available() -> bool {
     api().is_ok()
 }
