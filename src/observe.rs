@@ -336,6 +336,11 @@ pub struct Series {
     /// served at this size (design rule 1).
     pub floor_ns: u64,
     pub floor_at: DateTime<Utc>,
+    /// The highest SM clock (MHz) read when a time of this series was reported; 0 where none
+    /// could be read. A launch seen at a faster clock takes longer at a slower one, so the floor
+    /// is served scaled from this clock (or the calibrated one, if higher) to the current one:
+    /// every time reported here, at whatever clock it ran, is below the floor scaled so.
+    pub floor_clock_mhz: u32,
     pub reported_total: u64,
     /// `reported_total` as the observations file last held it (read at start, or written by the
     /// last save that succeeded): a crash never takes the count below it, so it is what the
@@ -353,6 +358,7 @@ impl Series {
         Series {
             floor_ns: 0,
             floor_at: now,
+            floor_clock_mhz: 0,
             reported_total: 0,
             reported_saved: 0,
             overruns_total: 0,
@@ -409,6 +415,10 @@ pub struct Recorded {
     /// The series' floor after the report, and whether the report raised it.
     pub floor_ns: u64,
     pub floor_raised: bool,
+    /// The series' floor clock after the report ([`Series::floor_clock_mhz`]), and whether the
+    /// report raised it (a time below the floor, at a faster clock than any before).
+    pub floor_clock_mhz: u32,
+    pub clock_raised: bool,
 }
 
 /// Every launch time reported from production, as series by kernel, then (size, interference).
@@ -441,6 +451,7 @@ impl ReportedTimes {
         judged: Judged<'_>,
         times: &[u64],
         now: DateTime<Utc>,
+        clock_mhz: u32,
     ) -> Recorded {
         let series = match self.kernels.get_mut(kernel) {
             Some(k) => k,
@@ -471,11 +482,15 @@ impl ReportedTimes {
             series.floor_ns = max_ns;
             series.floor_at = now;
         }
+        let clock_raised = clock_mhz > series.floor_clock_mhz;
+        series.floor_clock_mhz = series.floor_clock_mhz.max(clock_mhz);
         Recorded {
             overruns,
             max_ns,
             floor_ns: series.floor_ns,
             floor_raised,
+            floor_clock_mhz: series.floor_clock_mhz,
+            clock_raised,
         }
     }
 
@@ -672,6 +687,7 @@ impl ReportedTimes {
             series.floor_ns = floor.floor_ns;
             series.floor_at = floor.at;
         }
+        series.floor_clock_mhz = series.floor_clock_mhz.max(floor.clock_mhz);
     }
 
     /// Merge every buffered time of `kernel` (before saving it).
@@ -738,6 +754,10 @@ pub struct JournalledFloor {
     pub interference: Interference,
     pub floor_ns: u64,
     pub at: DateTime<Utc>,
+    /// The series' floor clock ([`Series::floor_clock_mhz`]); absent in older journals and
+    /// where no clock was read.
+    #[serde(default, skip_serializing_if = "is_zero_mhz")]
+    pub clock_mhz: u32,
 }
 
 /// One series as stored.
@@ -748,6 +768,10 @@ struct StoredSeries {
     interference: Interference,
     floor_ns: u64,
     floor_at: DateTime<Utc>,
+    /// Absent in older files (the calibrated clock is then the floor's), and where no clock was
+    /// read.
+    #[serde(default, skip_serializing_if = "is_zero_mhz")]
+    floor_clock_mhz: u32,
     reported_total: u64,
     overruns_total: u64,
     last_report: DateTime<Utc>,
@@ -1177,6 +1201,10 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+fn is_zero_mhz(n: &u32) -> bool {
+    *n == 0
+}
+
 fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) -> StoredSeries {
     let b64 = base64::engine::general_purpose::STANDARD;
     StoredSeries {
@@ -1185,6 +1213,7 @@ fn stored(kernel: &str, sms: u32, interference: Interference, s: &mut Series) ->
         interference,
         floor_ns: s.floor_ns,
         floor_at: s.floor_at,
+        floor_clock_mhz: s.floor_clock_mhz,
         reported_total: s.reported_total,
         overruns_total: s.overruns_total,
         last_report: s.last_report,
@@ -1249,6 +1278,7 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
             Series {
                 floor_ns,
                 floor_at: s.floor_at,
+                floor_clock_mhz: s.floor_clock_mhz,
                 reported_total: s.reported_total,
                 reported_saved: s.reported_total,
                 overruns_total: s.overruns_total,
@@ -1319,26 +1349,28 @@ mod tests {
             calibration: "c1",
             bound_ns: Some(1000),
         };
-        let r = obs.record(key, judged, &[500, 900], now);
+        let r = obs.record(key, judged, &[500, 900], now, 0);
         assert_eq!(
             r,
             Recorded {
                 overruns: 0,
                 max_ns: 900,
                 floor_ns: 900,
-                floor_raised: true
+                floor_raised: true,
+                floor_clock_mhz: 0,
+                clock_raised: false,
             }
         );
-        let r = obs.record(key, judged, &[1001, 1500, 10], now);
+        let r = obs.record(key, judged, &[1001, 1500, 10], now, 0);
         assert_eq!((r.overruns, r.max_ns, r.floor_raised), (2, 1500, true));
-        let r = obs.record(key, judged, &[1200], now);
+        let r = obs.record(key, judged, &[1200], now, 0);
         assert_eq!((r.overruns, r.floor_ns, r.floor_raised), (1, 1500, false));
         // A new calibration starts a new epoch; the floor stays.
         let next = Judged {
             calibration: "c2",
             bound_ns: Some(2000),
         };
-        obs.record(key, next, &[700], now);
+        obs.record(key, next, &[700], now, 0);
         let s = &mut obs
             .kernel_mut("bfs")
             .unwrap()
@@ -1365,7 +1397,7 @@ mod tests {
                 calibration: &id,
                 bound_ns: None,
             };
-            obs.record(key, judged, &[100 + i as u64], Utc::now());
+            obs.record(key, judged, &[100 + i as u64], Utc::now(), 0);
         }
         let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
         assert_eq!(s.epochs.len(), EPOCHS_KEPT);
@@ -1388,13 +1420,13 @@ mod tests {
             calibration: "",
             bound_ns: None,
         };
-        obs.record(series, before, &[300], now);
+        obs.record(series, before, &[300], now, 0);
         // After the publication, served with the floor under it: 300 is no overrun.
         let served = Judged {
             calibration: "c1",
             bound_ns: Some(300),
         };
-        assert_eq!(obs.record(series, served, &[300], now).overruns, 0);
+        assert_eq!(obs.record(series, served, &[300], now, 0).overruns, 0);
         let calibrated = Judged {
             calibration: "c1",
             bound_ns: Some(200),
@@ -1403,8 +1435,8 @@ mod tests {
         assert!(!obs.carry_over(series, calibrated, 300, now), "once");
         // An overrun counted after the publication, as large, is the time judged then.
         let mut obs = ReportedTimes::default();
-        obs.record(series, before, &[300], now);
-        assert_eq!(obs.record(series, calibrated, &[300], now).overruns, 1);
+        obs.record(series, before, &[300], now, 0);
+        assert_eq!(obs.record(series, calibrated, &[300], now, 0).overruns, 1);
         assert!(!obs.carry_over(series, calibrated, 300, now));
     }
 
@@ -1417,11 +1449,11 @@ mod tests {
             calibration: "old",
             bound_ns: Some(10_000),
         };
-        obs.record(key, old, &[9_000], now);
+        obs.record(key, old, &[9_000], now, 0);
         obs.note_if_recalibrating(("k", 8, None), 9_000);
         obs.recalibration_started("k", None);
         for t in [5_000, 7_000] {
-            obs.record(key, old, &[t], now);
+            obs.record(key, old, &[t], now, 0);
             obs.note_if_recalibrating(("k", 8, None), t);
         }
         assert_eq!(
@@ -1481,11 +1513,13 @@ mod tests {
         let obs = std::sync::Mutex::new(ReportedTimes::default());
         obs.lock()
             .unwrap()
-            .record(key, judged, &[500, 600], Utc::now());
+            .record(key, judged, &[500, 600], Utc::now(), 0);
         assert_eq!(counts(&obs.lock().unwrap()), (2, 0));
         file.save(&obs, "SIM-0").unwrap();
         assert_eq!(counts(&obs.lock().unwrap()), (2, 2));
-        obs.lock().unwrap().record(key, judged, &[700], Utc::now());
+        obs.lock()
+            .unwrap()
+            .record(key, judged, &[700], Utc::now(), 0);
         assert_eq!(counts(&obs.lock().unwrap()), (3, 2));
         // A crash now: the next start reads what was saved, and exports no less than before.
         let (back, _) = file.load();
@@ -1505,6 +1539,7 @@ mod tests {
             interference: Interference::Isolated,
             floor_ns,
             at: Utc::now(),
+            clock_mhz: 0,
         };
         let floor_of = |obs: &ReportedTimes, kernel: &str| {
             obs.kernel(kernel)
@@ -1579,6 +1614,7 @@ mod tests {
             interference: Interference::Isolated,
             floor_ns,
             at: Utc::now(),
+            clock_mhz: 0,
         };
         file.journal(&[floor(500), floor(600), floor(700)]).unwrap();
         let journal = file.journal_paths().0;
@@ -1592,6 +1628,51 @@ mod tests {
         let kept = obs.kernel("a").unwrap()[&(8, Interference::Isolated)].floor_ns;
         assert_eq!(kept, 700);
         assert_eq!(corrupt_copies(dir.path()), 1);
+    }
+
+    /// The fastest clock a series was reported at survives a save and the journal, as its floor
+    /// does: it is what the floor is stretched from when the clock falls. A time at a slower
+    /// clock does not lower it; one at a faster clock raises it without raising the floor.
+    #[test]
+    fn the_floor_clock_is_kept_with_the_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let mut obs = ReportedTimes::default();
+        let judged = Judged {
+            calibration: "cal",
+            bound_ns: None,
+        };
+        let key = ("a", 8, Interference::Isolated);
+        let now = Utc::now();
+        assert!(obs.record(key, judged, &[900], now, 1980).clock_raised);
+        let slower = obs.record(key, judged, &[950], now, 990);
+        assert_eq!((slower.floor_clock_mhz, slower.clock_raised), (1980, false));
+        let faster = obs.record(key, judged, &[100], now, 2100);
+        assert_eq!((faster.floor_ns, faster.floor_raised), (950, false));
+        assert_eq!((faster.floor_clock_mhz, faster.clock_raised), (2100, true));
+        file.save(&std::sync::Mutex::new(obs), "SIM-0").unwrap();
+        let series = |obs: &ReportedTimes, kernel: &str| {
+            let s = &obs.kernel(kernel).unwrap()[&(8, Interference::Isolated)];
+            (s.floor_ns, s.floor_clock_mhz)
+        };
+        assert_eq!(series(&file.load().0, "a"), (950, 2100));
+        let floor = JournalledFloor {
+            kernel: "b".into(),
+            sms: 8,
+            interference: Interference::Isolated,
+            floor_ns: 700,
+            at: now,
+            clock_mhz: 1755,
+        };
+        file.journal(&[floor.clone()]).unwrap();
+        assert_eq!(series(&file.load().0, "b"), (700, 1755));
+        // A journal line of an older daemon has no clock: read as none.
+        let text = serde_json::to_string(&JournalledFloor {
+            clock_mhz: 0,
+            ..floor
+        })
+        .unwrap();
+        assert!(!text.contains("clock_mhz"), "{text}");
     }
 
     #[test]
@@ -1610,6 +1691,7 @@ mod tests {
                 judged,
                 &jittered(1000, i as u64),
                 now,
+                0,
             );
         }
         file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
@@ -1687,6 +1769,7 @@ mod tests {
                 judged,
                 &jittered(300, 9),
                 Utc::now(),
+                0,
             );
         }
         file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
@@ -1828,7 +1911,13 @@ mod tests {
         };
         let start = std::time::Instant::now();
         for chunk in times.chunks(100) {
-            obs.record(("k", 8, Interference::Isolated), judged, chunk, Utc::now());
+            obs.record(
+                ("k", 8, Interference::Isolated),
+                judged,
+                chunk,
+                Utc::now(),
+                0,
+            );
         }
         let elapsed = start.elapsed();
         obs.merge_kernel("k");
@@ -1849,7 +1938,7 @@ mod tests {
         };
         for i in 0..200u32 {
             let key = ("k", 8 * (i % 17 + 1), Interference::Isolated);
-            obs.record(key, judged, &jittered(100, u64::from(i)), Utc::now());
+            obs.record(key, judged, &jittered(100, u64::from(i)), Utc::now(), 0);
             assert!(obs.pending() <= PENDING_BUDGET);
         }
         let buffered: usize = obs
@@ -1867,7 +1956,7 @@ mod tests {
             calibration: "d",
             bound_ns: None,
         };
-        obs.record(("k", 8, Interference::Isolated), next, &[5], Utc::now());
+        obs.record(("k", 8, Interference::Isolated), next, &[5], Utc::now(), 0);
         let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
         assert_eq!(s.epochs[0].histogram.pending_len(), 0);
         obs.merge_kernel("k");
@@ -1916,6 +2005,7 @@ mod footprint {
                     judged,
                     &times,
                     Utc::now(),
+                    0,
                 );
             }
             obs.merge_kernel(&kernel);

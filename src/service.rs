@@ -1021,7 +1021,8 @@ impl Service {
         let mut notes = cal.table.notes.clone();
         let files_changed = self.staleness_notes(kernel, cal, &mut notes);
         let clock = self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
-        let observed = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
+        let observed =
+            self.raise_to_observed((kernel, tag), cal, &mut entry, &mut notes, at.clock_mhz);
         self.raise_to_the_other_tag(at, (kernel, tag, interference), &mut entry, &mut notes);
         let (typical_ns, mean_ns) = cal
             .campaign
@@ -1333,7 +1334,7 @@ impl Service {
             return 0;
         };
         entry.bound_ns = self.inner.clock_scaled_at(cal, entry.bound_ns, clock);
-        self.raise_to_observed(kernel, None, cal, &mut entry, &mut Vec::new());
+        self.raise_to_observed((kernel, None), cal, &mut entry, &mut Vec::new(), clock);
         entry.bound_ns
     }
 

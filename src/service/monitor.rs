@@ -68,10 +68,14 @@ pub enum MonitorEvent {
     OverrunKernelsChanged,
 }
 
-/// The highest time reported where it bounds the size asked about.
+/// The highest time reported where it bounds the size asked about, as it holds a bound up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObservedFloor {
+    /// `reported_ns` scaled to the current SM clock from the fastest clock it may have run at.
     pub floor_ns: u64,
+    pub reported_ns: u64,
+    /// (from, to) MHz where the SM clock is below the one the time may have run at; else `None`.
+    pub scaled: Option<(u32, u32)>,
     /// Where it was reported (a larger size than asked about, for a monotone kernel).
     pub sms: PartitionSize,
     pub at: DateTime<Utc>,
@@ -152,6 +156,8 @@ struct Floor {
     tag: Interference,
     ns: u64,
     at: DateTime<Utc>,
+    /// [`crate::observe::Series::floor_clock_mhz`].
+    clock_mhz: u32,
 }
 
 #[derive(Debug, Default)]
@@ -268,6 +274,7 @@ impl MonitorState {
                 tag,
                 ns: s.floor_ns,
                 at: s.floor_at,
+                clock_mhz: s.floor_clock_mhz,
             });
         }
         if loaded != Loaded::Fresh {
@@ -755,8 +762,8 @@ impl Service {
         let now = Utc::now();
         let (bound_ns, recorded, journal_seq) =
             self.judge_and_record(kernel, (sms, tag, series_tag), times, now)?;
-        if recorded.floor_raised {
-            self.set_floor(kernel, sms, series_tag, recorded.floor_ns, now);
+        if recorded.floor_raised || recorded.clock_raised {
+            self.set_floor(kernel, sms, series_tag, &recorded, now);
         }
         let generation = m.count_change();
         let save = self.save_before_answer(kernel, sms, &recorded);
@@ -800,14 +807,14 @@ impl Service {
         // saved before it is answered, as an overrun is, so a crash cannot lower a bound a client
         // was told about.
         let raised_quietly = !overran
-            && recorded.floor_raised
-            && self.floor_raises_a_bound(kernel, sms, recorded.floor_ns);
+            && (recorded.floor_raised || recorded.clock_raised)
+            && self.floor_raises_a_bound(kernel, sms, recorded);
         // Nor may a crash lose the floor of a bound still to come: with no calibration at this
         // size under either tag, or a recalibration due (queued or running, or the bounds
         // stale), the next calibration's bound stands on it (a black-box run lost times
         // reported during a first calibration and then served bounds far below them). Floors
         // rise rarely once a series has a few reports, so this costs few saves.
-        let floor_of_what_comes = recorded.floor_raised
+        let floor_of_what_comes = (recorded.floor_raised || recorded.clock_raised)
             && ([Interference::Isolated, Interference::Contended]
                 .into_iter()
                 .all(|tag| self.calibrated_bound(kernel, sms, tag).is_none())
@@ -840,20 +847,24 @@ impl Service {
             calibration: served.as_ref().map_or("", |b| b.1.as_str()),
             bound_ns,
         };
-        let recorded = obs.record((kernel, sms, series_tag), judged, times, now);
+        // The clock the times are filed under: read as they arrive (polled each second), the
+        // launches ran just before, at this clock or, while it falls, a faster one.
+        let clock = self.inner.current_clock_mhz.load(Ordering::SeqCst);
+        let recorded = obs.record((kernel, sms, series_tag), judged, times, now, clock);
         if tag.is_some() {
             obs.note_tag_named((kernel, sms, series_tag), recorded.max_ns);
         }
         obs.note_if_recalibrating((kernel, sms, tag), recorded.max_ns);
         // Queued before the lock is let go, so that a report after this one, which this
         // floor may hold up, sees it on its way to disk ([`MonitorState::in_flight`]).
-        let journal_seq = recorded.floor_raised.then(|| {
+        let journal_seq = (recorded.floor_raised || recorded.clock_raised).then(|| {
             m.journal_floor(JournalledFloor {
                 kernel: kernel.to_string(),
                 sms,
                 interference: series_tag,
                 floor_ns: recorded.floor_ns,
                 at: now,
+                clock_mhz: recorded.floor_clock_mhz,
             })
         });
         Ok((bound_ns, recorded, journal_seq))
@@ -905,11 +916,24 @@ impl Service {
     /// bound there (clock-scaled, before floors) of some tag. Below every one it raises nothing,
     /// here or, on a monotone kernel, at smaller sizes (their bounds are higher still), tagged or
     /// not; a tag without a calibration serves nothing to raise.
-    fn floor_raises_a_bound(&self, kernel: &str, sms: u32, floor_ns: u64) -> bool {
+    fn floor_raises_a_bound(&self, kernel: &str, sms: u32, recorded: &Recorded) -> bool {
+        let at = self.moment();
         [Interference::Isolated, Interference::Contended]
             .into_iter()
-            .filter_map(|tag| self.calibrated_bound(kernel, sms, tag))
-            .any(|bound| floor_ns > bound)
+            .filter_map(|tag| {
+                let interference = self.calibration_of(&at, kernel, Some(tag), sms).ok()?;
+                let cal = at.snap.tables(interference).get(kernel)?;
+                let entry = cal.table.entry(sms)?;
+                let clocks = self.inner.clocks_at(cal, at.clock_mhz);
+                let floor = served_floor(recorded.floor_ns, recorded.floor_clock_mhz, clocks);
+                Some(
+                    floor.0
+                        > self
+                            .inner
+                            .clock_scaled_at(cal, entry.bound_ns, at.clock_mhz),
+                )
+            })
+            .any(|raises| raises)
     }
 
     /// The calibrated bound of `tag` at `partition`, clock-scaled, before production floors.
@@ -975,7 +999,8 @@ impl Service {
         let mut entry = *cal.table.entry(partition).ok_or_else(not_calibrated)?;
         let mut notes = Vec::new();
         self.scale_for_clock(cal, &mut entry, &mut notes, at.clock_mhz);
-        let floor = self.raise_to_observed(kernel, tag, cal, &mut entry, &mut notes);
+        let floor =
+            self.raise_to_observed((kernel, tag), cal, &mut entry, &mut notes, at.clock_mhz);
         self.raise_to_the_other_tag(&at, (kernel, tag, interference), &mut entry, &mut notes);
         let floor_ns = floor.map_or(0, |f| f.floor_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))
@@ -1014,32 +1039,50 @@ impl Service {
         Ok(())
     }
 
-    fn set_floor(&self, kernel: &str, sms: u32, tag: Interference, ns: u64, at: DateTime<Utc>) {
+    fn set_floor(
+        &self,
+        kernel: &str,
+        sms: u32,
+        tag: Interference,
+        recorded: &Recorded,
+        at: DateTime<Utc>,
+    ) {
         let mut floors = self
             .monitor()
             .floors
             .write()
             .unwrap_or_else(PoisonError::into_inner);
         let list = floors.entry(kernel.to_string()).or_default();
+        let (ns, clock_mhz) = (recorded.floor_ns, recorded.floor_clock_mhz);
         match list.iter_mut().find(|f| f.sms == sms && f.tag == tag) {
-            // Two reports may race here: keep the higher.
-            Some(f) if f.ns >= ns => {}
+            // Two reports may race here: keep the higher of each.
             Some(f) => {
-                f.ns = ns;
-                f.at = at;
+                if ns > f.ns {
+                    f.ns = ns;
+                    f.at = at;
+                }
+                f.clock_mhz = f.clock_mhz.max(clock_mhz);
             }
-            None => list.push(Floor { sms, tag, ns, at }),
+            None => list.push(Floor {
+                sms,
+                tag,
+                ns,
+                at,
+                clock_mhz,
+            }),
         }
     }
 
-    /// The highest time reported that bounds `partition`: at that size, or at any larger one when
-    /// `monotone`; of `tag`, or of every tag when the bound asked for is `GetBound`'s.
+    /// The highest time reported that bounds `partition`, as it holds a bound up with the SM
+    /// clocks `clocks` (calibrated, current; current 0: none read, nothing scaled): at that size,
+    /// or at any larger one when `monotone`; of `tag`, or of every tag when the bound asked for
+    /// is `GetBound`'s.
     fn observed_floor(
         &self,
         kernel: &str,
         tag: Option<Interference>,
-        partition: u32,
-        monotone: bool,
+        (partition, monotone): (u32, bool),
+        clocks: (u32, u32),
     ) -> Option<ObservedFloor> {
         let floors = self
             .monitor()
@@ -1058,31 +1101,38 @@ impl Service {
                 })
             })
             .filter(|f| f.sms == partition || (monotone && f.sms > partition))
-            .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
-            .map(|f| ObservedFloor {
-                floor_ns: f.ns,
-                sms: f.sms,
-                at: f.at,
-                raised: false,
-                tag: Some(f.tag),
+            .map(|f| {
+                let (floor_ns, scaled) = served_floor(f.ns, f.clock_mhz, clocks);
+                ObservedFloor {
+                    floor_ns,
+                    reported_ns: f.ns,
+                    scaled,
+                    sms: f.sms,
+                    at: f.at,
+                    raised: false,
+                    tag: Some(f.tag),
+                }
             })
+            .max_by_key(|f| (f.floor_ns, std::cmp::Reverse(f.sms)))
     }
 
     /// Rule 1 for production: the bound served at `entry.sms` is at least every time reported
-    /// where it applies. Says so in `notes` when that raises it.
+    /// where it applies, scaled to the SM clock `clock` (0: unreadable) as the bound is. Says so
+    /// in `notes` when that raises it.
     /// A calibration served stale from another fingerprint also carries that fingerprint's
     /// floors, already raised into its table; the higher of the two is the one named.
     pub(super) fn raise_to_observed(
         &self,
-        kernel: &str,
-        tag: Option<Interference>,
+        (kernel, tag): (&str, Option<Interference>),
         cal: &KernelCalibration,
         entry: &mut BoundEntry,
         notes: &mut Vec<String>,
+        clock: u32,
     ) -> Option<ObservedFloor> {
         let monotone = cal.table.monotone;
-        let inherited = inherited_floor(cal, entry);
-        let reported = self.observed_floor(kernel, tag, entry.sms, monotone);
+        let clocks = self.inner.clocks_at(cal, clock);
+        let inherited = inherited_floor(cal, entry, clocks);
+        let reported = self.observed_floor(kernel, tag, (entry.sms, monotone), clocks);
         // The higher of the two holds the bound up. An inherited floor was raised into the table
         // when it was carried over, but only where the table has the size: applied here again.
         let mut floor = match (reported, inherited) {
@@ -1160,7 +1210,7 @@ impl Service {
         } else {
             // No bound yet: the floor the first calibration's bound will stand on.
             out.floor_ns = self
-                .observed_floor(kernel, tag, partition, false)
+                .observed_floor(kernel, tag, (partition, false), (0, 0))
                 .map_or(0, |f| f.floor_ns);
         }
         Ok(out)
@@ -1435,20 +1485,51 @@ impl Service {
 
 /// The highest floor `cal` carried over from another fingerprint that bounds `entry`'s size: at
 /// that size, or at a larger one when the table is monotone.
-fn inherited_floor(cal: &KernelCalibration, entry: &BoundEntry) -> Option<ObservedFloor> {
+fn inherited_floor(
+    cal: &KernelCalibration,
+    entry: &BoundEntry,
+    clocks: (u32, u32),
+) -> Option<ObservedFloor> {
     let monotone = cal.table.monotone;
     cal.inherited_floors
         .iter()
         .filter(|f| f.sms == entry.sms || (monotone && f.sms > entry.sms))
         .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
-        .map(|f| ObservedFloor {
-            floor_ns: f.ns,
-            sms: f.sms,
-            at: f.at,
-            // Raised into the table when carried over: the bound served is this floor.
-            raised: f.ns >= entry.bound_ns,
-            tag: None,
+        .map(|f| {
+            // Raised into the table when carried over, so scaled as the table is.
+            let (floor_ns, scaled) = served_floor(f.ns, 0, clocks);
+            ObservedFloor {
+                floor_ns,
+                reported_ns: f.ns,
+                scaled,
+                sms: f.sms,
+                at: f.at,
+                // The bound served is this floor.
+                raised: floor_ns >= entry.bound_ns,
+                tag: None,
+            }
         })
+}
+
+/// A time reported in a series whose floor clock is `floor_clock` (0: none read), as it holds a
+/// bound up with the SM clocks `(calibrated, current)`: kernel time scales at worst inversely
+/// with the SM clock, and the time may have run at the series' fastest clock or, where that is
+/// not known to be higher, at the calibrated one, so while the current clock is below that it is
+/// stretched by the ratio, as the bound is. With the reported times filed unscaled, a launch
+/// seen at 1980 MHz held a bound up at its own time with the clock at 990, and admission accepted
+/// a task that could take twice as long (a black-box review found it). Returns the time and,
+/// where it was stretched, (from, to) MHz.
+fn served_floor(
+    ns: u64,
+    floor_clock: u32,
+    (calibrated, current): (u32, u32),
+) -> (u64, Option<(u32, u32)>) {
+    let from = calibrated.max(floor_clock);
+    if current > 0 && from > current {
+        (super::stretch(ns, from, current), Some((from, current)))
+    } else {
+        (ns, None)
+    }
 }
 
 /// The note that says `entry`'s bound (before it is raised) was raised to `floor`: where and
@@ -1469,8 +1550,14 @@ fn raised_note(entry: &BoundEntry, floor: &ObservedFloor) -> String {
         Some(Interference::Isolated) => " (tagged isolated, or untagged and filed as isolated)",
         None => "",
     };
+    let scaled = floor.scaled.map_or(String::new(), |(from, to)| {
+        format!(
+            ", {} ns as reported, scaled by {from}/{to} MHz: the SM clock is below the one it may have run at",
+            floor.reported_ns
+        )
+    });
     format!(
-        "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report or ReportTagged)",
+        "raised from {} ns to {} ns by a launch time reported from production{under} {where_} on {} (Monitor1.Report or ReportTagged){scaled}",
         entry.bound_ns,
         floor.floor_ns,
         floor.at.to_rfc3339()

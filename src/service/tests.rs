@@ -462,6 +462,68 @@ fn the_untagged_bound_is_the_larger_after_clock_scaling() {
     }
 }
 
+/// A time reported from production holds the bound up as the SM clock falls, stretched as the
+/// calibrated bound is: a launch seen at the calibrated clock takes up to calibrated/current as
+/// long now. Served unscaled, a time reported at 1980 MHz held srad's bound at that time with the
+/// clock at 990, and admission accepted a task that could take twice as long (a black-box review).
+#[test]
+fn a_reported_time_is_stretched_to_a_slower_clock_as_the_bound_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = srad_calibrated(dir.path());
+    let nominal = service.current_clock_mhz().unwrap();
+    let seen = 3 * service.bound("srad", 32, None).unwrap();
+    let overrun = service.report("srad", 32, None, &[seen]).unwrap();
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(
+            service.observations_saved(
+                overrun
+                    .save_generation
+                    .expect("an overrun is saved before it is answered"),
+                std::time::Duration::from_secs(10),
+            ),
+        )
+        .unwrap();
+    drop(service);
+
+    let config = ServiceConfig {
+        initial_calibration: false,
+        ..ServiceConfig::default()
+    };
+    let half = SimOptions {
+        clock_mhz_override: Some(nominal / 2),
+        ..SimOptions::default()
+    };
+    let gpu = SimGpu::new(DeviceProfile::h200(), half);
+    let service = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+    let stretched = (seen * u64::from(nominal)).div_ceil(u64::from(nominal / 2));
+    for tag in [
+        None,
+        Some(Interference::Isolated),
+        Some(Interference::Contended),
+    ] {
+        let info = service.bound_info("srad", 32, tag).unwrap();
+        assert!(
+            info.entry.bound_ns >= stretched,
+            "{tag:?}: {} below {seen} ns stretched to {stretched}",
+            info.entry.bound_ns
+        );
+        assert_eq!(service.bound("srad", 32, tag).unwrap(), info.entry.bound_ns);
+        let floor = info.observed.expect("the reported time holds it up");
+        assert_eq!((floor.reported_ns, floor.floor_ns), (seen, stretched));
+        assert!(
+            info.notes.iter().any(|n| n.contains(&format!(
+                "{seen} ns as reported, scaled by {nominal}/{} MHz",
+                nominal / 2
+            ))),
+            "{:?}",
+            info.notes
+        );
+    }
+    // The smaller sizes this monotone kernel's floor carries down to are held up alike.
+    assert!(service.bound("srad", 8, None).unwrap() >= stretched);
+}
+
 /// A time below the bound is saved before it is answered only where the next calibration
 /// stands on it: bounds that are current wait for the periodic save, stale ones (which a
 /// recalibration will replace) do not; a time that raises no floor never waits.
