@@ -1664,7 +1664,7 @@ mod tests {
             at: now,
             clock_mhz: 1755,
         };
-        file.journal(&[floor.clone()]).unwrap();
+        file.journal(std::slice::from_ref(&floor)).unwrap();
         assert_eq!(series(&file.load().0, "b"), (700, 1755));
         // A journal line of an older daemon has no clock: read as none.
         let text = serde_json::to_string(&JournalledFloor {
