@@ -118,11 +118,17 @@ fn field_differences(a: &Fingerprint, b: &Fingerprint) -> Vec<(&'static str, Str
 /// What makes a bundle not one `wcetctl export` writes, refused whatever `force` says: each
 /// calibration measured under the configuration the bundle names (whether to check it on this
 /// card, or serve it stale, is decided from that name, so an entry of another configuration under
-/// it would be served as current unchecked), under the tag it is filed as, once; and a summary
-/// and sample counts that agree with the launches shipped (a launch deleted with the bound
-/// lowered to what remains is then seen in the summary). Empty when none.
+/// it would be served as current unchecked), once, agreeing with itself ([`disagreements`]); and
+/// a summary that agrees with the launches shipped (a launch deleted with the bound lowered to
+/// what remains is then seen in the summary). Empty when none.
 pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
     let mut found = implausible_fields(bundle, Utc::now());
+    // A day's allowance: a calibration imported from a host whose clock was ahead keeps that
+    // host's dates when it is exported again, and only dates no clock gives (2099) matter.
+    let latest = Latest {
+        at: bundle.exported_at + chrono::TimeDelta::days(1),
+        what: "the bundle was exported",
+    };
     let mut seen = Vec::new();
     for e in &bundle.calibrations {
         let what = format!("{} ({})", e.kernel, e.interference);
@@ -143,14 +149,49 @@ pub fn inconsistencies(bundle: &Bundle) -> Vec<String> {
                 inner.join("; ")
             ));
         }
-        if c.environment.interference != e.interference || c.kernel != e.kernel {
-            found.push(format!(
-                "{what} holds a campaign of {} ({})",
-                c.kernel, c.environment.interference
-            ));
-        }
-        found.extend(summary_disagreements(e, &what));
+        let cal = &e.calibration;
+        found.extend(disagreements(&e.kernel, e.interference, cal, Some(latest)));
+        summary_against_samples(e, &what, &measured_sizes(cal), &mut found);
     }
+    found
+}
+
+/// The latest date a calibration may carry, and what that date is (for the message).
+#[derive(Debug, Clone, Copy)]
+pub struct Latest {
+    pub at: DateTime<Utc>,
+    pub what: &'static str,
+}
+
+/// What makes one calibration disagree with itself, wherever it comes from (a bundle's entry,
+/// or the state directory's own file at start: `Store::load`). Filed as `kernel` (`tag`), it
+/// must hold a campaign of that kernel and tag; its table must list each size once, ascending,
+/// count the launches its campaign ships, call measured exactly the sizes measured, state a tail
+/// at a probability strictly between 0 and 1 and no stronger than its additive part, and allow
+/// for a process shift `--process-shift` takes; its dates must be no later than `latest`
+/// (`None`: a clock that cannot tell) and its texts printable. Empty when none.
+pub fn disagreements(
+    kernel: &str,
+    tag: Interference,
+    cal: &KernelCalibration,
+    latest: Option<Latest>,
+) -> Vec<String> {
+    let what = format!("{kernel} ({tag})");
+    let mut found = Vec::new();
+    let c = &cal.campaign;
+    if c.environment.interference != tag || c.kernel != kernel {
+        found.push(format!(
+            "{what} holds a campaign of {} ({})",
+            c.kernel, c.environment.interference
+        ));
+    }
+    sizes_in_order(cal, &what, &mut found);
+    counts_against_samples(cal, &what, &mut found);
+    provenance_against_samples(cal, &what, &measured_sizes(cal), &mut found);
+    tail_against_additive(cal, &what, &mut found);
+    sweep_against_table(cal, &what, &mut found);
+    process_shift_in_range(cal, &what, &mut found);
+    implausible_calibration(cal, &what, latest, &mut found);
     found
 }
 
@@ -160,50 +201,24 @@ const CLOCK_SKEW_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::minutes(10);
 /// A clock before this was never set.
 const CLOCK_SET_AFTER: &str = "2025-01-01T00:00:00Z";
 
-/// Fields no export writes: a time in the future (as of `now`; a calibration dated 2099 was
-/// served with an age of 0, so that no age alert would ever fire), and text a terminal would
-/// act on (a control character in the host, the fingerprint, a calibration's id or its notes,
-/// printed raw by `wcetctl bound`: a forged newline and escape sequence reached the operator's
-/// terminal).
+/// Whether `now` is a time a clock that was ever set reads: a host whose clock was never set (an
+/// embedded board without a real-time clock, at 1970) cannot tell the future.
+pub fn clock_set(now: DateTime<Utc>) -> bool {
+    now > DateTime::parse_from_rfc3339(CLOCK_SET_AFTER).expect("a valid date")
+}
+
+/// Fields of the bundle's header no export writes: an export time in the future (as of `now`),
+/// and text a terminal would act on in its host or fingerprint (a calibration's own fields are
+/// [`implausible_calibration`]'s).
 fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
     let mut found = Vec::new();
-    // A host whose clock was never set (an embedded board without a real-time clock, at 1970)
-    // cannot tell the future: there only the bundle's own times are compared.
-    let clock_set = now > DateTime::parse_from_rfc3339(CLOCK_SET_AFTER).expect("a valid date");
-    if clock_set && bundle.exported_at > now + CLOCK_SKEW_ALLOWED {
+    // Where the clock was never set, only the bundle's own times are compared.
+    if clock_set(now) && bundle.exported_at > now + CLOCK_SKEW_ALLOWED {
         found.push(format!(
             "exported at {}, later than this host's clock ({})",
             bundle.exported_at.to_rfc3339(),
             now.to_rfc3339()
         ));
-    }
-    // A day's allowance: a calibration imported from a host whose clock was ahead keeps that
-    // host's dates when it is exported again, and only dates no clock gives (2099) matter.
-    let latest = bundle.exported_at + chrono::TimeDelta::days(1);
-    let printable = |text: &str| !text.chars().any(char::is_control) && text.len() <= 256;
-    for e in &bundle.calibrations {
-        let c = &e.calibration;
-        let env = &c.campaign.environment;
-        let notes_printable = c
-            .table
-            .notes
-            .iter()
-            .all(|n| !n.chars().any(char::is_control));
-        if !printable(&c.id) || !printable(&env.host) || !notes_printable {
-            found.push(format!(
-                "{} ({}): its calibration id or campaign host holds control characters or is longer than 256 bytes, or a note holds control characters",
-                e.kernel, e.interference
-            ));
-        }
-        let when = [c.calibrated_at, env.started_at, env.finished_at];
-        if let Some(late) = when.into_iter().find(|&at| at > latest) {
-            found.push(format!(
-                "{} ({}) was measured or calibrated at {}, later than the bundle was exported",
-                e.kernel,
-                e.interference,
-                late.to_rfc3339()
-            ));
-        }
     }
     let f = &bundle.fingerprint;
     let texts = [
@@ -224,47 +239,80 @@ fn implausible_fields(bundle: &Bundle, now: DateTime<Utc>) -> Vec<String> {
     found
 }
 
+fn printable(text: &str) -> bool {
+    !text.chars().any(char::is_control) && text.len() <= 256
+}
+
+/// A calibration's fields no daemon writes: a date later than `latest` (a calibration dated
+/// 2099 was served with an age of 0, so that no age alert would ever fire), and text a terminal
+/// would act on (a control character in its id, its campaign's host or a note, printed raw by
+/// `wcetctl bound`: a forged newline and escape sequence reached the operator's terminal).
+fn implausible_calibration(
+    c: &KernelCalibration,
+    what: &str,
+    latest: Option<Latest>,
+    found: &mut Vec<String>,
+) {
+    let env = &c.campaign.environment;
+    let notes_printable = c
+        .table
+        .notes
+        .iter()
+        .all(|n| !n.chars().any(char::is_control));
+    if !printable(&c.id) || !printable(&env.host) || !notes_printable {
+        found.push(format!(
+            "{what}: its calibration id or campaign host holds control characters or is longer than 256 bytes, or a note holds control characters"
+        ));
+    }
+    let Some(latest) = latest else { return };
+    let when = [c.calibrated_at, env.started_at, env.finished_at];
+    if let Some(late) = when.into_iter().find(|&at| at > latest.at) {
+        found.push(format!(
+            "{what} was measured or calibrated at {}, later than {}",
+            late.to_rfc3339(),
+            latest.what
+        ));
+    }
+}
+
 /// Where a calibration of the bundle has no bound at a size this device can realise (`sizes`):
 /// a hole in the curve served, found only when a scheduler asks there, so such a bundle is
 /// refused even stale (`force`). (Bounds at sizes this device cannot realise, as where a card's
 /// placement probe refused one its peers have, are dropped on import: [`realisable_only`].)
 pub fn missing_sizes(bundle: &Bundle, sizes: &[u32]) -> Vec<String> {
-    let list = |v: Vec<u32>| v.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
     let mut found = Vec::new();
     for e in &bundle.calibrations {
-        let table = &e.calibration.table;
-        let missing: Vec<u32> = sizes
-            .iter()
-            .copied()
-            .filter(|&m| table.entry(m).is_none_or(|b| b.bound_ns == 0))
-            .collect();
+        let missing = sizes_without_bound(&e.calibration.table, sizes);
         if !missing.is_empty() {
             found.push(format!(
                 "{} ({}) has no bound at {} SMs",
                 e.kernel,
                 e.interference,
-                list(missing)
+                size_list(&missing)
             ));
         }
     }
     found
 }
 
-/// Where an entry's summary or table disagrees with the launches it ships.
-fn summary_disagreements(e: &Entry, what: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    let measured = measured_sizes(e);
-    summary_against_samples(e, what, &measured, &mut found);
-    provenance_against_samples(e, what, &measured, &mut found);
-    tail_against_additive(e, what, &mut found);
-    sweep_against_table(e, what, &mut found);
-    found
+/// "8, 16, 24".
+pub fn size_list(sizes: &[u32]) -> String {
+    let text: Vec<String> = sizes.iter().map(u32::to_string).collect();
+    text.join(", ")
 }
 
-/// The sizes at which the entry's campaign ships launches, in order.
-fn measured_sizes(e: &Entry) -> Vec<u32> {
-    e.calibration
-        .campaign
+/// Those of `sizes` at which `table` has no bound (or a bound of 0).
+pub fn sizes_without_bound(table: &crate::model::BoundTable, sizes: &[u32]) -> Vec<u32> {
+    sizes
+        .iter()
+        .copied()
+        .filter(|&m| table.entry(m).is_none_or(|b| b.bound_ns == 0))
+        .collect()
+}
+
+/// The sizes at which the calibration's campaign ships launches, in order.
+fn measured_sizes(cal: &KernelCalibration) -> Vec<u32> {
+    cal.campaign
         .sizes
         .iter()
         .filter(|(_, r)| !r.times_ns.is_empty())
@@ -272,8 +320,8 @@ fn measured_sizes(e: &Entry) -> Vec<u32> {
         .collect()
 }
 
-/// Where the summary's sizes, launch counts and largest times, or the table's sample counts,
-/// disagree with the launches the campaign ships (`measured`: the sizes it ships them at).
+/// Where the summary's sizes, launch counts and largest times disagree with the launches the
+/// campaign ships (`measured`: the sizes it ships them at).
 fn summary_against_samples(e: &Entry, what: &str, measured: &[u32], found: &mut Vec<String>) {
     let c = &e.calibration.campaign;
     if measured != e.summary.keys().copied().collect::<Vec<_>>() {
@@ -291,10 +339,36 @@ fn summary_against_samples(e: &Entry, what: &str, measured: &[u32], found: &mut 
                 s.launches, s.max_ns
             ));
         }
-        let counted = e.calibration.table.entry(*m).map_or(0, |b| b.samples);
-        if counted != n {
+    }
+}
+
+/// Where the table's sample counts disagree with the launches the campaign ships. A size with
+/// launches and no entry is [`missing_sizes`]' to judge: an import drops the bounds at sizes its
+/// device cannot realise and keeps their launches.
+fn counts_against_samples(cal: &KernelCalibration, what: &str, found: &mut Vec<String>) {
+    for (m, r) in &cal.campaign.sizes {
+        let n = r.times_ns.len() as u64;
+        match cal.table.entry(*m) {
+            Some(b) if b.samples != n => found.push(format!(
+                "{what} at {m} SMs: the table counts {} samples, the campaign holds {n}",
+                b.samples
+            )),
+            _ => {}
+        }
+    }
+}
+
+/// Where the table lists a size twice or out of order: a lookup takes the first entry of a size
+/// (so a damaged lower one was served silently) and the largest size not above the one asked
+/// for assumes ascending sizes.
+fn sizes_in_order(cal: &KernelCalibration, what: &str, found: &mut Vec<String>) {
+    for pair in cal.table.entries.windows(2) {
+        let (a, b) = (pair[0].sms, pair[1].sms);
+        if a == b {
+            found.push(format!("{what}: the table has two entries for {a} SMs"));
+        } else if a > b {
             found.push(format!(
-                "{what} at {m} SMs: the table counts {counted} samples, the campaign holds {n}"
+                "{what}: the table lists {b} SMs after {a} SMs; accepted: sizes ascending"
             ));
         }
     }
@@ -305,8 +379,13 @@ fn summary_against_samples(e: &Entry, what: &str, measured: &[u32], found: &mut 
 /// A size is called measured exactly where it ships its launches (the fit marks every such
 /// size measured; the fewest launches at a measured size is what a table without a tail
 /// model states its guarantee from).
-fn provenance_against_samples(e: &Entry, what: &str, measured: &[u32], found: &mut Vec<String>) {
-    for b in &e.calibration.table.entries {
+fn provenance_against_samples(
+    cal: &KernelCalibration,
+    what: &str,
+    measured: &[u32],
+    found: &mut Vec<String>,
+) {
+    for b in &cal.table.entries {
         let is_measured = b.provenance == crate::model::Provenance::Measured;
         if is_measured != measured.contains(&b.sms) {
             found.push(if is_measured {
@@ -325,27 +404,32 @@ fn provenance_against_samples(e: &Entry, what: &str, measured: &[u32], found: &m
     }
 }
 
-/// Where the tail states a guarantee stronger than its own additive part's.
+/// Where the tail states a probability no bound is stated at (0 or below was admitted as if it
+/// met any exceedance asked for), or a guarantee stronger than its own additive part's.
 ///
 /// A tail states its bound at the weaker of its ratio model's and the additive part's (the
 /// device's rare delays): never stronger than the latter.
-fn tail_against_additive(e: &Entry, what: &str, found: &mut Vec<String>) {
-    if let Some(t) = &e.calibration.table.tail {
-        if t.exceedance < t.additive_exceedance * (1.0 - 1e-9) {
-            found.push(format!(
-                "{what}: the tail states {:e} per launch, stronger than the {:e} of its own additive part",
-                t.exceedance, t.additive_exceedance
-            ));
-        }
+fn tail_against_additive(cal: &KernelCalibration, what: &str, found: &mut Vec<String>) {
+    let Some(t) = &cal.table.tail else { return };
+    if !(t.exceedance > 0.0 && t.exceedance < 1.0) {
+        found.push(format!(
+            "{what}: the tail states {:e} per launch; accepted: a probability strictly between 0 and 1",
+            t.exceedance
+        ));
+    } else if t.exceedance < t.additive_exceedance * (1.0 - 1e-9) {
+        found.push(format!(
+            "{what}: the tail states {:e} per launch, stronger than the {:e} of its own additive part",
+            t.exceedance, t.additive_exceedance
+        ));
     }
 }
 
 /// Where the table's count of sweep launches at a size it did not measure disagrees with the
 /// campaign's: the verification sweep's launches, which hold up the bounds between measured
 /// sizes.
-fn sweep_against_table(e: &Entry, what: &str, found: &mut Vec<String>) {
-    for (m, r) in &e.calibration.campaign.verified {
-        let Some(b) = e.calibration.table.entry(*m) else {
+fn sweep_against_table(cal: &KernelCalibration, what: &str, found: &mut Vec<String>) {
+    for (m, r) in &cal.campaign.verified {
+        let Some(b) = cal.table.entry(*m) else {
             continue;
         };
         let n = r.times_ns.len() as u64;
@@ -355,6 +439,20 @@ fn sweep_against_table(e: &Entry, what: &str, found: &mut Vec<String>) {
                 b.verified_samples
             ));
         }
+    }
+}
+
+/// Where the table allows for a process shift `--process-shift` does not take (from 0 up to,
+/// not including, 1): raised at start for the configured shift, -3 made every bound 0 ns and -1
+/// made every bound 2^64-1 ns.
+fn process_shift_in_range(cal: &KernelCalibration, what: &str, found: &mut Vec<String>) {
+    let Some(f) = cal.table.process_shift else {
+        return;
+    };
+    if !(0.0..1.0).contains(&f) {
+        found.push(format!(
+            "{what}: the table allows for a process shift of {f}; accepted: from 0 up to (not including) 1"
+        ));
     }
 }
 
@@ -432,6 +530,41 @@ mod tests {
         assert!(
             escape[0].contains("host holds control characters"),
             "{escape:?}"
+        );
+    }
+
+    /// A table with two entries for one size served the first silently (the lower, once
+    /// damaged): a bundle holding one does not agree with itself.
+    #[test]
+    fn two_entries_for_one_size_do_not_agree() {
+        use crate::gpu::sim::{DeviceProfile, SimGpu, SimOptions};
+        use crate::gpu::Gpu;
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let kernel = crate::kernels::find("needle").unwrap();
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let recipe = crate::calibrate::Recipe::default();
+        let cal =
+            crate::calibrate::calibrate_kernel(&mut gpu, &kernel, &recipe, &stop, &mut |_| {});
+        let mut bundle = Bundle {
+            format: FORMAT,
+            exported_at: Utc::now(),
+            host: "n1".into(),
+            fingerprint: gpu.info().fingerprint.clone(),
+            calibrations: vec![Entry::new("needle", Interference::Isolated, cal.unwrap())],
+        };
+        assert_eq!(inconsistencies(&bundle), Vec::<String>::new());
+        let entries = &mut bundle.calibrations[0].calibration.table.entries;
+        let lower = crate::model::BoundEntry {
+            bound_ns: 1,
+            ..entries[3]
+        };
+        entries.insert(3, lower);
+        let found = inconsistencies(&bundle);
+        assert!(
+            found
+                .iter()
+                .any(|f| f.contains("the table has two entries for")),
+            "{found:?}"
         );
     }
 

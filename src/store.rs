@@ -4,8 +4,9 @@
 //! Crash safety: a calibration is written to a temporary file in the same directory, fsynced,
 //! renamed over the old one, and the directory is fsynced, so at every instant the file on disk is
 //! either the old calibration or the new one, never a mix. Temporary files left by a crash are
-//! removed at the next start. A file that does not parse is moved aside (`*.corrupt-<time>`) with a
-//! log line and never half-applied; the daemon goes on with what it has.
+//! removed at the next start. A file that does not parse, or that parses but does not agree with
+//! itself (the checks a bundle's import makes of each calibration), is moved aside
+//! (`*.corrupt-<time>`) with a log line and never half-applied; the daemon goes on with what it has.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -112,7 +113,8 @@ pub struct LaunchHere {
 enum Unservable {
     /// It cannot be read (permissions, an I/O error): left alone.
     Unreadable(String),
-    /// It does not parse, has an unsupported format, or bounds below its own launches.
+    /// It does not parse, has an unsupported format, bounds below its own launches, or does not
+    /// agree with itself ([`disagreeing`]).
     Damaged(String),
 }
 
@@ -366,10 +368,14 @@ impl Store {
             None => parse(),
         };
         match parsed {
-            Ok(cal) if cal.format == FORMAT_VERSION => match under_their_launches(&cal) {
-                None => Ok(Some(cal)),
-                Some(why) => Err(Unservable::Damaged(why)),
-            },
+            Ok(cal) if cal.format == FORMAT_VERSION => {
+                let why = [under_their_launches(&cal), disagreeing(&cal, Utc::now())];
+                let why: Vec<String> = why.into_iter().flatten().collect();
+                match why.is_empty() {
+                    true => Ok(Some(cal)),
+                    false => Err(Unservable::Damaged(why.join("; "))),
+                }
+            }
             Ok(cal) => Err(Unservable::Damaged(format!(
                 "format {} is not the supported {FORMAT_VERSION}",
                 cal.format
@@ -727,6 +733,53 @@ fn under_their_launches(cal: &Calibration) -> Option<String> {
     (!found.is_empty()).then(|| format!("bounds below their own launches: {}", found.join("; ")))
 }
 
+/// How far ahead of this host's clock a stored calibration's dates may be: as far as a
+/// bundle's calibrations may be ahead of its export (a clock set back by hours is not damage).
+const STORED_DATES_AHEAD_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::days(1);
+
+/// The checks a bundle's import makes of each calibration's own consistency
+/// ([`crate::bundle::disagreements`]: sizes listed once, counts, tail, process shift, dates,
+/// texts), made on a file as it is loaded, and its check for holes: a table measured on the
+/// file's device model without a bound at a size the file's device realises (served the next
+/// smaller size's bound, never checked there). Damage that still parses was served with `Health`
+/// ok (a tail exceedance of 0 admitted a heavy tail as if it met 1e-9), and nothing else in such
+/// a file can be trusted either, so the whole file is refused. Says what, or `None`.
+fn disagreeing(cal: &Calibration, now: DateTime<Utc>) -> Option<String> {
+    let latest = crate::bundle::clock_set(now).then(|| crate::bundle::Latest {
+        at: now + STORED_DATES_AHEAD_ALLOWED,
+        what: "this host's clock allows (now, and a day)",
+    });
+    let mut found = Vec::new();
+    for (tag, tables) in [
+        (Interference::Isolated, &cal.kernels),
+        (Interference::Contended, &cal.contended),
+    ] {
+        for (name, k) in tables {
+            found.extend(crate::bundle::disagreements(name, tag, k, latest));
+            // Measured on another model (a stale calibration carried over and saved since),
+            // a table has that model's sizes.
+            let (env, here) = (&k.campaign.environment.fingerprint, &cal.device.fingerprint);
+            if (env.backend, &env.device) != (here.backend, &here.device) {
+                continue;
+            }
+            let holes = crate::bundle::sizes_without_bound(&k.table, &cal.device.partition_sizes);
+            if !holes.is_empty() {
+                found.push(format!(
+                    "{name} ({tag}) has no bound at {} SMs, which its device realises",
+                    crate::bundle::size_list(&holes)
+                ));
+            }
+        }
+    }
+    (!found.is_empty()).then(|| {
+        format!(
+            "the calibration does not agree with itself ({} findings: {}); accepted: a calibration file as wcetd writes it",
+            found.len(),
+            found.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        )
+    })
+}
+
 fn is_calibration_file(p: &Path) -> bool {
     let name = path_name(p);
     name.starts_with("calibration-") && name.ends_with(".json")
@@ -942,6 +995,103 @@ mod tests {
         let table = &loaded.kernels["hotspot"].table;
         assert_eq!(table.entries.len(), 17);
         assert!(table.entries.iter().all(|e| e.verified_samples == 0));
+    }
+
+    /// Damage that still parses, each of which was served with `Health` ok, is refused as the
+    /// bundle import refuses it: the file is moved aside and the reason names what was wrong.
+    #[test]
+    fn a_stored_calibration_that_does_not_agree_with_itself_is_moved_aside() {
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let kernel = crate::kernels::find("tmatch").unwrap();
+        let stop = AtomicBool::new(false);
+        // Budget 0: not every size is measured in full, so the sweep times the others.
+        let recipe = Recipe {
+            sweep: VerificationSweep {
+                budget_s: 0.0,
+                ..VerificationSweep::default()
+            },
+            ..Recipe::default()
+        };
+        let cal = calibrate_kernel(&mut gpu, &kernel, &recipe, &stop, &mut |_| {});
+        let mut all = Calibration::new(gpu.info().clone());
+        all.kernels.insert("tmatch".into(), cal.unwrap());
+        let good = serde_json::to_value(&all).unwrap();
+        // A size only the sweep timed: without its entry and its launches, a hole that only
+        // the device's sizes show.
+        let swept = all.kernels["tmatch"]
+            .campaign
+            .verified
+            .keys()
+            .next()
+            .copied();
+        let swept = swept.expect("a swept size");
+        fn tmatch(v: &mut serde_json::Value) -> &mut serde_json::Value {
+            &mut v["kernels"]["tmatch"]
+        }
+        fn entries(v: &mut serde_json::Value) -> &mut Vec<serde_json::Value> {
+            tmatch(v)["table"]["entries"].as_array_mut().unwrap()
+        }
+        type Damage = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(String, Damage)> = vec![
+            (
+                "the tail states 0e0 per launch".into(),
+                Box::new(|v| tmatch(v)["table"]["tail"]["exceedance"] = 0.0.into()),
+            ),
+            (
+                "the tail states -1e0 per launch".into(),
+                Box::new(|v| tmatch(v)["table"]["tail"]["exceedance"] = (-1.0).into()),
+            ),
+            (
+                "calibrated at 2099".into(),
+                Box::new(|v| tmatch(v)["calibrated_at"] = "2099-01-01T00:00:00Z".into()),
+            ),
+            (
+                "the table has two entries for".into(),
+                Box::new(|v| {
+                    let mut lower = entries(v)[1].clone();
+                    lower["bound_ns"] = 1.into();
+                    entries(v).insert(2, lower);
+                }),
+            ),
+            (
+                "a process shift of -3".into(),
+                Box::new(|v| tmatch(v)["table"]["process_shift"] = (-3.0).into()),
+            ),
+            (
+                format!("has no bound at {swept} SMs"),
+                Box::new(move |v| {
+                    entries(v).retain(|e| e["sms"] != swept);
+                    let sweep = tmatch(v)["campaign"]["verified"].as_object_mut().unwrap();
+                    sweep.remove(&swept.to_string()).unwrap();
+                }),
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let path = store.path_for(all.fingerprint());
+        for (n, (expected, damage)) in cases.iter().enumerate() {
+            let mut v = good.clone();
+            damage(&mut v);
+            std::fs::write(&path, v.to_string()).unwrap();
+            assert!(
+                store.load(all.fingerprint()).is_none(),
+                "{expected}: served"
+            );
+            let expected = expected.as_str();
+            assert!(!path.exists(), "{expected}: left in place");
+            let said = store.quarantined();
+            assert_eq!(said.len(), n + 1);
+            assert!(
+                said[n].contains("does not agree with itself") && said[n].contains(expected),
+                "{expected}: {}",
+                said[n]
+            );
+        }
+        std::fs::write(&path, good.to_string()).unwrap();
+        assert!(
+            store.load(all.fingerprint()).is_some(),
+            "the undamaged file loads"
+        );
     }
 
     /// A loaded calibration keeps its launch times in the spill file, not in memory, reads them

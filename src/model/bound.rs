@@ -147,9 +147,17 @@ pub(super) const PROCESS_SHIFT_NOTE: &str = "the typical time may be up to ";
 impl BoundTable {
     /// The process shift the bounds allow for: the recorded one, or, in a table stored before it
     /// was recorded, the one its note states (tables of 2026-11-24), else none.
+    ///
+    /// One no `--process-shift` gives (below 0, from 1, not a number: a damaged file, which
+    /// loading refuses) reads as none allowed, so that raising for the configured shift raises
+    /// by all of it: divided by 1 + (-1) or less, every bound became 2^64-1 ns or 0 ns.
     pub fn allowed_process_shift(&self) -> f64 {
         if let Some(shift) = self.process_shift {
-            return shift;
+            return if (0.0..1.0).contains(&shift) {
+                shift
+            } else {
+                0.0
+            };
         }
         self.notes
             .iter()
@@ -176,7 +184,12 @@ impl BoundTable {
         }
         let factor = (1.0 + shift) / (1.0 + allowed);
         for e in &mut self.entries {
-            e.bound_ns = (e.bound_ns as f64 * factor).ceil() as u64;
+            // Never lowered, whatever the factor: one below 1, or not a number, would have
+            // saturated to 0 (`as u64`). Above 2^64 it saturates to the largest, which is safe.
+            let raised = (e.bound_ns as f64 * factor).ceil();
+            if raised.is_finite() && raised > e.bound_ns as f64 {
+                e.bound_ns = raised as u64;
+            }
         }
         self.process_shift = Some(shift);
         let note = format!(
@@ -278,6 +291,20 @@ mod tests {
                 .collect(),
             notes: Vec::new(),
             process_shift: Some(0.0),
+        }
+    }
+
+    /// A process shift no flag gives (a damaged file: -3, -1, NaN) reads as none allowed, so
+    /// raising for the configured one raises by all of it: it never lowers a bound to 0 nor
+    /// makes it 2^64-1.
+    #[test]
+    fn a_process_shift_out_of_range_never_lowers_a_bound() {
+        for stored in [-3.0, -1.0, -0.5, 1.0, 7.0, f64::NAN, f64::INFINITY] {
+            let mut t = table(true, &[(8, 1000), (16, 500)]);
+            t.process_shift = Some(stored);
+            t.allow_for_process_shift(0.02).expect("raised");
+            let bounds: Vec<u64> = t.entries.iter().map(|e| e.bound_ns).collect();
+            assert_eq!(bounds, [1020, 510], "stored {stored}");
         }
     }
 
