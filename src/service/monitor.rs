@@ -266,7 +266,7 @@ impl MonitorState {
     /// Load the device's observations from the store's directory.
     pub(super) fn load(store: &Store, device: &DeviceInfo, config: MonitorConfig) -> Self {
         let file = ObservationFile::new(store.dir(), &device.fingerprint);
-        let (observations, loaded) = file.load();
+        let (observations, loaded) = file.load(&device.partition_sizes);
         let mut floors: HashMap<String, Vec<Floor>> = HashMap::new();
         for (kernel, sms, tag, s) in observations.iter() {
             floors.entry(kernel.to_string()).or_default().push(Floor {

@@ -601,7 +601,7 @@ fn floors_are_journalled_after_the_last_save_and_a_broken_journal_costs_a_save()
     let floor = |obs: &crate::observe::ReportedTimes| {
         obs.kernel("srad").unwrap()[&(32, Interference::Isolated)].floor_ns
     };
-    assert_eq!(floor(&file.load().0), bound / 2);
+    assert_eq!(floor(&file.load_any_size().0), bound / 2);
 
     let journal = file.journal_paths().0;
     std::fs::remove_file(&journal).unwrap();
@@ -618,7 +618,7 @@ fn floors_are_journalled_after_the_last_save_and_a_broken_journal_costs_a_save()
         .block_on(service.floors_journalled(seq, wait))
         .expect("saved instead");
     drop(service);
-    assert_eq!(floor(&file.load().0), bound * 2 / 3);
+    assert_eq!(floor(&file.load_any_size().0), bound * 2 / 3);
 }
 
 /// A service with [`short_campaigns`] whose state has `kernel` calibrated under both tags,
@@ -1429,7 +1429,7 @@ fn a_carried_overrun_survives_a_restart() {
             .block_on(service.observations_saved(every_change, std::time::Duration::from_secs(10)))
             .expect("the carried times are saved without being asked");
         let file = crate::observe::ObservationFile::new(dir.path(), &service.device().fingerprint);
-        let on_disk = file.load().0;
+        let on_disk = file.load_any_size().0;
         assert_eq!(carried(&on_disk, 32, Interference::Contended), 1);
         assert_eq!(carried(&on_disk, 64, Interference::Isolated), 1);
         assert_eq!(service.save_observations(), None);
