@@ -186,11 +186,13 @@ pub fn from_ptx_launch(ptx: &str, launch: &Launch, working_set: f64) -> anyhow::
 }
 
 /// Static work of a manifest kernel's launch: its grid and block, its buffers as its working set,
-/// and, when the module is PTX, FLOPs and global bytes from the entry's instruction mix times the
-/// threads of the grid. A CUDA C, CUBIN or fatbin module gives no instruction mix here (no NVRTC
-/// or disassembler on the host side), so its buffers read once stand for the bytes and FLOPs are
-/// unknown: a memory roofline and launch overhead. The PTX is read again, and refused if it is
-/// no longer the module the manifest was loaded with (the kernel is then stale until a reload).
+/// and FLOPs and global bytes from the entry's instruction mix times the threads of the grid when
+/// there is PTX to count: the module's own, or what NVRTC (no GPU needed) compiles from a CUDA C
+/// module where it can be loaded here. A CUBIN or fatbin module gives no instruction mix on the
+/// host (no disassembler), nor does CUDA C without NVRTC, so its buffers read once stand for the
+/// bytes and FLOPs are unknown: a memory roofline and launch overhead. The module is read again,
+/// and refused if it is no longer the one the manifest was loaded with (the kernel is then stale
+/// until a reload).
 pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
     let blocks: u64 = m.grid.iter().map(|&g| u64::from(g)).product();
     let threads_per_block: u32 = m.block.iter().product();
@@ -202,7 +204,7 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
             _ => None,
         })
         .sum();
-    if m.module_kind != ModuleKind::Ptx {
+    let Some((ptx, from)) = manifest_ptx(m)? else {
         return Ok(StaticWork {
             blocks,
             threads_per_block,
@@ -212,17 +214,38 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
             bytes: buffers,
             working_set: buffers,
             basis: format!(
-                "manifest {} ({blocks} blocks of {threads_per_block} threads, {:.1} MB of buffers read once); its module is {}, not PTX, so FLOPs unknown",
+                "manifest {} ({blocks} blocks of {threads_per_block} threads, {:.1} MB of buffers read once); its module is {}, so FLOPs unknown",
                 m.path.display(),
                 buffers / 1e6,
                 match m.module_kind {
-                    ModuleKind::Cu => "CUDA C",
-                    ModuleKind::Cubin => "a CUBIN",
-                    _ => "a fatbin",
+                    ModuleKind::Cu => "CUDA C and no NVRTC could be loaded here to compile it",
+                    ModuleKind::Cubin => "a CUBIN, not PTX",
+                    _ => "a fatbin, not PTX",
                 }
             ),
         });
-    }
+    };
+    let launch = Launch {
+        entry: &m.entry,
+        blocks,
+        threads_per_block,
+        regs_per_thread: 0,
+    };
+    let mut work = from_ptx_launch(&ptx, &launch, buffers)?;
+    // Dynamic shared memory is the manifest's, on top of what the PTX declares.
+    work.shared_per_block = work.shared_per_block.saturating_add(m.shared_bytes);
+    work.basis = format!("manifest {}, {from}{}", m.path.display(), work.basis);
+    Ok(work)
+}
+
+/// The PTX of a manifest's module, and what it came from ("" for PTX as given): `None` where
+/// there is none to count (a CUBIN or fatbin, or CUDA C without NVRTC here).
+fn manifest_ptx(m: &Manifest) -> anyhow::Result<Option<(String, String)>> {
+    let compiled = match m.module_kind {
+        ModuleKind::Ptx => false,
+        ModuleKind::Cu if nvrtc::available() => true,
+        _ => return Ok(None),
+    };
     let bytes = crate::manifest::read_module(&m.module).map_err(|e| anyhow::anyhow!(e))?;
     use sha2::Digest;
     let digest: String = sha2::Sha256::digest(&bytes)
@@ -234,17 +257,18 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
         "module {} changed since the manifest was loaded; reload the kernels",
         m.module.display()
     );
-    let launch = Launch {
-        entry: &m.entry,
-        blocks,
-        threads_per_block,
-        regs_per_thread: 0,
-    };
-    let mut work = from_ptx_launch(&String::from_utf8_lossy(&bytes), &launch, buffers)?;
-    // Dynamic shared memory is the manifest's, on top of what the PTX declares.
-    work.shared_per_block = work.shared_per_block.saturating_add(m.shared_bytes);
-    work.basis = format!("manifest {}, {}", m.path.display(), work.basis);
-    Ok(work)
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    if !compiled {
+        return Ok(Some((text, String::new())));
+    }
+    let ((major, minor), _) = nvrtc::version()?;
+    match nvrtc::compile(&m.name, &text, nvrtc::Target::Ptx(PTX_ARCH))? {
+        nvrtc::Image::Ptx(ptx) => Ok(Some((
+            ptx,
+            format!("CUDA C compiled by NVRTC {major}.{minor} for compute_{PTX_ARCH}: "),
+        ))),
+        nvrtc::Image::Cubin(_) => unreachable!("NVRTC was asked for PTX"),
+    }
 }
 
 /// Predicted typical curves of the kernels of a catalogue whose static work is known, for one
@@ -449,7 +473,7 @@ mod tests {
     }
 
     /// A manifest's static work: the PTX's mix times the grid, the manifest's dynamic shared
-    /// memory added; a CUDA C module's is its buffers alone and says so; a PTX module replaced
+    /// memory added; a CUDA C module's is its compiled PTX's where NVRTC can be loaded, else its buffers alone, and says so; a PTX module replaced
     /// since the manifest was loaded is refused rather than predicted as the code it no longer is.
     #[test]
     fn a_manifest_is_predicted_from_its_ptx_or_its_buffers() {
@@ -458,7 +482,7 @@ mod tests {
         std::fs::write(dir.path().join("k.ptx"), ptx).unwrap();
         std::fs::write(
             dir.path().join("k.cu"),
-            "extern \"C\" __global__ void k(float *p) {}\n",
+            "extern \"C\" __global__ void k(float *p) { p[0] = p[0] * 3.0f + 1.0f; }\n",
         )
         .unwrap();
         let manifest = |module: &str| {
@@ -472,8 +496,14 @@ mod tests {
         assert_eq!(w.shared_per_block, 1024);
         assert!(w.basis.contains("PTX of `k`"), "{}", w.basis);
         let w = from_manifest(&manifest("k.cu")).unwrap();
-        assert_eq!((w.flops, w.bytes, w.working_set), (0.0, 1e6, 1e6));
-        assert!(w.basis.contains("CUDA C, not PTX"), "{}", w.basis);
+        if nvrtc::available() {
+            // Compiled here: one load, one fused multiply-add and one store per thread.
+            assert_eq!((w.flops, w.bytes, w.working_set), (5120.0, 20480.0, 1e6));
+            assert!(w.basis.contains("CUDA C compiled by NVRTC"), "{}", w.basis);
+        } else {
+            assert_eq!((w.flops, w.bytes, w.working_set), (0.0, 1e6, 1e6));
+            assert!(w.basis.contains("CUDA C and no NVRTC"), "{}", w.basis);
+        }
         let loaded = manifest("k.ptx");
         std::fs::write(dir.path().join("k.ptx"), ptx.replace("fma", "add")).unwrap();
         let e = format!("{:#}", from_manifest(&loaded).unwrap_err());
