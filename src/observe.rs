@@ -690,51 +690,6 @@ impl ReportedTimes {
         series.floor_clock_mhz = series.floor_clock_mhz.max(floor.clock_mhz);
     }
 
-    /// Take out the series at sizes this device cannot realise (`sizes`), which no report makes
-    /// (`Report` refuses such a size): damage that still parses, as one bit turning `"sms":8`
-    /// into `"sms":9` lost a floor a reporter had been told is recorded, with `Health` ok. Each
-    /// one's floor is raised into the size a bound for it is read at (the largest realisable
-    /// size not above it, else the smallest), where a one-bit flip of an even size's lowest bit
-    /// puts it back: raising a floor only ever raises bounds. Says what was moved, for `Health`.
-    pub fn hold_at_realisable(&mut self, sizes: &[PartitionSize]) -> Vec<String> {
-        let Some(&smallest) = sizes.first() else {
-            return Vec::new();
-        };
-        let mut moved = Vec::new();
-        for (kernel, series) in &mut self.kernels {
-            let unrealisable: Vec<_> = (series.keys())
-                .filter(|(m, _)| !sizes.contains(m))
-                .copied()
-                .collect();
-            for key in unrealisable {
-                let s = series.remove(&key).expect("listed above");
-                moved.push((kernel.clone(), key, s));
-            }
-        }
-        self.kernels.retain(|_, series| !series.is_empty());
-        let accepted = crate::bundle::size_list(sizes);
-        let mut said = Vec::new();
-        for (kernel, (m, interference), s) in moved {
-            let to = sizes.iter().rev().copied().find(|&p| p <= m);
-            let to = to.unwrap_or(smallest);
-            if s.floor_ns > 0 {
-                self.raise_floor(&JournalledFloor {
-                    kernel: kernel.clone(),
-                    sms: to,
-                    interference,
-                    floor_ns: s.floor_ns,
-                    at: s.floor_at,
-                    clock_mhz: s.floor_clock_mhz,
-                });
-            }
-            said.push(format!(
-                "a series of {kernel} ({interference}) at {m} SMs, a size this device cannot realise (accepted: {accepted}): its floor of {} ns is kept at {to} SMs, its times are dropped",
-                s.floor_ns
-            ));
-        }
-        said
-    }
-
     /// Merge every buffered time of `kernel` (before saving it).
     pub fn merge_kernel(&mut self, kernel: &str) {
         let merged: usize = self
@@ -1055,11 +1010,8 @@ impl ObservationFile {
     /// something was kept, the damaged file is copied aside rather than moved, so that until the
     /// caller has saved what was kept (the monitor asks for a save at once) a crash loses
     /// nothing: the next start recovers the same floors from it again.
-    ///
-    /// A series at a size this device cannot realise (`sizes`) is such damage too: see
-    /// [`ReportedTimes::hold_at_realisable`].
-    pub fn load(&self, sizes: &[PartitionSize]) -> (ReportedTimes, Loaded) {
-        let (mut obs, loaded) = self.load_file(sizes);
+    pub fn load(&self) -> (ReportedTimes, Loaded) {
+        let (mut obs, loaded) = self.load_file();
         let (journalled, damage) = self.replay_journal(&mut obs, true);
         if journalled > 0 {
             tracing::info!(floors = journalled, path = %self.journal_paths().0.display(),
@@ -1075,32 +1027,24 @@ impl ObservationFile {
         }
     }
 
-    fn load_file(&self, sizes: &[PartitionSize]) -> (ReportedTimes, Loaded) {
-        let (mut obs, mut problems) = match self.parse() {
-            Ok(None) => return (ReportedTimes::default(), Loaded::Fresh),
-            Ok(Some(parsed)) => parsed,
+    fn load_file(&self) -> (ReportedTimes, Loaded) {
+        match self.parse() {
+            Ok(None) => (ReportedTimes::default(), Loaded::Fresh),
+            Ok(Some((obs, problems))) if problems.is_empty() => (obs, Loaded::Clean),
+            Ok(Some((obs, problems))) => {
+                let why = problems.join("; ");
+                if obs.series_count() > 0 {
+                    crate::store::quarantine_copy(&self.path, "observations", &why);
+                } else {
+                    crate::store::quarantine(&self.path, "observations", &why);
+                }
+                (obs, Loaded::Quarantined(why))
+            }
             Err(why) => {
                 crate::store::quarantine(&self.path, "observations", &why);
-                return (ReportedTimes::default(), Loaded::Quarantined(why));
+                (ReportedTimes::default(), Loaded::Quarantined(why))
             }
-        };
-        problems.extend(obs.hold_at_realisable(sizes));
-        if problems.is_empty() {
-            return (obs, Loaded::Clean);
         }
-        let why = problems.join("; ");
-        if obs.series_count() > 0 {
-            crate::store::quarantine_copy(&self.path, "observations", &why);
-        } else {
-            crate::store::quarantine(&self.path, "observations", &why);
-        }
-        (obs, Loaded::Quarantined(why))
-    }
-
-    /// [`Self::load`] for tests whose series are at sizes no simulated device realises.
-    #[cfg(test)]
-    pub(crate) fn load_any_size(&self) -> (ReportedTimes, Loaded) {
-        self.load(&(1..=4096).collect::<Vec<_>>())
     }
 
     /// What [`Self::load`] keeps of the file, and what could not be read of it, leaving the
@@ -1535,7 +1479,7 @@ mod tests {
         let file = ObservationFile::new(dir.path(), &fingerprint());
         file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
             .unwrap();
-        let (back, how) = file.load_any_size();
+        let (back, how) = file.load();
         assert_eq!(how, Loaded::Clean);
         for obs in [obs, back] {
             let s = &obs.kernel("k").unwrap()[&(8, Interference::Isolated)];
@@ -1578,7 +1522,7 @@ mod tests {
             .record(key, judged, &[700], Utc::now(), 0);
         assert_eq!(counts(&obs.lock().unwrap()), (3, 2));
         // A crash now: the next start reads what was saved, and exports no less than before.
-        let (back, _) = file.load_any_size();
+        let (back, _) = file.load();
         assert_eq!(counts(&back), (2, 2));
     }
 
@@ -1602,7 +1546,7 @@ mod tests {
                 .map(|k| k[&(8, Interference::Isolated)].floor_ns)
         };
         file.journal(&[floor("a", 500)]).unwrap();
-        let (obs, how) = file.load_any_size();
+        let (obs, how) = file.load();
         assert_eq!((how, floor_of(&obs, "a")), (Loaded::Clean, Some(500)));
 
         let (journal, aside) = file.journal_paths();
@@ -1612,7 +1556,7 @@ mod tests {
             .unwrap();
         torn.write_all(br#"{"kernel":"b","sms":8,"interf"#).unwrap();
         file.journal(&[floor("c", 700)]).unwrap();
-        let (obs, _) = file.load_any_size();
+        let (obs, _) = file.load();
         assert_eq!(
             [
                 floor_of(&obs, "a"),
@@ -1625,11 +1569,11 @@ mod tests {
         // A torn line is no damage: nothing is copied aside and the load is clean. Nor is a
         // block of zeros a power cut left where an append was going.
         append_synced(&journal, b"\0\0\0\0\n").unwrap();
-        assert_eq!(file.load_any_size().1, Loaded::Clean);
+        assert_eq!(file.load().1, Loaded::Clean);
 
         file.save(&std::sync::Mutex::new(obs), "SIM-0").unwrap();
         assert!(!journal.exists() && !aside.exists());
-        let (obs, how) = file.load_any_size();
+        let (obs, how) = file.load();
         assert_eq!(how, Loaded::Clean);
         assert_eq!(
             (floor_of(&obs, "a"), floor_of(&obs, "c")),
@@ -1637,7 +1581,7 @@ mod tests {
         );
         file.journal(&[floor("a", 900), floor("a", 600)]).unwrap();
         assert_eq!(
-            floor_of(&file.load_any_size().0, "a"),
+            floor_of(&file.load().0, "a"),
             Some(900),
             "the highest holds"
         );
@@ -1676,7 +1620,7 @@ mod tests {
         let journal = file.journal_paths().0;
         let text = std::fs::read_to_string(&journal).unwrap();
         std::fs::write(&journal, text.replacen("600", "6x0", 1)).unwrap();
-        let (obs, how) = file.load_any_size();
+        let (obs, how) = file.load();
         assert!(
             matches!(&how, Loaded::Quarantined(why) if why.contains("1 damaged lines")),
             "{how:?}"
@@ -1711,7 +1655,7 @@ mod tests {
             let s = &obs.kernel(kernel).unwrap()[&(8, Interference::Isolated)];
             (s.floor_ns, s.floor_clock_mhz)
         };
-        assert_eq!(series(&file.load_any_size().0, "a"), (950, 2100));
+        assert_eq!(series(&file.load().0, "a"), (950, 2100));
         let floor = JournalledFloor {
             kernel: "b".into(),
             sms: 8,
@@ -1721,7 +1665,7 @@ mod tests {
             clock_mhz: 1755,
         };
         file.journal(std::slice::from_ref(&floor)).unwrap();
-        assert_eq!(series(&file.load_any_size().0, "b"), (700, 1755));
+        assert_eq!(series(&file.load().0, "b"), (700, 1755));
         // A journal line of an older daemon has no clock: read as none.
         let text = serde_json::to_string(&JournalledFloor {
             clock_mhz: 0,
@@ -1729,42 +1673,6 @@ mod tests {
         })
         .unwrap();
         assert!(!text.contains("clock_mhz"), "{text}");
-    }
-
-    /// A series at a size the device cannot realise is damage that still parses (one bit made
-    /// `"sms":8` read 9, and the floor acknowledged at 8 SMs was lost with `Health` ok): it is
-    /// said, the file is copied aside, and its floor holds up the size a bound for it is read at.
-    #[test]
-    fn a_series_at_a_size_the_device_cannot_realise_is_damage_and_keeps_its_floor() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = ObservationFile::new(dir.path(), &fingerprint());
-        let judged = Judged {
-            calibration: "c",
-            bound_ns: Some(200_000),
-        };
-        let obs = std::sync::Mutex::new(ReportedTimes::default());
-        let now = Utc::now();
-        for (sms, t) in [(8, 100_000), (9, 230_000), (1, 300_000), (16, 50_000)] {
-            let key = ("bfs", sms, Interference::Isolated);
-            obs.lock().unwrap().record(key, judged, &[t], now, 0);
-        }
-        file.save(&obs, "SIM-0").unwrap();
-        let (back, how) = file.load(&[2, 4, 8, 16]);
-        let Loaded::Quarantined(why) = &how else {
-            panic!("not said: {how:?}")
-        };
-        assert!(
-            why.contains("at 9 SMs, a size this device cannot realise (accepted: 2, 4, 8, 16)"),
-            "{why}"
-        );
-        let floors: Vec<(u32, u64)> = back
-            .kernel("bfs")
-            .unwrap()
-            .iter()
-            .map(|(&(m, _), s)| (m, s.floor_ns))
-            .collect();
-        assert_eq!(floors, [(2, 300_000), (8, 230_000), (16, 50_000)]);
-        assert_eq!(corrupt_copies(dir.path()), 1, "a copy is kept aside");
     }
 
     #[test]
@@ -1788,7 +1696,7 @@ mod tests {
         }
         file.save(&std::sync::Mutex::new(obs.clone()), "SIM-0")
             .unwrap();
-        let (mut back, how) = file.load_any_size();
+        let (mut back, how) = file.load();
         assert_eq!(how, Loaded::Clean);
         assert_eq!(back.series_count(), 3);
         for (kernel, sms, tag, s) in obs.iter() {
@@ -1875,7 +1783,7 @@ mod tests {
             "HISTFAAAAB4AAAAAAAAAAwAAAAAAAAAB",
         );
         std::fs::write(file.path(), bad).unwrap();
-        let (back, how) = file.load_any_size();
+        let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)), "{how:?}");
         let s = &back.kernel("k").unwrap()[&(8, Interference::Isolated)];
         assert_eq!(
@@ -1888,7 +1796,7 @@ mod tests {
         assert_eq!(s.epochs[0].count(), 0);
         assert_eq!(aside(), 1);
         // Copied aside, not moved: a crash before the clean save recovers the floors again.
-        let (again, _) = file.load_any_size();
+        let (again, _) = file.load();
         assert_eq!(
             again.kernel("k").unwrap()[&(8, Interference::Isolated)].floor_ns,
             s.floor_ns
@@ -1900,7 +1808,7 @@ mod tests {
         // Truncated in the third series: the two written whole before it keep their floors.
         let third = text.match_indices('\n').nth(1).unwrap().0 + 10;
         std::fs::write(file.path(), &text[..third]).unwrap();
-        let (back, how) = file.load_any_size();
+        let (back, how) = file.load();
         assert!(
             matches!(&how, Loaded::Quarantined(why) if why.contains("the 2 series on whole lines")),
             "{how:?}"
@@ -1919,7 +1827,7 @@ mod tests {
         let mut bytes = text.clone().into_bytes();
         bytes[second..second + 9].copy_from_slice(b"#GARBAGE#");
         std::fs::write(file.path(), &bytes).unwrap();
-        let (back, how) = file.load_any_size();
+        let (back, how) = file.load();
         assert!(
             matches!(&how, Loaded::Quarantined(why) if why.contains("1 damaged lines")),
             "{how:?}"
@@ -1934,7 +1842,7 @@ mod tests {
             text.replacen("\"format\":1", "\"format\":7", 1),
         )
         .unwrap();
-        let (back, how) = file.load_any_size();
+        let (back, how) = file.load();
         assert!(
             matches!(&how, Loaded::Quarantined(why) if why.contains("format 7 is not the supported 1; the 4 series")),
             "{how:?}"
@@ -1960,7 +1868,7 @@ mod tests {
                 bytes.splice(at..at + 2, [0xff]);
             }
             std::fs::write(file.path(), bytes).unwrap();
-            let (back, how) = file.load_any_size();
+            let (back, how) = file.load();
             assert!(
                 matches!(&how, Loaded::Quarantined(why) if why.contains("the 4 series on whole lines are kept, 1 damaged")),
                 "{how:?}"
@@ -1970,7 +1878,7 @@ mod tests {
         assert_eq!(aside(), 8);
         // Truncated in the header: nothing to keep, moved aside.
         std::fs::write(file.path(), &text[..20]).unwrap();
-        let (back, how) = file.load_any_size();
+        let (back, how) = file.load();
         assert!(matches!(how, Loaded::Quarantined(_)) && back.series_count() == 0);
         assert_eq!(aside(), 9);
         assert!(!file.path().exists());

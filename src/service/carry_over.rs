@@ -158,6 +158,7 @@ fn keep_floors_of(file: &crate::observe::ObservationFile, whose: &str, old: &mut
                 sms,
                 ns: series.floor_ns,
                 at: series.floor_at,
+                clock_mhz: series.floor_clock_mhz,
             });
             if cal.table.raise_to(sms, series.floor_ns) {
                 cal.table.notes.push(format!(

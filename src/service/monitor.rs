@@ -84,6 +84,9 @@ pub struct ObservedFloor {
     /// The interference it was reported under; `None` for a floor carried over from another
     /// device fingerprint's calibration (its tag is that calibration's).
     pub tag: Option<Interference>,
+    /// Reported at a size the device does not realise now, and held at the largest one below it
+    /// ([`held_at`]).
+    pub held_below: bool,
 }
 
 /// What one report did.
@@ -266,7 +269,7 @@ impl MonitorState {
     /// Load the device's observations from the store's directory.
     pub(super) fn load(store: &Store, device: &DeviceInfo, config: MonitorConfig) -> Self {
         let file = ObservationFile::new(store.dir(), &device.fingerprint);
-        let (observations, loaded) = file.load(&device.partition_sizes);
+        let (observations, loaded) = file.load();
         let mut floors: HashMap<String, Vec<Floor>> = HashMap::new();
         for (kernel, sms, tag, s) in observations.iter() {
             floors.entry(kernel.to_string()).or_default().push(Floor {
@@ -276,6 +279,17 @@ impl MonitorState {
                 at: s.floor_at,
                 clock_mhz: s.floor_clock_mhz,
             });
+        }
+        let unrealisable: Vec<String> = observations
+            .iter()
+            .filter(|&(_, m, _, _)| held_at(&device.partition_sizes, m).is_some())
+            .map(|(kernel, m, tag, _)| format!("{kernel} ({tag}) at {m} SMs"))
+            .collect();
+        if !unrealisable.is_empty() {
+            tracing::warn!(
+                series = %unrealisable.join(", "),
+                "times were reported at sizes this device does not realise now: kept, each floor holding up the largest realisable size below it"
+            );
         }
         if loaded != Loaded::Fresh {
             tracing::info!(
@@ -973,7 +987,7 @@ impl Service {
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
-    /// production floor under it (0 for none), computed as [`Service::bound_info`] computes them
+    /// production floor under it as reported (0 for none), computed as [`Service::bound_info`] computes them
     /// (calibration, clock, floors) without what only readers want (medians read back from the
     /// spill file, predictions, notes), since every report and `GetObserved` ask for it.
     /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
@@ -1002,7 +1016,10 @@ impl Service {
         let floor =
             self.raise_to_observed((kernel, tag), cal, &mut entry, &mut notes, at.clock_mhz);
         self.raise_to_the_other_tag(&at, (kernel, tag, interference), &mut entry, &mut notes);
-        let floor_ns = floor.map_or(0, |f| f.floor_ns);
+        // The floor as reported, not as stretched to the clock now: `GetObserved` says what was
+        // reported, and an export made during a clock drop baked the stretched time into the
+        // bundle as launch times production reported (an importer stretches it again).
+        let floor_ns = floor.map_or(0, |f| f.reported_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))
     }
 
@@ -1084,6 +1101,7 @@ impl Service {
         (partition, monotone): (u32, bool),
         clocks: (u32, u32),
     ) -> Option<ObservedFloor> {
+        let sizes = &self.inner.device.partition_sizes;
         let floors = self
             .monitor()
             .floors
@@ -1100,7 +1118,11 @@ impl Service {
                     t == f.tag || (t == Interference::Contended && f.tag == Interference::Isolated)
                 })
             })
-            .filter(|f| f.sms == partition || (monotone && f.sms > partition))
+            .filter(|f| {
+                f.sms == partition
+                    || (monotone && f.sms > partition)
+                    || held_at(sizes, f.sms) == Some(partition)
+            })
             .map(|f| {
                 let (floor_ns, scaled) = served_floor(f.ns, f.clock_mhz, clocks);
                 ObservedFloor {
@@ -1111,6 +1133,7 @@ impl Service {
                     at: f.at,
                     raised: false,
                     tag: Some(f.tag),
+                    held_below: held_at(sizes, f.sms).is_some(),
                 }
             })
             .max_by_key(|f| (f.floor_ns, std::cmp::Reverse(f.sms)))
@@ -1494,10 +1517,10 @@ fn inherited_floor(
     cal.inherited_floors
         .iter()
         .filter(|f| f.sms == entry.sms || (monotone && f.sms > entry.sms))
-        .max_by_key(|f| (f.ns, std::cmp::Reverse(f.sms)))
         .map(|f| {
-            // Raised into the table when carried over, so scaled as the table is.
-            let (floor_ns, scaled) = served_floor(f.ns, 0, clocks);
+            // Raised into the table when carried over, and stretched from its own series'
+            // fastest clock where that is above the table's.
+            let (floor_ns, scaled) = served_floor(f.ns, f.clock_mhz, clocks);
             ObservedFloor {
                 floor_ns,
                 reported_ns: f.ns,
@@ -1507,8 +1530,25 @@ fn inherited_floor(
                 // The bound served is this floor.
                 raised: floor_ns >= entry.bound_ns,
                 tag: None,
+                held_below: false,
             }
         })
+        .max_by_key(|f| (f.floor_ns, std::cmp::Reverse(f.sms)))
+}
+
+/// Where a floor reported at `sms` SMs holds a bound up besides its own size and, for a kernel
+/// never faster on fewer SMs, the sizes below: `None` at a size the device realises; else the
+/// largest realisable size below it (the smallest, below them all). Such a series is kept as it
+/// is: the placement probe may refuse a size at one start and accept it at the next, and a series
+/// dropped (or moved) as damage then left the size's bound below a time reported there. Until the
+/// size is realised again its floor holds up the size its bound would be read at, as one bit
+/// turning `"sms":8` into 9 in the file would otherwise have lost the floor at 8.
+fn held_at(sizes: &[u32], sms: u32) -> Option<u32> {
+    if sizes.contains(&sms) {
+        return None;
+    }
+    let below = sizes.iter().rev().copied().find(|&p| p <= sms);
+    below.or(sizes.first().copied())
 }
 
 /// A time reported in a series whose floor clock is `floor_clock` (0: none read), as it holds a
@@ -1537,6 +1577,11 @@ fn served_floor(
 fn raised_note(entry: &BoundEntry, floor: &ObservedFloor) -> String {
     let where_ = if floor.sms == entry.sms {
         format!("at {} SMs", floor.sms)
+    } else if floor.held_below {
+        format!(
+            "at {} SMs, a size this device does not realise now (held at the size below it)",
+            floor.sms
+        )
     } else {
         format!(
             "at {} SMs (this kernel is never faster on fewer SMs)",

@@ -524,6 +524,104 @@ fn a_reported_time_is_stretched_to_a_slower_clock_as_the_bound_is() {
     assert!(service.bound("srad", 8, None).unwrap() >= stretched);
 }
 
+/// A floor carried to a new configuration of the card (served stale there) keeps the fastest
+/// clock its series was reported at: reported at 2600 MHz over a calibration made at 1300, it is
+/// stretched from 2600 at a 1300 MHz clock under the new configuration as under the old. Carried
+/// without it, the bound halved across the change (a review found it).
+#[test]
+fn a_floor_carried_to_a_new_configuration_keeps_its_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |profile: DeviceProfile, mhz: u32, initial_calibration: bool| {
+        let clocked = SimOptions {
+            clock_mhz_override: Some(mhz),
+            ..SimOptions::default()
+        };
+        let config = ServiceConfig {
+            initial_calibration,
+            ..short_campaigns()
+        };
+        let gpu = SimGpu::new(profile, clocked);
+        Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0
+    };
+    let slow = at(DeviceProfile::h200(), 1300, false);
+    let mut events = slow.subscribe();
+    let job = slow.recalibrate(&["srad".to_string()]).unwrap();
+    while !slow.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    let seen = 2 * slow.bound("srad", 32, None).unwrap();
+    drop(slow);
+    let fast = at(DeviceProfile::h200(), 2600, false);
+    let overrun = fast.report("srad", 32, None, &[seen]).unwrap();
+    let saved = overrun
+        .save_generation
+        .expect("an overrun is saved before it is answered");
+    tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(fast.observations_saved(saved, std::time::Duration::from_secs(10)))
+        .unwrap();
+    drop(fast);
+    let mut reconfigured = DeviceProfile::h200();
+    reconfigured.sm_clock_mhz -= 100;
+    let after = at(reconfigured, 1300, false);
+    let info = after.bound_info("srad", 32, None).unwrap();
+    assert!(info.stale, "served from the old configuration");
+    assert!(
+        info.entry.bound_ns >= 2 * seen,
+        "{} < 2 x {seen}",
+        info.entry.bound_ns
+    );
+}
+
+/// A time reported at a size the device does not realise at one start (the placement probe
+/// refused it) is kept, and holds the bounds up again once the size is realised: treated as
+/// damage and moved to the size below, it was lost for good, and the size's bound came back below
+/// a time reported there (a review found it). Meanwhile it holds up the size below.
+#[test]
+fn a_time_reported_at_a_size_refused_at_a_later_start_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = srad_calibrated(dir.path());
+    let seen = 3 * service.bound("srad", 24, None).unwrap();
+    let overrun = service.report("srad", 24, None, &[seen]).unwrap();
+    let saved = overrun
+        .save_generation
+        .expect("an overrun is saved before it is answered");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let limit = std::time::Duration::from_secs(10);
+    runtime
+        .block_on(service.observations_saved(saved, limit))
+        .unwrap();
+    drop(service);
+    let start = |step: u32| {
+        let mut profile = DeviceProfile::h200();
+        profile.partition_step_sms = step;
+        let gpu = SimGpu::new(profile, SimOptions::default());
+        let config = ServiceConfig {
+            initial_calibration: false,
+            ..ServiceConfig::default()
+        };
+        Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0
+    };
+    let refused = start(16);
+    assert!(!refused.device().partition_sizes.contains(&24));
+    assert!(
+        refused.bound("srad", 16, None).unwrap() >= seen,
+        "held below"
+    );
+    // A save while the size is refused keeps the series.
+    refused.report("srad", 16, None, &[1]).unwrap();
+    assert!(refused.save_observations().is_none());
+    drop(refused);
+    let realised = start(8);
+    let info = realised.bound_info("srad", 24, None).unwrap();
+    assert!(
+        info.entry.bound_ns >= seen,
+        "{} < {seen}",
+        info.entry.bound_ns
+    );
+    assert_eq!(info.observed.map(|f| f.sms), Some(24));
+}
+
 /// A time below the bound is saved before it is answered only where the next calibration
 /// stands on it: bounds that are current wait for the periodic save, stale ones (which a
 /// recalibration will replace) do not; a time that raises no floor never waits.
@@ -601,7 +699,7 @@ fn floors_are_journalled_after_the_last_save_and_a_broken_journal_costs_a_save()
     let floor = |obs: &crate::observe::ReportedTimes| {
         obs.kernel("srad").unwrap()[&(32, Interference::Isolated)].floor_ns
     };
-    assert_eq!(floor(&file.load_any_size().0), bound / 2);
+    assert_eq!(floor(&file.load().0), bound / 2);
 
     let journal = file.journal_paths().0;
     std::fs::remove_file(&journal).unwrap();
@@ -618,7 +716,7 @@ fn floors_are_journalled_after_the_last_save_and_a_broken_journal_costs_a_save()
         .block_on(service.floors_journalled(seq, wait))
         .expect("saved instead");
     drop(service);
-    assert_eq!(floor(&file.load_any_size().0), bound * 2 / 3);
+    assert_eq!(floor(&file.load().0), bound * 2 / 3);
 }
 
 /// A service with [`short_campaigns`] whose state has `kernel` calibrated under both tags,
@@ -1086,7 +1184,10 @@ fn floors_of_an_intermediate_configuration_hold_up_the_stale_bounds() {
             "{case}: {} < {seen}",
             info.entry.bound_ns
         );
-        assert_eq!(info.observed.map(|f| f.floor_ns), Some(seen), "{case}");
+        // As reported; served stretched from the clock it ran at to this configuration's.
+        let floor = info.observed.expect("the floor is named");
+        assert_eq!(floor.reported_ns, seen, "{case}");
+        assert!(floor.floor_ns >= seen && info.entry.bound_ns >= floor.floor_ns);
         let health = third.health();
         let named = health.contains("not usable, so not served stale")
             && health.contains(&b_file.display().to_string());
@@ -1181,12 +1282,21 @@ fn a_stale_calibration_keeps_the_floors_reported_under_it() {
             "{notes}"
         );
         // GetBoundInfo's `observed_floor_ns` names the floor that holds the bound up.
+        // As reported; served stretched by the clock the card lost with its configuration.
         let floor = info.observed.expect("the inherited floor is named");
-        assert_eq!((floor.floor_ns, floor.sms), (seen, 32), "{tag:?}");
-        assert_eq!(floor.raised, info.entry.bound_ns == seen, "{tag:?}");
+        assert_eq!((floor.reported_ns, floor.sms), (seen, 32), "{tag:?}");
+        assert_eq!(floor.floor_ns, stretch(seen, 1980, 1880), "{tag:?}");
+        assert_eq!(
+            floor.raised,
+            info.entry.bound_ns == floor.floor_ns,
+            "{tag:?}"
+        );
     }
     let at_8 = after.bound_info("srad", 8, None).unwrap();
-    assert_eq!(at_8.observed.map(|f| (f.floor_ns, f.sms)), Some((seen, 32)));
+    assert_eq!(
+        at_8.observed.map(|f| (f.reported_ns, f.sms)),
+        Some((seen, 32))
+    );
     // A job saves the snapshot under this fingerprint, the stale srad with it: after a
     // restart the floor is still named.
     let mut events = after.subscribe();
@@ -1200,7 +1310,7 @@ fn a_stale_calibration_keeps_the_floors_reported_under_it() {
     let after = short_campaign_service_on(reclocked, dir.path());
     let again = after.bound_info("srad", 32, None).unwrap();
     assert!(again.stale);
-    assert_eq!(again.observed.map(|f| f.floor_ns), Some(seen));
+    assert_eq!(again.observed.map(|f| f.reported_ns), Some(seen));
     let smaller = after
         .bound("srad", 8, Some(Interference::Isolated))
         .unwrap();
@@ -1429,7 +1539,7 @@ fn a_carried_overrun_survives_a_restart() {
             .block_on(service.observations_saved(every_change, std::time::Duration::from_secs(10)))
             .expect("the carried times are saved without being asked");
         let file = crate::observe::ObservationFile::new(dir.path(), &service.device().fingerprint);
-        let on_disk = file.load_any_size().0;
+        let on_disk = file.load().0;
         assert_eq!(carried(&on_disk, 32, Interference::Contended), 1);
         assert_eq!(carried(&on_disk, 64, Interference::Isolated), 1);
         assert_eq!(service.save_observations(), None);
