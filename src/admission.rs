@@ -181,6 +181,10 @@ pub trait BoundSource {
     fn partition_sizes(&self) -> Vec<u32>;
     /// The exceedance per launch bounds are configured to be stated at.
     fn configured_exceedance(&self) -> f64;
+    /// How a `wcetctl` command a verdict advises starts: the bounds are one device's, and so
+    /// must be the recalibration or reload that makes them usable
+    /// ([`crate::service::ServiceConfig::wcetctl`]).
+    fn wcetctl(&self) -> String;
     /// The bound of one launch of `kernel` on exactly `partition` SMs (a realisable size),
     /// measured under `interference`, or `GetBound`'s when `None` (the larger of the tags', and
     /// held up by launch times reported under a tag that has no calibration); `NotCalibrated`
@@ -461,12 +465,14 @@ impl<'a> Lookup<'a> {
         out.exceedance_sum += exceedance;
         out.stale |= stale;
         let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
+        let wcetctl = self.src.wcetctl();
         if !launch.contended_exists {
             out.interference = Interference::Isolated;
             if self.co_running {
                 self.refused.push(format!(
                     "{what}: no contended bound; tasks on distinct partitions run at once, so their verdict needs bounds measured with a memory stressor on the other SMs (an isolated bound can be many times too low); {}",
                     how_to_calibrate(
+                        &wcetctl,
                         kernel,
                         Some(Interference::Contended),
                         used.iter().all(|b| b.runnable)
@@ -513,25 +519,26 @@ impl<'a> Lookup<'a> {
         other_model: bool,
         runnable: bool,
     ) {
+        let wcetctl = self.src.wcetctl();
         if other_model {
             self.refused.push(format!(
                 "{what}: bound was measured on another GPU model and is no evidence about this one, so it is not admitted even with accept_stale; {}",
-                how_to_calibrate(kernel, None, runnable)
+                how_to_calibrate(&wcetctl, kernel, None, runnable)
             ));
             return;
         }
         let note = match remedy {
             Remedy::Reload => format!(
-                "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `wcetctl kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
+                "{what}: bound is stale (a module or fill file of the kernel changed on disk since its manifest was loaded); reload with `{wcetctl} kernels reload` or Calibration1.ReloadKernels(), which calibrates it"
             ),
             Remedy::BeingRecalibrated(job) => format!(
-                "{what}: bound is stale, and calibration job {job} is measuring it now (current when the job ends: `wcetctl jobs`)"
+                "{what}: bound is stale, and calibration job {job} is measuring it now (current when the job ends: `{wcetctl} jobs`)"
             ),
             Remedy::ImportAgain => format!(
-                "{what}: bound is stale (imported for another device, driver or clock policy, and the daemon has nothing to run for it); import measurements made under this configuration (`wcetctl import` or `wcetctl import-calibration`)"
+                "{what}: bound is stale (imported for another device, driver or clock policy, and the daemon has nothing to run for it); import measurements made under this configuration (`{wcetctl} import` or `{wcetctl} import-calibration`)"
             ),
             Remedy::Recalibrate => format!(
-                "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
+                "{what}: bound is stale (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate with `{wcetctl} recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"])"
             ),
         };
         if self.policy.accept_stale {
@@ -539,7 +546,7 @@ impl<'a> Lookup<'a> {
                 .push(format!("{note}; accepted by accept_stale"));
         } else {
             self.refused.push(format!(
-                "{note}, or accept it with option accept_stale (wcetctl admit --accept-stale)"
+                "{note}, or accept it with option accept_stale ({wcetctl} admit --accept-stale)"
             ));
         }
     }
@@ -557,8 +564,9 @@ impl<'a> Lookup<'a> {
                 None => format!("the configured {configured:e}"),
                 Some(_) => format!("the accept_exceedance {acceptable:e} asked for"),
             };
+            let wcetctl = self.src.wcetctl();
             self.refused.push(format!(
-                "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than {than}; accept it with option accept_exceedance >= {exceedance:e} (wcetctl admit --accept-exceedance {exceedance:e})"
+                "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than {than}; accept it with option accept_exceedance >= {exceedance:e} ({wcetctl} admit --accept-exceedance {exceedance:e})"
             ));
         } else if crate::model::weaker_than(exceedance, configured) {
             self.accepted.push(format!(
@@ -1075,6 +1083,9 @@ mod tests {
         }
         fn configured_exceedance(&self) -> f64 {
             1e-9
+        }
+        fn wcetctl(&self) -> String {
+            "wcetctl".into()
         }
         fn bound(
             &self,

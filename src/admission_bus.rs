@@ -41,6 +41,10 @@ impl BoundSource for ServiceAt {
         self.service.configured_exceedance()
     }
 
+    fn wcetctl(&self) -> String {
+        self.service.wcetctl()
+    }
+
     /// Clock-scaled, as `GetBound` serves it.
     fn bound(
         &self,

@@ -28,20 +28,26 @@ pub enum ServiceError {
 
 pub type Result<T> = std::result::Result<T, ServiceError>;
 
-/// How to get a calibration of `kernel`, on the command line and on the bus: measured here when
-/// the daemon can run it (`runnable`), otherwise imported, since it has nothing to measure.
-pub fn how_to_calibrate(kernel: &str, tag: Option<Interference>, runnable: bool) -> String {
+/// How to get a calibration of `kernel`, on the command line (starting `wcetctl`, as
+/// [`crate::service::ServiceConfig::wcetctl`] says for the device) and on the bus: measured here
+/// when the daemon can run it (`runnable`), otherwise imported, since it has nothing to measure.
+pub fn how_to_calibrate(
+    wcetctl: &str,
+    kernel: &str,
+    tag: Option<Interference>,
+    runnable: bool,
+) -> String {
     match (tag, runnable) {
         (Some(t), true) => format!(
-            "get it with `wcetctl recalibrate --interference {t} {kernel}` or Calibration1.RecalibrateWith([\"{kernel}\"], {{\"interference\": <[\"{t}\"]>}}), then wait for JobFinished"
+            "get it with `{wcetctl} recalibrate --interference {t} {kernel}` or Calibration1.RecalibrateWith([\"{kernel}\"], {{\"interference\": <[\"{t}\"]>}}), then wait for JobFinished"
         ),
         (None, true) => format!(
-            "get it with `wcetctl recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"]), then wait for JobFinished"
+            "get it with `{wcetctl} recalibrate {kernel}` or Calibration1.Recalibrate([\"{kernel}\"]), then wait for JobFinished"
         ),
         (tag, false) => {
             let t = tag.unwrap_or(Interference::Isolated);
             format!(
-                "the daemon has nothing to run for `{kernel}` (its bounds are imported), so import samples measured under {t}: `wcetctl import --interference {t} --samples FILE` or Calibration1.ImportSamples(\"{kernel}\", samples, {{\"interference\": <\"{t}\">}}), then wait for JobFinished"
+                "the daemon has nothing to run for `{kernel}` (its bounds are imported), so import samples measured under {t}: `{wcetctl} import --interference {t} --samples FILE` or Calibration1.ImportSamples(\"{kernel}\", samples, {{\"interference\": <\"{t}\">}}), then wait for JobFinished"
             )
         }
     }
@@ -55,13 +61,13 @@ mod tests {
     /// refused: it has nothing to run for it.
     #[test]
     fn the_advice_for_an_imported_kernel_is_to_import() {
-        let imported = how_to_calibrate("lab.k", Some(Interference::Contended), false);
+        let imported = how_to_calibrate("wcetctl", "lab.k", Some(Interference::Contended), false);
         assert!(
             imported.contains("`wcetctl import --interference contended --samples FILE`"),
             "{imported}"
         );
         assert!(!imported.contains("recalibrate"), "{imported}");
-        let measured = how_to_calibrate("bfs", Some(Interference::Contended), true);
+        let measured = how_to_calibrate("wcetctl", "bfs", Some(Interference::Contended), true);
         assert!(
             measured.contains("`wcetctl recalibrate --interference contended bfs`"),
             "{measured}"

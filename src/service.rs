@@ -103,6 +103,23 @@ pub struct ServiceConfig {
     /// real GPU, 0 on the simulator. [`Service::load`] writes it into
     /// `recipe.method_config.process_shift` (whatever that held), once the device is known.
     pub process_shift: Option<f64>,
+    /// How many devices the daemon serves. With more than one, a command this device's
+    /// messages advise names it ([`ServiceConfig::wcetctl`]): a plain `wcetctl` talks to the
+    /// default device's object, so run as printed it would act on another card.
+    pub devices_served: usize,
+}
+
+impl ServiceConfig {
+    /// How a `wcetctl` command this device's messages advise starts: `wcetctl --gpu N` where
+    /// the daemon serves several devices, plain `wcetctl` (as right, and shorter) where it
+    /// serves one.
+    pub fn wcetctl(&self) -> String {
+        if self.devices_served > 1 {
+            format!("wcetctl --gpu {}", self.gpu)
+        } else {
+            "wcetctl".to_string()
+        }
+    }
 }
 
 impl Default for ServiceConfig {
@@ -117,6 +134,7 @@ impl Default for ServiceConfig {
             monitor: MonitorConfig::default(),
             gpu: 0,
             process_shift: None,
+            devices_served: 1,
         }
     }
 }
@@ -444,6 +462,11 @@ impl GpuWorker {
 }
 
 impl Service {
+    /// How a `wcetctl` command this device's messages advise starts ([`ServiceConfig::wcetctl`]).
+    pub fn wcetctl(&self) -> String {
+        self.inner.config.wcetctl()
+    }
+
     /// [`Service::load`], [`Service::calibrate_missing`] (its job number is returned), and the
     /// GPU worker started.
     pub fn start(gpu: Box<dyn Gpu>, store: Store, config: ServiceConfig) -> (Service, Option<u64>) {
@@ -599,9 +622,10 @@ impl Service {
                     Some((end, _)) => format!("{file} ({}...)", &why[..end]),
                 })
                 .collect();
+            let reload = format!("`{} kernels reload`", self.wcetctl());
             why.push(format!(
-                "kernel manifests rejected at the last reload: {}; fix them and run `wcetctl kernels reload`",
-                names_in_a_message_listed_by(&files, "`wcetctl kernels reload`")
+                "kernel manifests rejected at the last reload: {}; fix them and run {reload}",
+                names_in_a_message_listed_by(&files, &reload)
             ));
         }
         drop(rejected);
@@ -775,7 +799,7 @@ impl Service {
     /// The kernels served, for an error message: the first [`NAMES_IN_A_MESSAGE`] and how many
     /// more (a daemon with thousands of imported kernels once named all of them in one line).
     fn some_kernels(&self) -> String {
-        names_in_a_message(&self.list_kernels())
+        names_in_a_message(&self.list_kernels(), &self.wcetctl())
     }
 
     fn known(&self, kernel: &str) -> Result<()> {
@@ -843,6 +867,7 @@ impl Service {
                 at_start.map(|r| ("at start", r))
             });
         const REASON: usize = 400;
+        let wcetctl = self.wcetctl();
         Some(match rejected {
             Some((when, (file, why))) => {
                 let why = match why.char_indices().nth(REASON) {
@@ -850,11 +875,11 @@ impl Service {
                     Some((end, _)) => format!("{}...", &why[..end]),
                 };
                 format!(
-                    "kernel `{kernel}` is not served: its manifest {file} was rejected {when} ({why}); its bounds wait in the store: fix the file and run `wcetctl kernels reload`"
+                    "kernel `{kernel}` is not served: its manifest {file} was rejected {when} ({why}); its bounds wait in the store: fix the file and run `{wcetctl} kernels reload`"
                 )
             }
             None => format!(
-                "kernel `{kernel}` is not served: no manifest loaded now defines it; its bounds ({}, from {}) wait in the store until a manifest with the same code is loaded (`wcetctl kernels reload`)",
+                "kernel `{kernel}` is not served: no manifest loaded now defines it; its bounds ({}, from {}) wait in the store until a manifest with the same code is loaded (`{wcetctl} kernels reload`)",
                 cal.id, cal.source
             ),
         })
@@ -911,13 +936,14 @@ impl Service {
             }
             // A job that names it may be a calibration or an import: it is named, not described,
             // and no other job is advised while it is queued or runs.
+            let wcetctl = self.wcetctl();
             ServiceError::NotCalibrated(match job {
                 Some(j) => format!(
-                    "kernel `{kernel}` has no {which}calibration yet; job {j} (queued or running) names it: wait for its JobFinished (`wcetctl jobs` says what it does)"
+                    "kernel `{kernel}` has no {which}calibration yet; job {j} (queued or running) names it: wait for its JobFinished (`{wcetctl} jobs` says what it does)"
                 ),
                 None => format!(
                     "kernel `{kernel}` has no {which}calibration yet; {}",
-                    how_to_calibrate(kernel, tag, spec.is_some())
+                    how_to_calibrate(&wcetctl, kernel, tag, spec.is_some())
                 ),
             })
         })
@@ -1138,7 +1164,8 @@ impl Service {
         let files_changed = self.files_changed(kernel);
         match &files_changed {
             Some(code_watch::OffDisk::Changed(why)) => notes.push(format!(
-                "stale: {why}; reload the kernels (`wcetctl kernels reload`), which calibrates it if it is not the code these bounds were measured for"
+                "stale: {why}; reload the kernels (`{wcetctl} kernels reload`), which calibrates it if it is not the code these bounds were measured for",
+                wcetctl = self.wcetctl()
             )),
             Some(code_watch::OffDisk::Unreadable(why)) => notes.push(format!(
                 "stale: {why}; whether the code changed is unknown: make the files readable by the daemon again (current again at once if unchanged; a reload rejects the manifest until then)"
@@ -1433,12 +1460,13 @@ fn kernels_at_start(
 /// Health at start ([`initial_health`]) from what this start and earlier ones set aside since the
 /// last successful job (store and observation files), other configurations' files that cannot be
 /// used, a job the last run did not finish, and the manifests `rejected`; with the record of
-/// jobs it was read from.
+/// jobs it was read from. Its commands start `wcetctl` ([`ServiceConfig::wcetctl`]).
 fn health_at_start(
     store: &Store,
     device: &DeviceInfo,
     monitor: &monitor::MonitorState,
     rejected: &[(String, String)],
+    wcetctl: &str,
 ) -> (String, interrupted::JobRecords) {
     let mut moved_aside = store.quarantined();
     moved_aside.extend(monitor.moved_aside());
@@ -1449,11 +1477,18 @@ fn health_at_start(
         .collect();
     let job_record = interrupted::JobRecords::of(store, device);
     let moved_aside = job_record.set_aside(&moved_aside);
-    let interrupted = interrupted::read(job_record.path());
+    let interrupted = interrupted::read(job_record.path(), wcetctl);
     if let Some(why) = &interrupted {
         tracing::warn!(path = %job_record.path().display(), "{why}");
     }
-    let health = initial_health(device, interrupted, &moved_aside, &unusable, rejected);
+    let health = initial_health(
+        device,
+        interrupted,
+        &moved_aside,
+        &unusable,
+        rejected,
+        wcetctl,
+    );
     (health, job_record)
 }
 
@@ -1468,6 +1503,7 @@ fn initial_health(
     moved_aside: &[String],
     unusable_others: &[String],
     manifests_rejected: &[(String, String)],
+    wcetctl: &str,
 ) -> String {
     let mut why: Vec<String> = interrupted.into_iter().collect();
     if !device.unusable_sizes.is_empty() {
@@ -1499,7 +1535,7 @@ fn initial_health(
             .map(|(file, why)| format!("{file} ({why})"))
             .collect();
         why.push(format!(
-            "kernel manifests rejected at start, their kernels are not served: {}; fix them and run `wcetctl kernels reload`",
+            "kernel manifests rejected at start, their kernels are not served: {}; fix them and run `{wcetctl} kernels reload`",
             files.join("; ")
         ));
     }
@@ -1653,9 +1689,9 @@ fn typical_and_mean(times: &[u64]) -> (u64, u64) {
 const NAMES_IN_A_MESSAGE: usize = 20;
 
 /// `names` joined with commas, at most [`NAMES_IN_A_MESSAGE`] of them, then how many more and
-/// where the whole list is.
-fn names_in_a_message(names: &[String]) -> String {
-    names_in_a_message_listed_by(names, "`wcetctl list` or Bounds1.ListKernels()")
+/// where the whole list is (`wcetctl list`, started as [`ServiceConfig::wcetctl`] says).
+fn names_in_a_message(names: &[String], wcetctl: &str) -> String {
+    names_in_a_message_listed_by(names, &format!("`{wcetctl} list` or Bounds1.ListKernels()"))
 }
 
 /// [`names_in_a_message`], naming `where_listed` for the whole list.
@@ -1703,7 +1739,8 @@ impl Inner {
             config.monitor.clone(),
         ));
         monitor::spawn_saver(Arc::clone(&monitor), span.clone());
-        let (health, job_record) = health_at_start(store, &device, &monitor, &rejected);
+        let (health, job_record) =
+            health_at_start(store, &device, &monitor, &rejected, &config.wcetctl());
         let losses = device_losses::DeviceLosses::load(store, &device, config.gpu);
         Inner {
             device,

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{error_name, Daemon, WAIT};
 use futures_util::StreamExt;
+use wcetd::admission_bus::{Admission1Proxy, WireTask};
 use wcetd::client::{BoundsProxy, CalibrationProxy};
 use wcetd::monitor_bus::Monitor1Proxy;
 
@@ -66,6 +67,65 @@ async fn both_devices_serve_and_the_root_answers_for_the_default() {
         devices,
         "every object lists every device"
     );
+}
+
+/// A command a GPU's message advises acts on that GPU when run exactly as printed. Found by a
+/// black-box review: GPU 1 refused a co-running set for want of contended bounds and advised a
+/// plain `wcetctl recalibrate ...`, which recalibrated the default GPU; GPU 1 went on refusing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpus_advice_run_as_printed_acts_on_that_gpu() {
+    let d = Daemon::start(&[
+        "--sim-devices",
+        "2",
+        "--no-initial-calibration",
+        "--delay-probe-launches",
+        "0",
+        "--interference",
+        "isolated",
+    ])
+    .await;
+    let gpu1 = "/org/wcetd/Wcetd1/gpu/1";
+    let (state, message) = calibrate_at(&d, gpu1, &["srad"]).await;
+    assert_eq!(state, "done", "{message}");
+    let uncalibrated = bounds_at(&d, gpu1).await.get_bound("bfs", 64).await;
+    let said = uncalibrated.unwrap_err().to_string();
+    assert!(said.contains("`wcetctl --gpu 1 recalibrate bfs`"), "{said}");
+
+    let admission = Admission1Proxy::builder(&d.conn)
+        .path(gpu1)
+        .build()
+        .await
+        .unwrap();
+    let set: Vec<WireTask> = ["detect", "plan"]
+        .map(|t| {
+            (
+                t.into(),
+                vec!["srad".into()],
+                64,
+                1_000_000_000,
+                1_000_000_000,
+            )
+        })
+        .into();
+    let refused = admission.check(&set).await.unwrap_err().to_string();
+    let advised = refused
+        .split('`')
+        .find(|s| s.starts_with("wcetctl "))
+        .unwrap_or_else(|| panic!("no command in {refused}"));
+    assert!(
+        advised.starts_with("wcetctl --gpu 1 recalibrate --interference contended"),
+        "{refused}"
+    );
+    let (ok, out, err) = common::wcetctl(
+        d.bus.address(),
+        &advised.split(' ').collect::<Vec<_>>()[1..],
+    );
+    assert!(ok, "`{advised}`: {out}{err}");
+    // Analysed now, on the contended bounds the command measured; GPU 0 was left alone.
+    admission.check(&set).await.unwrap();
+    let gpu0 = bounds_at(&d, "/org/wcetd/Wcetd1/gpu/0").await;
+    let err = gpu0.get_bound("srad", 64).await.unwrap_err();
+    assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -617,6 +617,7 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
     }
     let mut services = Vec::new();
     let mut workers = Vec::new();
+    let devices_served = gpus.len();
     for (n, gpu) in gpus {
         // Each device its own store handle (its own file, by fingerprint), worker and queue.
         let store = store::Store::open(state_dir)?;
@@ -625,6 +626,7 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
             prediction: device_description(args, &gpu.info().name)?,
             kernel_dirs: args.kernel_dirs.clone(),
             gpu: n,
+            devices_served,
             ..service_config(args)
         };
         let (service, worker) = Service::load(gpu, store, config);
@@ -812,9 +814,10 @@ fn announce(
         );
     }
     println!("wcetd: state in {}", state_dir.display());
-    for (n, job) in jobs {
+    for ((_, service), (n, job)) in services.iter().zip(jobs) {
         if let Some(job) = job {
-            println!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each interference is measured (`wcetctl jobs`)");
+            let wcetctl = service.wcetctl();
+            println!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each interference is measured (`{wcetctl} jobs`)");
         }
     }
     let unique = conn

@@ -104,7 +104,7 @@ fn watch_once(inner: &Inner, watch: &mut CodeWatch) {
         .unwrap_or_else(PoisonError::into_inner);
     for name in &flipped {
         match changed.get(name) {
-            Some((_, OffDisk::Changed(why))) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`wcetctl kernels reload`) to calibrate it"),
+            Some((_, OffDisk::Changed(why))) => tracing::warn!("bounds of {name} are stale: {why}; reload the kernels (`{} kernels reload`) to calibrate it", inner.config.wcetctl()),
             Some((_, OffDisk::Unreadable(why))) => tracing::warn!("bounds of {name} are stale: {why}; make the files readable by the daemon again (the bounds are current again as soon as they are, if unchanged)"),
             None => tracing::info!("the files of {name} are again those it was loaded with"),
         }

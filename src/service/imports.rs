@@ -108,9 +108,10 @@ impl Service {
             }
         }
         if calibrations.is_empty() {
-            return Err(ServiceError::NotCalibrated(
-                "nothing to export: no current (not stale) calibration of the kernels asked for; calibrate first (`wcetctl recalibrate`)".into(),
-            ));
+            return Err(ServiceError::NotCalibrated(format!(
+                "nothing to export: no current (not stale) calibration of the kernels asked for; calibrate first (`{} recalibrate`)",
+                self.wcetctl()
+            )));
         }
         Ok(crate::bundle::Bundle {
             format: crate::bundle::FORMAT,
@@ -229,8 +230,9 @@ impl Service {
         let diffs = crate::bundle::differences(&self.inner.device.fingerprint, &bundle.fingerprint);
         if !diffs.is_empty() && !force {
             return Err(ServiceError::InvalidArgs(format!(
-                "the bundle was measured under another configuration: {}; accepted: a bundle from a device with the same model, driver, CUDA version and clock policy, or force (`wcetctl import-calibration --force`) to import it as stale",
-                diffs.join("; ")
+                "the bundle was measured under another configuration: {}; accepted: a bundle from a device with the same model, driver, CUDA version and clock policy, or force (`{} import-calibration --force`) to import it as stale",
+                diffs.join("; "),
+                self.wcetctl()
             )));
         }
         self.refuse_missing_sizes(bundle)?;
@@ -242,7 +244,7 @@ impl Service {
             .calibrations
             .iter()
             .map(|e| (e.kernel.as_str(), e.calibration.code.as_str()));
-        if let Some(why) = bundle_of_other_code(&self.catalogue(), entries) {
+        if let Some(why) = bundle_of_other_code(&self.catalogue(), entries, &self.wcetctl()) {
             return Err(ServiceError::InvalidArgs(format!(
                 "{why}; nothing imported"
             )));
@@ -422,19 +424,22 @@ fn measured_here(inner: &Inner, kernel: &str, tag: Interference, code: &str) -> 
     let waiting = spec.is_none() && cal.origin == Origin::Manifest;
     let this_device = cal.environment().fingerprint == inner.device.fingerprint;
     (own && this_device && (same_code || waiting)).then(|| format!(
-        "`{kernel}` has {tag} bounds this daemon measured on this device (calibration {}{}), and imported samples would replace launches timed here with ones timed elsewhere; accepted: samples of a kernel with no current {tag} calibration measured here. Recalibrate it to refresh them (`wcetctl recalibrate {kernel}`), or import the samples under another name",
+        "`{kernel}` has {tag} bounds this daemon measured on this device (calibration {}{}), and imported samples would replace launches timed here with ones timed elsewhere; accepted: samples of a kernel with no current {tag} calibration measured here. Recalibrate it to refresh them (`{} recalibrate {kernel}`), or import the samples under another name",
         cal.id,
-        if waiting { ", kept for its manifest, which is not loaded now" } else { ", for the code it has now" }
+        if waiting { ", kept for its manifest, which is not loaded now" } else { ", for the code it has now" },
+        inner.config.wcetctl()
     ))
 }
 
 /// Why a bundle's calibrations, as (kernel, code digest), are not of the code this daemon loads:
 /// a kernel whose code differs, or that only a manifest not loaded now had (its measured
 /// calibration waits in the store for it). None when every one is of the current code, or of a
-/// kernel known only from imports (no code).
+/// kernel known only from imports (no code). The reload it advises starts `wcetctl`
+/// ([`super::ServiceConfig::wcetctl`]).
 fn bundle_of_other_code<'a>(
     catalogue: &Catalogue,
     entries: impl Iterator<Item = (&'a str, &'a str)>,
+    wcetctl: &str,
 ) -> Option<String> {
     let mut names: Vec<&str> = entries
         .filter(|&(kernel, code)| {
@@ -448,7 +453,7 @@ fn bundle_of_other_code<'a>(
     names.sort_unstable();
     names.dedup();
     (!names.is_empty()).then(|| format!(
-        "the bundle holds bounds of other code than this daemon loads under the names {} (changed, or a manifest not loaded now); accepted: a bundle exported by a daemon with the same manifests, modules and fill files (`wcetctl kernels reload` after updating them here)",
+        "the bundle holds bounds of other code than this daemon loads under the names {} (changed, or a manifest not loaded now); accepted: a bundle exported by a daemon with the same manifests, modules and fill files (`{wcetctl} kernels reload` after updating them here)",
         names.join(", ")
     ))
 }
@@ -475,7 +480,7 @@ pub(super) fn import_bundle(
     let entries = calibrations
         .iter()
         .map(|(_, name, cal)| (name.as_str(), cal.code.as_str()));
-    if let Some(why) = bundle_of_other_code(&catalogue, entries) {
+    if let Some(why) = bundle_of_other_code(&catalogue, entries, &inner.config.wcetctl()) {
         return (JobState::Failed, format!("{why}; nothing imported"));
     }
     let (own, refitted) = match refit_bundle(inner, calibrations) {

@@ -219,9 +219,10 @@ const SET_ASIDE_KEPT: usize = 5;
 /// Interrupted jobs of each kind (started, queued) that `Health` describes one by one.
 const SHOWN: usize = 3;
 
-/// At start: what earlier runs left unfinished, for `Health`. The records stay until a job
+/// At start: what earlier runs left unfinished, for `Health`, with the commands to run again
+/// (starting `wcetctl`, as [`super::ServiceConfig::wcetctl`] says). The records stay until a job
 /// succeeds.
-pub(super) fn read(path: &Path) -> Option<String> {
+pub(super) fn read(path: &Path, wcetctl: &str) -> Option<String> {
     let all = match records(path) {
         Ok(all) if all.is_empty() => return None,
         Ok(all) => all,
@@ -233,7 +234,7 @@ pub(super) fn read(path: &Path) -> Option<String> {
         }
     };
     let (running, waiting) = (listed(&all, false), listed(&all, true));
-    let again = to_run_again(&all);
+    let again = to_run_again(&all, wcetctl);
     let during = match (running.is_empty(), waiting.is_empty()) {
         (false, true) => format!("during {}", running.join(" and ")),
         (true, false) => format!("before {} started", waiting.join(" and ")),
@@ -283,7 +284,7 @@ fn listed(all: &[Record], queued: bool) -> Vec<String> {
 
 /// What the operator runs to redo the interrupted work: a recalibration of every kernel an
 /// interrupted calibration named, and the import again where an import was interrupted.
-fn to_run_again(all: &[Record]) -> Vec<String> {
+fn to_run_again(all: &[Record], wcetctl: &str) -> Vec<String> {
     let mut kernels: Vec<&str> = all
         .iter()
         .filter(|r| r.what == "calibrating")
@@ -293,7 +294,7 @@ fn to_run_again(all: &[Record]) -> Vec<String> {
     kernels.dedup();
     let mut again = Vec::new();
     if !kernels.is_empty() {
-        again.push(format!("`wcetctl recalibrate {}`", kernels.join(" ")));
+        again.push(format!("`{wcetctl} recalibrate {}`", kernels.join(" ")));
     }
     if all.iter().any(|r| r.what != "calibrating") {
         again.push("the import again".to_string());
@@ -320,7 +321,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let records = at(dir.path().join("job-running-x.json"));
         std::fs::write(records.path(), "{").unwrap();
-        assert!(read(records.path()).unwrap().contains("cannot be read"));
+        assert!(read(records.path(), "wcetctl")
+            .unwrap()
+            .contains("cannot be read"));
         records.queued(1, "calibrating", &["lud".into()]);
         let aside = |prefix: &str| {
             std::fs::read_dir(dir.path())
@@ -334,7 +337,7 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(aside("job-running-x.json"), [b"{".to_vec()]);
-        assert!(read(records.path()).unwrap().contains("lud"));
+        assert!(read(records.path(), "wcetctl").unwrap().contains("lud"));
         std::fs::write(&records.set_aside, "[\"a (bad)\"").unwrap();
         let notices = records.set_aside(&[]);
         assert!(
@@ -399,7 +402,7 @@ mod tests {
         records.queued(1, "calibrating", &kernels("lud"));
         records.queued(2, "calibrating", &kernels("srad"));
         records.started(1, "calibrating", &kernels("lud"));
-        let said = read(records.path()).unwrap();
+        let said = read(records.path(), "wcetctl").unwrap();
         assert!(
             said.contains(&format!(
                 "during job 1 of pid {pid} (calibrating bfs, started"
@@ -412,7 +415,7 @@ mod tests {
         );
         // This run's job 1 ended well: the earlier run's job 1 goes too, queued job 2 stays.
         records.ended(1, true);
-        let said = read(records.path()).unwrap();
+        let said = read(records.path(), "wcetctl").unwrap();
         assert!(
             said.starts_with(&format!(
                 "an earlier run ended before job 2 of pid {pid} (calibrating srad, queued"
@@ -421,7 +424,7 @@ mod tests {
             "{said}"
         );
         records.ended(2, false);
-        assert_eq!(read(records.path()), None);
+        assert_eq!(read(records.path(), "wcetctl"), None);
         assert!(!records.path().exists());
     }
 
@@ -443,7 +446,7 @@ mod tests {
             })
             .collect();
         write(&path, &all);
-        let said = read(&path).unwrap();
+        let said = read(&path, "wcetctl").unwrap();
         assert!(
             said.contains("during 7 earlier jobs and job 1 of pid 107 (calibrating k7"),
             "{said}"

@@ -84,7 +84,8 @@ impl Service {
             });
         if taken.is_err() {
             return Err(ServiceError::Busy(format!(
-                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`wcetctl jobs` or Calibration1.ListJobs() shows the queue)"
+                "{limit} calibration jobs are already waiting; accepted: retry after a JobFinished signal (`{} jobs` or Calibration1.ListJobs() shows the queue)",
+                self.wcetctl()
             )));
         }
         Ok(())
@@ -130,7 +131,7 @@ impl Service {
             let spec = catalogue.get(name).ok_or_else(|| {
                 ServiceError::InvalidArgs(format!(
                     "kernel `{name}` was calibrated elsewhere (imported) and has nothing to run here; accepted for recalibration: {}",
-                    names_in_a_message(&catalogue.names())
+                    names_in_a_message(&catalogue.names(), &self.wcetctl())
                 ))
             })?;
             if !specs.iter().any(|s| s.name == spec.name) {
@@ -158,7 +159,7 @@ impl Service {
             .unwrap_or_else(PoisonError::into_inner);
         jobs.get(&id)
             .map(|(s, _)| s.clone())
-            .ok_or_else(|| no_such_job(id, &jobs))
+            .ok_or_else(|| no_such_job(id, &jobs, &self.wcetctl()))
     }
 
     pub fn cancel_job(&self, id: u64) -> Result<()> {
@@ -169,7 +170,9 @@ impl Service {
             .jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let (status, cancel) = jobs.get(&id).ok_or_else(|| no_such_job(id, &jobs))?;
+        let (status, cancel) = jobs
+            .get(&id)
+            .ok_or_else(|| no_such_job(id, &jobs, &self.wcetctl()))?;
         let status = status.clone();
         if status.state.finished() {
             return Err(ServiceError::InvalidArgs(format!(
@@ -240,10 +243,15 @@ impl Service {
     }
 }
 
-fn no_such_job(id: u64, jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>) -> ServiceError {
+/// `wcetctl` starts the command it advises ([`super::ServiceConfig::wcetctl`]).
+fn no_such_job(
+    id: u64,
+    jobs: &BTreeMap<u64, (JobStatus, Arc<AtomicBool>)>,
+    wcetctl: &str,
+) -> ServiceError {
     let known: Vec<String> = jobs.keys().map(u64::to_string).collect();
     ServiceError::InvalidArgs(format!(
-        "no job {id}; accepted: a job number returned by Recalibrate, as `wcetctl jobs` or Calibration1.ListJobs() lists them ({})",
+        "no job {id}; accepted: a job number returned by Recalibrate, as `{wcetctl} jobs` or Calibration1.ListJobs() lists them ({})",
         if known.is_empty() {
             "none yet".into()
         } else {

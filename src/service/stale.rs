@@ -19,7 +19,7 @@ impl Service {
     /// the catalogue recalibrated, and one known only from imported samples or a bundle, which
     /// has nothing to run here, imported again.
     pub(super) fn stale_advice(&self) -> Vec<String> {
-        self.stale_by_remedy().advice()
+        self.stale_by_remedy().advice(&self.wcetctl())
     }
 
     /// The stale kernels, each in the group of the one step that makes it current.
@@ -164,14 +164,14 @@ struct StaleByRemedy {
 }
 
 impl StaleByRemedy {
-    /// Health's lines on stale bounds, a group each, with the command that makes it current.
-    fn advice(&self) -> Vec<String> {
+    /// Health's lines on stale bounds, a group each, with the command that makes it current
+    /// (starting `wcetctl`, as [`super::ServiceConfig::wcetctl`] says).
+    fn advice(&self, wcetctl: &str) -> Vec<String> {
         let mut advice = Vec::new();
         // Health is read by people and grows with a fleet's catalogue: at most twenty names per
         // line (`StaleKernels` and `wcetctl status` list every one).
-        let names = |k: &[String]| {
-            super::names_in_a_message_listed_by(k, "`wcetctl status` or Bounds1.StaleKernels")
-        };
+        let listed_by = format!("`{wcetctl} status` or Bounds1.StaleKernels");
+        let names = |k: &[String]| super::names_in_a_message_listed_by(k, &listed_by);
         if !self.waiting.is_empty() {
             let jobs: Vec<String> = self
                 .waiting
@@ -179,16 +179,16 @@ impl StaleByRemedy {
                 .map(|k| format!("{k} (job {})", self.pending[k]))
                 .collect();
             advice.push(format!(
-                "stale bounds being recalibrated: {}; current when the job ends (`wcetctl jobs`)",
+                "stale bounds being recalibrated: {}; current when the job ends (`{wcetctl} jobs`)",
                 names(&jobs)
             ));
         }
         if !self.runnable.is_empty() {
             // Past twenty, the command without names: it recalibrates every kernel.
             let command = if self.runnable.len() > super::NAMES_IN_A_MESSAGE {
-                "wcetctl recalibrate".to_string()
+                format!("{wcetctl} recalibrate")
             } else {
-                format!("wcetctl recalibrate {}", self.runnable.join(" "))
+                format!("{wcetctl} recalibrate {}", self.runnable.join(" "))
             };
             advice.push(format!(
                 "stale bounds for {} (measured under another device, driver or clock policy, or for other code of the kernel); recalibrate: `{command}`",
@@ -203,7 +203,7 @@ impl StaleByRemedy {
         }
         if !self.edited.is_empty() {
             advice.push(format!(
-                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `wcetctl kernels reload`, which calibrates them",
+                "stale bounds for {} (a module or fill file changed on disk since the manifest was loaded); reload: `{wcetctl} kernels reload`, which calibrates them",
                 names(&self.edited)
             ));
         }
@@ -215,7 +215,7 @@ impl StaleByRemedy {
         }
         if !self.imported.is_empty() {
             advice.push(format!(
-                "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `wcetctl import` or `wcetctl import-calibration`",
+                "stale bounds for {} (samples or a calibration imported for another device, driver or clock policy); import them again as measured here: `{wcetctl} import` or `{wcetctl} import-calibration`",
                 names(&self.imported)
             ));
         }

@@ -8,9 +8,12 @@ fn partitions_the_placement_probe_refused_make_health_degraded_and_say_which() {
     let mut device = SimGpu::new(DeviceProfile::h200(), SimOptions::default())
         .info()
         .clone();
-    assert_eq!(initial_health(&device, None, &[], &[], &[]), "ok");
+    assert_eq!(
+        initial_health(&device, None, &[], &[], &[], "wcetctl"),
+        "ok"
+    );
     device.unusable_sizes = vec![(96, "SM 3 ran blocks of both".into())];
-    let h = initial_health(&device, None, &[], &[], &[]);
+    let h = initial_health(&device, None, &[], &[], &[], "wcetctl");
     assert!(h.starts_with("degraded: partitions refused"), "{h}");
     assert!(h.contains("96 SMs (SM 3 ran blocks of both)"), "{h}");
 }
@@ -1027,6 +1030,30 @@ fn the_untagged_bound_is_stale_when_either_calibration_is() {
         .any(|n| n.contains("the isolated calibration")));
 }
 
+/// With several devices, Health's commands name the device (`wcetctl --gpu N`): a plain
+/// `wcetctl` acts on the default one. A daemon of one device keeps the plain command
+/// ([`health_advises_recalibration_only_for_kernels_it_can_run`]).
+#[test]
+fn health_on_one_of_several_devices_names_it_in_its_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(srad_calibrated(dir.path()));
+    // Another clock policy: srad's bounds are stale, and Health says how to recalibrate them.
+    let mut reclocked = DeviceProfile::h200();
+    reclocked.sm_clock_mhz -= 100;
+    let config = ServiceConfig {
+        gpu: 1,
+        devices_served: 2,
+        ..short_campaigns()
+    };
+    let gpu = SimGpu::new(reclocked, SimOptions::default());
+    let after = Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0;
+    let health = after.health();
+    assert!(
+        health.contains("recalibrate: `wcetctl --gpu 1 recalibrate srad`"),
+        "{health}"
+    );
+}
+
 /// Health names each stale kernel with the command that makes it current: a kernel known
 /// only from imported samples has nothing to run here, so it is not put in a recalibrate
 /// command (which would refuse the whole list).
@@ -1414,9 +1441,9 @@ fn get_bound_serves_what_get_bound_info_says() {
 #[test]
 fn an_error_names_twenty_kernels_and_says_how_many_more() {
     let few: Vec<String> = (0..3).map(|i| format!("k{i}")).collect();
-    assert_eq!(names_in_a_message(&few), "k0, k1, k2");
+    assert_eq!(names_in_a_message(&few, "wcetctl"), "k0, k1, k2");
     let many: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
-    let text = names_in_a_message(&many);
+    let text = names_in_a_message(&many, "wcetctl");
     assert!(
         text.starts_with("k0, k1,") && text.contains("k19 and 280 more"),
         "{text}"

@@ -169,7 +169,7 @@ fn run_job(gpu: &mut dyn Gpu, store: &Store, inner: &Inner, job: &Job) -> JobEnd
                     state,
                     format!(
                         "{message}; not run, held back for losing the device (name them to run them; Health says why): {}",
-                        names_in_a_message(held)
+                        names_in_a_message(held, &inner.config.wcetctl())
                     ),
                 ),
             }
