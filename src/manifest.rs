@@ -245,7 +245,9 @@ struct RawArg {
     u32: Option<u32>,
     i64: Option<i64>,
     u64: Option<u64>,
-    f32: Option<f32>,
+    /// Read as f64, so that a value past f32's range is seen as given: read as an f32 it was
+    /// infinity, and `f32 = 1e40` passed every check ([`finite_float`]).
+    f32: Option<f64>,
     f64: Option<f64>,
 }
 
@@ -255,7 +257,8 @@ struct RawCheck {
     buffer: usize,
     sha256: Option<String>,
     reference: Option<String>,
-    tolerance: Option<f32>,
+    /// Read as f64, as [`RawArg::f32`] is.
+    tolerance: Option<f64>,
 }
 
 /// The most threads a block may have on any CUDA device, and the largest grid dimension.
@@ -584,14 +587,37 @@ fn check_geometry(raw: &Raw) -> Result<(), String> {
 /// the device checks at launch.
 const MAX_SHARED_BYTES: u32 = 1 << 20;
 
+/// `given`, named `what`, if it is a finite value of its type (`as_f32`: f32, else f64): TOML
+/// writes `nan` and `inf`, and a value past f32's range becomes infinity as an f32 (`f32 = 1e40`
+/// passed `wcetctl kernels check`, and the kernel would have been timed with an infinite
+/// argument no one wrote).
+fn finite_float(what: &str, given: f64, as_f32: bool) -> Result<f64, String> {
+    let (ty, finite, max) = if as_f32 {
+        ("f32", (given as f32).is_finite(), format!("{:e}", f32::MAX))
+    } else {
+        ("f64", given.is_finite(), format!("{:e}", f64::MAX))
+    };
+    if finite {
+        return Ok(given);
+    }
+    Err(format!(
+        "{what}: {given:e} is not a finite {ty}; accepted: a number from -{max} to {max}"
+    ))
+}
+
 fn arg(i: usize, a: &RawArg, dir: &Path) -> Result<Arg, String> {
+    let float = |given: Option<f64>, as_f32| {
+        given
+            .map(|g| finite_float(&format!("args[{i}]"), g, as_f32))
+            .transpose()
+    };
     let scalars = [
         a.i32.map(Arg::I32),
         a.u32.map(Arg::U32),
         a.i64.map(Arg::I64),
         a.u64.map(Arg::U64),
-        a.f32.map(Arg::F32),
-        a.f64.map(Arg::F64),
+        float(a.f32, true)?.map(|v| Arg::F32(v as f32)),
+        float(a.f64, false)?.map(Arg::F64),
     ];
     let mut given: Vec<Arg> = scalars.into_iter().flatten().collect();
     if let Some(bytes) = a.buffer {
@@ -805,11 +831,25 @@ fn output_check(c: &RawCheck, args: &[Arg], dir: &Path) -> Result<OutputCheck, S
             Ok(OutputCheck::Reference {
                 buffer: c.buffer,
                 file,
-                tolerance: c.tolerance.unwrap_or(1e-5),
+                tolerance: tolerance(c.tolerance)?,
             })
         }
         _ => Err("check needs exactly one of sha256 = \"<hex>\" or reference = \"<file>\" (with an optional tolerance)".into()),
     }
+}
+
+/// `check.tolerance`, 1e-5 when not given: a NaN or negative one fails every output, and an
+/// infinite one (`1e40` read as an f32) lets any finite output pass.
+fn tolerance(given: Option<f64>) -> Result<f32, String> {
+    let Some(given) = given else { return Ok(1e-5) };
+    let t = finite_float("check.tolerance", given, true)?;
+    if t < 0.0 {
+        return Err(format!(
+            "check.tolerance: {t:e} is negative; accepted: a number from 0 to {:e}",
+            f32::MAX
+        ));
+    }
+    Ok(t as f32)
 }
 
 /// Lower-case hex of `bytes`.
@@ -1049,6 +1089,77 @@ mod tests {
             Some(OutputCheck::Sha256 { buffer: 1, .. })
         ));
         assert_eq!(m.buffer_bytes(), 131_072);
+    }
+
+    /// A float that is not a finite value of its type is refused, named with the value and what
+    /// is accepted: `f32 = 1e40` passed `wcetctl kernels check` as infinity.
+    #[test]
+    fn a_float_that_is_not_finite_in_its_type_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        write(dir.path(), "saxpy.ptx", PTX);
+        let path = dir.path().join("m.toml");
+        let f32_range = "accepted: a number from -3.4028235e38 to 3.4028235e38";
+        let f64_range = "accepted: a number from -1.7976931348623157e308 to 1.7976931348623157e308";
+        let with = |arg: &str| manifest("").replace("{ f32 = 2.0 }", arg);
+        for (text, said) in [
+            (
+                with("{ f32 = 1e40 }"),
+                format!("args[2]: 1e40 is not a finite f32; {f32_range}"),
+            ),
+            (
+                with("{ f32 = -1e39 }"),
+                format!("args[2]: -1e39 is not a finite f32; {f32_range}"),
+            ),
+            (
+                with("{ f32 = inf }"),
+                format!("args[2]: inf is not a finite f32; {f32_range}"),
+            ),
+            (
+                with("{ f32 = nan }"),
+                format!("args[2]: NaN is not a finite f32; {f32_range}"),
+            ),
+            (
+                with("{ f64 = -inf }"),
+                format!("args[2]: -inf is not a finite f64; {f64_range}"),
+            ),
+            (
+                with("{ f64 = nan }"),
+                format!("args[2]: NaN is not a finite f64; {f64_range}"),
+            ),
+        ] {
+            let e = parse(&path, &text).unwrap_err();
+            assert!(e.contains(&said), "{text}: `{e}` lacks `{said}`");
+        }
+        // The largest f32 is one.
+        let m = parse(&path, &with("{ f32 = 3.4028235e38 }")).unwrap();
+        assert_eq!(m.args[2], Arg::F32(f32::MAX));
+        // A tolerance compares outputs: infinite, NaN or negative, it passes or fails them all.
+        write(dir.path(), "expected.bin", "");
+        let check = |t: &str| {
+            let text = manifest(&format!(
+                "check = {{ buffer = 1, reference = \"expected.bin\", tolerance = {t} }}\n"
+            ));
+            parse(&path, &text)
+        };
+        check("1e-3").unwrap();
+        for (t, said) in [
+            (
+                "1e40",
+                format!("check.tolerance: 1e40 is not a finite f32; {f32_range}"),
+            ),
+            (
+                "nan",
+                format!("check.tolerance: NaN is not a finite f32; {f32_range}"),
+            ),
+            (
+                "-1e-5",
+                "check.tolerance: -1e-5 is negative; accepted: a number from 0 to 3.4028235e38"
+                    .to_string(),
+            ),
+        ] {
+            let e = check(t).unwrap_err();
+            assert!(e.contains(&said), "{t}: `{e}` lacks `{said}`");
+        }
     }
 
     #[test]
