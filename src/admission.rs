@@ -465,10 +465,10 @@ impl<'a> Lookup<'a> {
         out.exceedance_sum += exceedance;
         out.stale |= stale;
         let what = format!("task `{task}`, kernel `{kernel}` at {partition} SMs");
-        let wcetctl = self.src.wcetctl();
         if !launch.contended_exists {
             out.interference = Interference::Isolated;
             if self.co_running {
+                let wcetctl = self.src.wcetctl();
                 self.refused.push(format!(
                     "{what}: no contended bound; tasks on distinct partitions run at once, so their verdict needs bounds measured with a memory stressor on the other SMs (an isolated bound can be many times too low); {}",
                     how_to_calibrate(
