@@ -204,8 +204,9 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
             _ => None,
         })
         .sum();
-    let Some((ptx, from)) = manifest_ptx(m)? else {
-        return Ok(StaticWork {
+    let (ptx, from) = match manifest_ptx(m)? {
+        Ok(counted) => counted,
+        Err(why_not) => return Ok(StaticWork {
             blocks,
             threads_per_block,
             regs_per_thread: 0,
@@ -214,16 +215,11 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
             bytes: buffers,
             working_set: buffers,
             basis: format!(
-                "manifest {} ({blocks} blocks of {threads_per_block} threads, {:.1} MB of buffers read once); its module is {}, so FLOPs unknown",
+                "manifest {} ({blocks} blocks of {threads_per_block} threads, {:.1} MB of buffers read once); its module is {why_not}, so FLOPs unknown",
                 m.path.display(),
                 buffers / 1e6,
-                match m.module_kind {
-                    ModuleKind::Cu => "CUDA C and no NVRTC could be loaded here to compile it",
-                    ModuleKind::Cubin => "a CUBIN, not PTX",
-                    _ => "a fatbin, not PTX",
-                }
             ),
-        });
+        }),
     };
     let launch = Launch {
         entry: &m.entry,
@@ -238,13 +234,20 @@ pub fn from_manifest(m: &Manifest) -> anyhow::Result<StaticWork> {
     Ok(work)
 }
 
-/// The PTX of a manifest's module, and what it came from ("" for PTX as given): `None` where
-/// there is none to count (a CUBIN or fatbin, or CUDA C without NVRTC here).
-fn manifest_ptx(m: &Manifest) -> anyhow::Result<Option<(String, String)>> {
+/// The PTX of a manifest's module, and what it came from ("" for PTX as given); or why there
+/// is none to count (a CUBIN or fatbin, or CUDA C that no NVRTC here compiles). An error where
+/// the module is no longer the one the manifest was loaded with.
+fn manifest_ptx(m: &Manifest) -> anyhow::Result<Result<(String, String), String>> {
     let compiled = match m.module_kind {
         ModuleKind::Ptx => false,
         ModuleKind::Cu if nvrtc::available() => true,
-        _ => return Ok(None),
+        ModuleKind::Cu => {
+            return Ok(Err(
+                "CUDA C and no NVRTC could be loaded here to compile it".into(),
+            ))
+        }
+        ModuleKind::Cubin => return Ok(Err("a CUBIN, not PTX".into())),
+        _ => return Ok(Err("a fatbin, not PTX".into())),
     };
     let bytes = crate::manifest::read_module(&m.module).map_err(|e| anyhow::anyhow!(e))?;
     use sha2::Digest;
@@ -259,15 +262,23 @@ fn manifest_ptx(m: &Manifest) -> anyhow::Result<Option<(String, String)>> {
     );
     let text = String::from_utf8_lossy(&bytes).into_owned();
     if !compiled {
-        return Ok(Some((text, String::new())));
+        return Ok(Ok((text, String::new())));
     }
     let ((major, minor), _) = nvrtc::version()?;
-    match nvrtc::compile(&m.name, &text, nvrtc::Target::Ptx(PTX_ARCH))? {
-        nvrtc::Image::Ptx(ptx) => Ok(Some((
+    // A module that does not compile here (a header beside it, options the device's compile
+    // adds) is predicted from its buffers, as without NVRTC, and its label says why.
+    match nvrtc::compile(&m.name, &text, nvrtc::Target::Ptx(PTX_ARCH)) {
+        Ok(nvrtc::Image::Ptx(ptx)) => Ok(Ok((
             ptx,
             format!("CUDA C compiled by NVRTC {major}.{minor} for compute_{PTX_ARCH}: "),
         ))),
-        nvrtc::Image::Cubin(_) => unreachable!("NVRTC was asked for PTX"),
+        Ok(nvrtc::Image::Cubin(_)) => unreachable!("NVRTC was asked for PTX"),
+        Err(e) => {
+            let first = e.to_string().lines().next().unwrap_or_default().to_string();
+            Ok(Err(format!(
+                "CUDA C that NVRTC {major}.{minor} did not compile here ({first})"
+            )))
+        }
     }
 }
 
@@ -504,6 +515,16 @@ mod tests {
             assert_eq!((w.flops, w.bytes, w.working_set), (0.0, 1e6, 1e6));
             assert!(w.basis.contains("CUDA C and no NVRTC"), "{}", w.basis);
         }
+        // CUDA C that does not compile here is predicted from its buffers, and says why.
+        std::fs::write(
+            dir.path().join("h.cu"),
+            "#include \"beside.h\"\nextern \"C\" __global__ void k(float *p) {}\n",
+        )
+        .unwrap();
+        let w = from_manifest(&manifest("h.cu")).unwrap();
+        assert_eq!((w.flops, w.bytes, w.working_set), (0.0, 1e6, 1e6));
+        let why = ["did not compile here", "no NVRTC"][usize::from(!nvrtc::available())];
+        assert!(w.basis.contains(why), "{}", w.basis);
         let loaded = manifest("k.ptx");
         std::fs::write(dir.path().join("k.ptx"), ptx.replace("fma", "add")).unwrap();
         let e = format!("{:#}", from_manifest(&loaded).unwrap_err());
