@@ -731,12 +731,13 @@ fn under_their_launches(cal: &Calibration) -> Option<String> {
         (Interference::Contended, &cal.contended),
     ] {
         for (name, k) in tables {
-            // Launches at a size with no entry that this device does not realise are not under
-            // a bound: a bundle measured on a device that realises it keeps them, and its bounds
-            // there are dropped on import. Counted as bound 0, they set the whole file aside at
-            // the next start, every other kernel's bounds with it (a review found it).
-            let not_here =
-                |m: u32| k.table.entry(m).is_none() && !cal.device.partition_sizes.contains(&m);
+            // Launches at a size with no entry are under no bound: none is served there (a
+            // query is refused). A bundle from a device that realises a size this one does not
+            // keeps its launches there and drops its bound on import; counted as bound 0, they
+            // set the whole file aside at the next start, every other kernel's bounds with it
+            // (a review found it), and the device record, rewritten at every save, cannot say
+            // which sizes were realisable when the launches were timed.
+            let not_here = |m: u32| k.table.entry(m).is_none();
             let under = k.bounds_under_their_launches();
             if let Some((m, bound, launch)) = under.iter().find(|u| !not_here(u.0)) {
                 found.push(format!(
@@ -754,14 +755,12 @@ const STORED_DATES_AHEAD_ALLOWED: chrono::TimeDelta = chrono::TimeDelta::days(1)
 
 /// The checks a bundle's import makes of each calibration's own consistency
 /// ([`crate::bundle::disagreements`]: sizes listed once, counts, tail, process shift, dates,
-/// texts), made on a file as it is loaded, and its check for holes: a table measured on the
-/// file's device model without a bound at a size its own campaign timed launches at and the
-/// file's device realises (served the next smaller size's bound, never checked there). Sizes
-/// the campaign has no launches at are not holes: the device record is rewritten at every save,
-/// and a size the device realises only since then (the placement probe accepting it) would
-/// have set the whole file aside with every bound in it. Damage that still parses was served with `Health`
-/// ok (a tail exceedance of 0 admitted a heavy tail as if it met 1e-9), and nothing else in such
-/// a file can be trusted either, so the whole file is refused. Says what, or `None`.
+/// texts), made on a file as it is loaded. Damage that still parses was served with `Health` ok
+/// (a tail exceedance of 0 admitted a heavy tail as if it met 1e-9), and nothing else in such a
+/// file can be trusted either, so the whole file is refused. A size without a bound is not
+/// checked: no bound is served there (a query is refused), and which sizes the device realised
+/// when the table was made is not on record (the device record is rewritten at every save, and
+/// a hole check against it set good files aside). Says what, or `None`.
 fn disagreeing(cal: &Calibration, now: DateTime<Utc>) -> Option<String> {
     let latest = crate::bundle::clock_set(now).then(|| crate::bundle::Latest {
         at: now + STORED_DATES_AHEAD_ALLOWED,
@@ -774,26 +773,6 @@ fn disagreeing(cal: &Calibration, now: DateTime<Utc>) -> Option<String> {
     ] {
         for (name, k) in tables {
             found.extend(crate::bundle::disagreements(name, tag, k, latest));
-            // Measured on another model (a stale calibration carried over and saved since),
-            // a table has that model's sizes.
-            let (env, here) = (&k.campaign.environment.fingerprint, &cal.device.fingerprint);
-            if (env.backend, &env.device) != (here.backend, &here.device) {
-                continue;
-            }
-            let mut timed: Vec<u32> = (k.campaign.sizes.keys())
-                .chain(k.campaign.verified.keys())
-                .copied()
-                .filter(|m| cal.device.partition_sizes.contains(m))
-                .collect();
-            timed.sort_unstable();
-            timed.dedup();
-            let holes = crate::bundle::sizes_without_bound(&k.table, &timed);
-            if !holes.is_empty() {
-                found.push(format!(
-                    "{name} ({tag}) has no bound at {} SMs, which its device realises",
-                    crate::bundle::size_list(&holes)
-                ));
-            }
         }
     }
     (!found.is_empty()).then(|| {
@@ -1082,10 +1061,6 @@ mod tests {
                 "a process shift of -3".into(),
                 Box::new(|v| tmatch(v)["table"]["process_shift"] = (-3.0).into()),
             ),
-            (
-                format!("has no bound at {swept} SMs"),
-                Box::new(move |v| entries(v).retain(|e| e["sms"] != swept)),
-            ),
         ];
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
@@ -1125,19 +1100,17 @@ mod tests {
             "{:?}",
             store.quarantined()
         );
-        // A bundle from a device that realises a size this one does not: its bound there is
-        // dropped on import, its launches kept. Not a bound under its launches, nor a hole.
+        // A bundle from a device that realises a size this one did not when it was imported:
+        // its bound there is dropped on import, its launches kept, and a later save records the
+        // size as realised. No bound is under its launches (none is served there): it loads.
         let mut imported = good.clone();
         entries(&mut imported).retain(|e| e["sms"] != swept);
-        let sizes = imported["device"]["partition_sizes"]
-            .as_array_mut()
-            .unwrap();
-        sizes.retain(|m| *m != swept);
         std::fs::write(&path, imported.to_string()).unwrap();
+        let loaded = store.load(all.fingerprint());
+        let table = &loaded.expect("it loads").kernels["tmatch"].table;
         assert!(
-            store.load(all.fingerprint()).is_some(),
-            "{:?}",
-            store.quarantined()
+            table.entry(swept).is_none(),
+            "no bound served at {swept} SMs"
         );
     }
 

@@ -74,6 +74,9 @@ pub struct ObservedFloor {
     /// `reported_ns` scaled to the current SM clock from the fastest clock it may have run at.
     pub floor_ns: u64,
     pub reported_ns: u64,
+    /// `reported_ns` stretched to the calibrated clock from a faster one it may have run at: what
+    /// an export carries (an importer stretches it from there when its clock falls).
+    pub calibrated_ns: u64,
     /// (from, to) MHz where the SM clock is below the one the time may have run at; else `None`.
     pub scaled: Option<(u32, u32)>,
     /// Where it was reported (a larger size than asked about, for a monotone kernel).
@@ -1016,10 +1019,10 @@ impl Service {
         let floor =
             self.raise_to_observed((kernel, tag), cal, &mut entry, &mut notes, at.clock_mhz);
         self.raise_to_the_other_tag(&at, (kernel, tag, interference), &mut entry, &mut notes);
-        // The floor as reported, not as stretched to the clock now: `GetObserved` says what was
-        // reported, and an export made during a clock drop baked the stretched time into the
-        // bundle as launch times production reported (an importer stretches it again).
-        let floor_ns = floor.map_or(0, |f| f.reported_ns);
+        // The floor at the calibrated clock, not as stretched to the clock now: an export made
+        // during a clock drop baked that into the bundle (an importer stretches it again), and
+        // one as reported lost the stretch from a faster clock it ran at (a review found both).
+        let floor_ns = floor.map_or(0, |f| f.calibrated_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))
     }
 
@@ -1128,6 +1131,7 @@ impl Service {
                 ObservedFloor {
                     floor_ns,
                     reported_ns: f.ns,
+                    calibrated_ns: served_floor(f.ns, f.clock_mhz, (clocks.0, clocks.0)).0,
                     scaled,
                     sms: f.sms,
                     at: f.at,
@@ -1154,7 +1158,7 @@ impl Service {
     ) -> Option<ObservedFloor> {
         let monotone = cal.table.monotone;
         let clocks = self.inner.clocks_at(cal, clock);
-        let inherited = inherited_floor(cal, entry, clocks);
+        let inherited = inherited_floor(cal, entry, clocks, &self.inner.device.partition_sizes);
         let reported = self.observed_floor(kernel, tag, (entry.sms, monotone), clocks);
         // The higher of the two holds the bound up. An inherited floor was raised into the table
         // when it was carried over, but only where the table has the size: applied here again.
@@ -1241,9 +1245,13 @@ impl Service {
 
     /// Every (kernel, size) with reported times, kernels and sizes ascending.
     pub fn list_observed(&self) -> Vec<ObservedInfo> {
+        // A series at a size not realised at this start is shown by the size it is held at
+        // ([`held_at`]), once: listed as its own, it made a second row of that size (twice in
+        // the metrics file, which a textfile collector refuses).
+        let sizes = &self.inner.device.partition_sizes;
         let keys: BTreeSet<(String, u32)> = lock(&self.monitor().observations)
             .iter()
-            .map(|(k, m, _, _)| (k.to_string(), m))
+            .map(|(k, m, _, _)| (k.to_string(), held_at(sizes, m).unwrap_or(m)))
             .collect();
         keys.into_iter()
             .filter_map(|(k, m)| self.observed(&k, m, None).ok())
@@ -1512,11 +1520,17 @@ fn inherited_floor(
     cal: &KernelCalibration,
     entry: &BoundEntry,
     clocks: (u32, u32),
+    sizes: &[u32],
 ) -> Option<ObservedFloor> {
     let monotone = cal.table.monotone;
     cal.inherited_floors
         .iter()
-        .filter(|f| f.sms == entry.sms || (monotone && f.sms > entry.sms))
+        // Held below where this start does not realise its size, as a reported one is.
+        .filter(|f| {
+            f.sms == entry.sms
+                || (monotone && f.sms > entry.sms)
+                || held_at(sizes, f.sms) == Some(entry.sms)
+        })
         .map(|f| {
             // Raised into the table when carried over, and stretched from its own series'
             // fastest clock where that is above the table's.
@@ -1524,13 +1538,14 @@ fn inherited_floor(
             ObservedFloor {
                 floor_ns,
                 reported_ns: f.ns,
+                calibrated_ns: served_floor(f.ns, f.clock_mhz, (clocks.0, clocks.0)).0,
                 scaled,
                 sms: f.sms,
                 at: f.at,
                 // The bound served is this floor.
                 raised: floor_ns >= entry.bound_ns,
                 tag: None,
-                held_below: false,
+                held_below: held_at(sizes, f.sms).is_some(),
             }
         })
         .max_by_key(|f| (f.floor_ns, std::cmp::Reverse(f.sms)))

@@ -564,6 +564,28 @@ fn a_floor_carried_to_a_new_configuration_keeps_its_clock() {
         .block_on(fast.observations_saved(saved, std::time::Duration::from_secs(10)))
         .unwrap();
     drop(fast);
+    // Under its own configuration at 1300 MHz: served stretched from 2600, and exported
+    // stretched from 2600 to the calibrated clock, where the exported table holds (an export
+    // carried it as reported, and an importer at 1300 served it stretched from that clock only).
+    let same = at(DeviceProfile::h200(), 1300, false);
+    assert!(same.bound("srad", 32, None).unwrap() >= 2 * seen);
+    let calibrated = same
+        .bound_info("srad", 32, None)
+        .unwrap()
+        .clock
+        .calibrated_mhz;
+    assert!(calibrated < 2600);
+    let at_calibrated = stretch(seen, 2600, calibrated);
+    let bundle = same.export_calibration(&["srad".to_string()]).unwrap();
+    for e in &bundle.calibrations {
+        let exported = e.calibration.table.entry(32).unwrap().bound_ns;
+        assert!(
+            exported >= at_calibrated,
+            "{}: {exported} < {at_calibrated}",
+            e.interference
+        );
+    }
+    drop(same);
     let mut reconfigured = DeviceProfile::h200();
     reconfigured.sm_clock_mhz -= 100;
     let after = at(reconfigured, 1300, false);
@@ -607,6 +629,13 @@ fn a_time_reported_at_a_size_refused_at_a_later_start_is_kept() {
     };
     let refused = start(16);
     assert!(!refused.device().partition_sizes.contains(&24));
+    // Listed once, at the size it is held at (it made a second row of 16 SMs).
+    let listed: Vec<u32> = refused
+        .list_observed()
+        .iter()
+        .map(|o| o.partition_sms)
+        .collect();
+    assert_eq!(listed, [16]);
     assert!(
         refused.bound("srad", 16, None).unwrap() >= seen,
         "held below"
