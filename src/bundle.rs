@@ -203,7 +203,7 @@ const CLOCK_SET_AFTER: &str = "2025-01-01T00:00:00Z";
 
 /// Whether `now` is a time a clock that was ever set reads: a host whose clock was never set (an
 /// embedded board without a real-time clock, at 1970) cannot tell the future.
-pub fn clock_set(now: DateTime<Utc>) -> bool {
+fn clock_set(now: DateTime<Utc>) -> bool {
     now > DateTime::parse_from_rfc3339(CLOCK_SET_AFTER).expect("a valid date")
 }
 

@@ -990,7 +990,7 @@ impl Service {
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
-    /// production floor under it as reported (0 for none), computed as [`Service::bound_info`] computes them
+    /// production floor under it at the calibrated clock (0 for none), computed as [`Service::bound_info`] computes them
     /// (calibration, clock, floors) without what only readers want (medians read back from the
     /// spill file, predictions, notes), since every report and `GetObserved` ask for it.
     /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
