@@ -154,7 +154,7 @@ impl Service {
         let sizes: Vec<u32> = cal.table.entries.iter().map(|e| e.sms).collect();
         let mut raised = Vec::new();
         for m in sizes {
-            let floor = |t| self.served_bound(name, m, t).map_or(0, |(_, _, f)| f);
+            let floor = |t| self.floor_at_calibrated_clock(name, m, t);
             let floor_ns = if alone {
                 floor(Some(tag)).max(floor(None))
             } else {

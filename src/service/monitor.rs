@@ -74,9 +74,6 @@ pub struct ObservedFloor {
     /// `reported_ns` scaled to the current SM clock from the fastest clock it may have run at.
     pub floor_ns: u64,
     pub reported_ns: u64,
-    /// `reported_ns` stretched to the calibrated clock from a faster one it may have run at: what
-    /// an export carries (an importer stretches it from there when its clock falls).
-    pub calibrated_ns: u64,
     /// (from, to) MHz where the SM clock is below the one the time may have run at; else `None`.
     pub scaled: Option<(u32, u32)>,
     /// Where it was reported (a larger size than asked about, for a monotone kernel).
@@ -990,7 +987,7 @@ impl Service {
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
-    /// production floor under it at the calibrated clock (0 for none), computed as [`Service::bound_info`] computes them
+    /// production floor under it (0 for none), computed as [`Service::bound_info`] computes them
     /// (calibration, clock, floors) without what only readers want (medians read back from the
     /// spill file, predictions, notes), since every report and `GetObserved` ask for it.
     /// `bound_info` is the reference: `reports_are_judged_against_the_bound_served` checks that
@@ -1019,11 +1016,37 @@ impl Service {
         let floor =
             self.raise_to_observed((kernel, tag), cal, &mut entry, &mut notes, at.clock_mhz);
         self.raise_to_the_other_tag(&at, (kernel, tag, interference), &mut entry, &mut notes);
-        // The floor at the calibrated clock, not as stretched to the clock now: an export made
-        // during a clock drop baked that into the bundle (an importer stretches it again), and
-        // one as reported lost the stretch from a faster clock it ran at (a review found both).
-        let floor_ns = floor.map_or(0, |f| f.calibrated_ns);
+        let floor_ns = floor.map_or(0, |f| f.floor_ns);
         Ok((entry.bound_ns, cal.id.clone(), floor_ns))
+    }
+
+    /// The production floor under `kernel`'s `tag` bound at `partition` as it holds at the
+    /// calibrated clock (0 for none): every floor that applies, each stretched from the fastest
+    /// clock it may have run at to the calibrated one, where an exported table holds (an
+    /// importer stretches it from there as its clock falls). Exported as reported, a time run at
+    /// a faster clock lost that stretch, and one stretched to a slower clock now was stretched
+    /// twice; ranked at the clock now, a larger time from a slower clock hid it (reviews found
+    /// all three).
+    pub(super) fn floor_at_calibrated_clock(
+        &self,
+        kernel: &str,
+        partition: u32,
+        tag: Option<Interference>,
+    ) -> u64 {
+        let at = self.moment();
+        let Ok(interference) = self.calibration_of(&at, kernel, tag, partition) else {
+            return 0;
+        };
+        let Some(cal) = at.snap.tables(interference).get(kernel) else {
+            return 0;
+        };
+        let Some(mut entry) = cal.table.entry(partition).copied() else {
+            return 0;
+        };
+        let calibrated = self.inner.clocks_at(cal, 0).0;
+        entry.bound_ns = 0;
+        self.raise_to_observed((kernel, tag), cal, &mut entry, &mut Vec::new(), calibrated)
+            .map_or(0, |f| f.floor_ns)
     }
 
     fn check_report(&self, kernel: &str, sms: u32, times: &[u64]) -> Result<()> {
@@ -1131,7 +1154,6 @@ impl Service {
                 ObservedFloor {
                     floor_ns,
                     reported_ns: f.ns,
-                    calibrated_ns: served_floor(f.ns, f.clock_mhz, (clocks.0, clocks.0)).0,
                     scaled,
                     sms: f.sms,
                     at: f.at,
@@ -1538,7 +1560,6 @@ fn inherited_floor(
             ObservedFloor {
                 floor_ns,
                 reported_ns: f.ns,
-                calibrated_ns: served_floor(f.ns, f.clock_mhz, (clocks.0, clocks.0)).0,
                 scaled,
                 sms: f.sms,
                 at: f.at,
