@@ -1144,23 +1144,10 @@ impl Service {
                     t == f.tag || (t == Interference::Contended && f.tag == Interference::Isolated)
                 })
             })
-            .filter(|f| {
-                f.sms == partition
-                    || (monotone && f.sms > partition)
-                    || held_at(sizes, f.sms) == Some(partition)
-            })
+            .filter(|f| holds_up(f.sms, (partition, monotone), sizes))
             .map(|f| {
-                let (floor_ns, scaled) = served_floor(f.ns, f.clock_mhz, clocks);
-                ObservedFloor {
-                    floor_ns,
-                    reported_ns: f.ns,
-                    scaled,
-                    sms: f.sms,
-                    at: f.at,
-                    raised: false,
-                    tag: Some(f.tag),
-                    held_below: held_at(sizes, f.sms).is_some(),
-                }
+                let reported = (f.ns, f.clock_mhz, f.sms, f.at);
+                ObservedFloor::of(reported, Some(f.tag), clocks, sizes)
             })
             .max_by_key(|f| (f.floor_ns, std::cmp::Reverse(f.sms)))
     }
@@ -1548,28 +1535,48 @@ fn inherited_floor(
     cal.inherited_floors
         .iter()
         // Held below where this start does not realise its size, as a reported one is.
-        .filter(|f| {
-            f.sms == entry.sms
-                || (monotone && f.sms > entry.sms)
-                || held_at(sizes, f.sms) == Some(entry.sms)
-        })
+        .filter(|f| holds_up(f.sms, (entry.sms, monotone), sizes))
         .map(|f| {
             // Raised into the table when carried over, and stretched from its own series'
             // fastest clock where that is above the table's.
-            let (floor_ns, scaled) = served_floor(f.ns, f.clock_mhz, clocks);
+            let floor = ObservedFloor::of((f.ns, f.clock_mhz, f.sms, f.at), None, clocks, sizes);
             ObservedFloor {
-                floor_ns,
-                reported_ns: f.ns,
-                scaled,
-                sms: f.sms,
-                at: f.at,
                 // The bound served is this floor.
-                raised: floor_ns >= entry.bound_ns,
-                tag: None,
-                held_below: held_at(sizes, f.sms).is_some(),
+                raised: floor.floor_ns >= entry.bound_ns,
+                ..floor
             }
         })
         .max_by_key(|f| (f.floor_ns, std::cmp::Reverse(f.sms)))
+}
+
+impl ObservedFloor {
+    /// A time `ns` reported at `sms` SMs on `at` in a series whose floor clock is `clock_mhz`,
+    /// filed under `tag`, as it holds a bound up with the SM clocks `clocks` on a device of
+    /// `sizes` (not yet judged against the bound: `raised` false).
+    fn of(
+        (ns, clock_mhz, sms, at): (u64, u32, PartitionSize, DateTime<Utc>),
+        tag: Option<Interference>,
+        clocks: (u32, u32),
+        sizes: &[u32],
+    ) -> ObservedFloor {
+        let (floor_ns, scaled) = served_floor(ns, clock_mhz, clocks);
+        ObservedFloor {
+            floor_ns,
+            reported_ns: ns,
+            scaled,
+            sms,
+            at,
+            raised: false,
+            tag,
+            held_below: held_at(sizes, sms).is_some(),
+        }
+    }
+}
+
+/// Whether a floor reported at `sms` SMs holds up the bound at `partition`: its own size, a
+/// smaller one for a kernel never faster on fewer SMs (`monotone`), or the size it is held at.
+fn holds_up(sms: u32, (partition, monotone): (u32, bool), sizes: &[u32]) -> bool {
+    sms == partition || (monotone && sms > partition) || held_at(sizes, sms) == Some(partition)
 }
 
 /// Where a floor reported at `sms` SMs holds a bound up besides its own size and, for a kernel
