@@ -910,6 +910,9 @@ impl Service {
         self.known(kernel)?;
         let (snap, clock) = (&at.snap, at.clock_mhz);
         let pick = |i: Interference| snap.tables(i).get(kernel).map(|k| (k, i));
+        if tag.is_none() {
+            self.refuse_untagged_where_a_table_has_no_entry(snap, kernel, sms)?;
+        }
         let found = match tag {
             Some(i) => pick(i),
             None => {
@@ -947,6 +950,35 @@ impl Service {
                 ),
             })
         })
+    }
+
+    /// An untagged bound answers for every tag calibrated, so none is served at `sms` where one
+    /// of `kernel`'s tables has no entry there. Such a table serves no bound of its tag there,
+    /// and untagged `GetBound` was answered from the other tag's entry and this table's next
+    /// smaller size: for a kernel slower on more SMs there, below what the missing entry said,
+    /// and below isolated launches where the contended table was below them (a review found
+    /// it). A table lacks an entry where a hand edit deleted it, or where the device realises a
+    /// size it did not realise when the table was made (a bundle from another device, a probe
+    /// that accepted the size later).
+    fn refuse_untagged_where_a_table_has_no_entry(
+        &self,
+        snap: &Calibration,
+        kernel: &str,
+        sms: u32,
+    ) -> Result<()> {
+        let lacking = [Interference::Isolated, Interference::Contended]
+            .into_iter()
+            .filter_map(|t| Some((t, snap.tables(t).get(kernel)?)))
+            .find(|(_, cal)| cal.table.entry(sms).is_none());
+        let Some((tag, cal)) = lacking else {
+            return Ok(());
+        };
+        let runnable = self.catalogue().get(kernel).is_some();
+        Err(ServiceError::NotCalibrated(format!(
+            "kernel `{kernel}` has no {tag} bound at {sms} SMs (calibration {} has no entry there), and an untagged bound answers for {tag} launches too, so none is served there; {}",
+            cal.id,
+            how_to_calibrate(&self.wcetctl(), kernel, Some(tag), runnable)
+        )))
     }
 
     fn job_for(&self, kernel: &str) -> Option<u64> {

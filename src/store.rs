@@ -754,10 +754,10 @@ fn under_their_launches(cal: &Calibration) -> Option<String> {
 /// made on a file as it is loaded. Damage that still parses was served with `Health` ok (a tail
 /// exceedance of 0 admitted a heavy tail as if it met 1e-9), and nothing else in such a file can
 /// be trusted either, so the whole file is refused. Not checked here, though a bundle's import
-/// checks them: a size without a bound (no bound of this tag is served there, though untagged
-/// `GetBound` is answered from the other tag and this table's next smaller size; which sizes the
-/// device realised when the table was made is not on record: the device record is rewritten at
-/// every save, and a hole check against it set good files aside), and dates ahead
+/// checks them: a size without a bound (no bound of this tag, nor an untagged one, is served
+/// there; which sizes the device realised when the table was made is not on record: the device
+/// record is rewritten at every save, and a hole check against it set good files aside), and
+/// dates ahead
 /// of this host's clock (an embedded board whose clock is set back after a calibration would
 /// set aside every bound it has; refusing a bundle loses nothing). Says what, or `None`.
 fn disagreeing(cal: &Calibration) -> Option<String> {

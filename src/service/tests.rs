@@ -262,6 +262,66 @@ fn an_untagged_bound_is_never_below_a_tagged_one_after_a_report() {
     );
 }
 
+/// Where one tag's table has no entry at a size (deleted by hand, or a size the device did not
+/// realise when the table was made), no untagged bound is served there: it answers for that
+/// tag too. It was answered from the other tag's entry and this table's next smaller size, which
+/// for a kernel slower on more SMs is below what the missing entry said (a review found it).
+/// The other tag's own bound, and every other size, are still served.
+#[test]
+fn no_untagged_bound_is_served_where_a_tag_has_no_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    let jitter = |i: u32| 1.0 + 0.01 * f64::from(i * 37 % 200) / 200.0;
+    // Slower on the largest sizes than on the ones below them; contended launches in between.
+    let isolated = |m: u32| 1e6 / f64::from(m) + 400.0 * f64::from(m);
+    let sizes = service.device().partition_sizes.clone();
+    let (largest, below) = (sizes[sizes.len() - 1], sizes[sizes.len() - 2]);
+    let contended = (isolated(largest) + isolated(below)) / 2.0;
+    import_and_wait(&service, "lab.y", Interference::Isolated, |m, i| {
+        (isolated(m) * jitter(i)) as u64
+    });
+    import_and_wait(&service, "lab.y", Interference::Contended, |_, i| {
+        (contended * jitter(i)) as u64
+    });
+    let deleted = service
+        .bound("lab.y", largest, Some(Interference::Isolated))
+        .unwrap();
+    let path = Store::open(dir.path())
+        .unwrap()
+        .path_for(&service.device().fingerprint);
+    drop(service);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let entries = v["kernels"]["lab.y"]["table"]["entries"]
+        .as_array_mut()
+        .unwrap();
+    assert_eq!(entries.pop().unwrap()["sms"], largest);
+    std::fs::write(&path, v.to_string()).unwrap();
+
+    let service = short_campaign_service(dir.path());
+    let err = service.bound("lab.y", largest, None);
+    assert!(
+        matches!(&err, Err(ServiceError::NotCalibrated(e))
+            if e.contains(&format!("no isolated bound at {largest} SMs"))
+                && e.contains("import --interference isolated")),
+        "{err:?}: the isolated entry deleted said {deleted} ns"
+    );
+    assert!(service.bound_info("lab.y", largest, None).is_err());
+    assert!(service
+        .bound("lab.y", largest, Some(Interference::Isolated))
+        .is_err());
+    let other = service.bound("lab.y", largest, Some(Interference::Contended));
+    assert!(other.is_ok(), "{other:?}");
+    for &m in &sizes[..sizes.len() - 1] {
+        let untagged = service.bound("lab.y", m, None).unwrap();
+        for t in [Interference::Isolated, Interference::Contended] {
+            assert!(
+                untagged >= service.bound("lab.y", m, Some(t)).unwrap(),
+                "{m} SMs"
+            );
+        }
+    }
+}
+
 /// A contended bound is never below an isolated launch measured at its size, nor, where the
 /// contended calibration says the kernel is never faster on fewer SMs, at a larger size:
 /// contended samples imported from elsewhere (10 µs) served a contended bound a quarter of the
