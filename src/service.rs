@@ -1773,7 +1773,7 @@ impl Inner {
         monitor::spawn_saver(Arc::clone(&monitor), span.clone());
         let (health, job_record) =
             health_at_start(store, &device, &monitor, &rejected, &config.wcetctl());
-        let losses = device_losses::DeviceLosses::load(store, &device, config.gpu);
+        let losses = device_losses::DeviceLosses::load(store, &device, config.wcetctl());
         Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),

@@ -410,7 +410,7 @@ async fn a_kernel_that_keeps_losing_the_device_is_held_back_instead_of_restarted
     assert!(
         said.contains("each of the 2 times a device was lost")
             && said.contains("CUDA_ERROR_ASSERT (710)")
-            && said.contains("wcetctl --gpu 0 recalibrate app.assert"),
+            && said.contains("run `wcetctl recalibrate app.assert`"),
         "{said}"
     );
     let health = bounds.health().await.unwrap();

@@ -70,8 +70,9 @@ impl Loss {
 /// devices' files said at start.
 pub(super) struct DeviceLosses {
     path: PathBuf,
-    /// The device's index, for the advice (`wcetctl --gpu N`).
-    gpu: u32,
+    /// The command that acts on this device, for the advice (`wcetctl`, or `wcetctl --gpu N`
+    /// where one daemon serves several: [`super::ServiceConfig::wcetctl`]).
+    wcetctl: String,
     record: Mutex<Record>,
     /// The other devices' losses, read at start: a loss on any of them ends this process, so
     /// none is added while it runs (one cleared there still counts here until a restart, or
@@ -84,9 +85,9 @@ pub(super) struct DeviceLosses {
 }
 
 impl DeviceLosses {
-    /// What earlier runs recorded in `store`'s directory, for `device` (GPU `gpu`) and the
+    /// What earlier runs recorded in `store`'s directory, for `device` (acted on by `wcetctl`) and the
     /// others.
-    pub(super) fn load(store: &Store, device: &DeviceInfo, gpu: u32) -> DeviceLosses {
+    pub(super) fn load(store: &Store, device: &DeviceInfo, wcetctl: String) -> DeviceLosses {
         let uuid = crate::fnv::fnv1a_hex(device.fingerprint.uuid.as_bytes());
         let path = store.dir().join(format!("{PREFIX}{uuid}.json"));
         let (record, problem) = match read(&path) {
@@ -113,7 +114,7 @@ impl DeviceLosses {
         DeviceLosses {
             others: others_in(store.dir(), &path),
             path,
-            gpu,
+            wcetctl,
             record: Mutex::new(record),
             problem: Mutex::new(problem),
             unread,
@@ -200,8 +201,8 @@ impl DeviceLosses {
         if times < HOLD_AFTER {
             return None;
         }
-        let (name, gpu) = (&kernel.name, self.gpu);
-        let retry = format!("`wcetctl --gpu {gpu} recalibrate {name}`");
+        let (name, wcetctl) = (&kernel.name, &self.wcetctl);
+        let retry = format!("`{wcetctl} recalibrate {name}`");
         let advice = match kernel.builtin() {
             Some(_) => format!(
                 "a built-in kernel that loses the device points at the device or its driver: check `nvidia-smi` and the kernel log for Xid errors, then run {retry}"
@@ -321,7 +322,7 @@ mod tests {
             record: Mutex::new(read(&path).unwrap_or_default()),
             others: others_in(dir, &path),
             path,
-            gpu: 0,
+            wcetctl: "wcetctl".into(),
             problem: Mutex::new(None),
             unread: false,
         }
@@ -414,7 +415,7 @@ mod tests {
         let uuid = crate::fnv::fnv1a_hex(info.fingerprint.uuid.as_bytes());
         let path = dir.path().join(format!("{PREFIX}{uuid}.json"));
         std::fs::write(&path, "{ not json").unwrap();
-        let loaded = DeviceLosses::load(&store, &info, 0);
+        let loaded = DeviceLosses::load(&store, &info, "wcetctl".into());
         let said = loaded.warnings().join("; ");
         assert!(said.contains("was corrupt"), "{said}");
         assert!(!path.exists(), "moved aside");
