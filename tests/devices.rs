@@ -126,6 +126,19 @@ async fn a_gpus_advice_run_as_printed_acts_on_that_gpu() {
     let gpu0 = bounds_at(&d, "/org/wcetd/Wcetd1/gpu/0").await;
     let err = gpu0.get_bound("srad", 64).await.unwrap_err();
     assert_eq!(error_name(&err), "org.wcetd.Error.NotCalibrated");
+
+    // wcetctl's own hints name the GPU too: job numbers are per GPU, and a bare `wcetctl cancel
+    // N` printed on GPU 1 cancelled GPU 0's job N (a hunt found it).
+    let (ok, out, err) = common::wcetctl(
+        d.bus.address(),
+        &["--gpu", "1", "recalibrate", "--no-wait", "bfs"],
+    );
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("follow it with `wcetctl --gpu 1 jobs`")
+            && out.contains("stop it with `wcetctl --gpu 1 cancel "),
+        "{out}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -40,6 +40,15 @@ fn object() -> &'static str {
     OBJECT.get().map_or(wcetd::bus::OBJECT_PATH, String::as_str)
 }
 
+/// The command that acts on the GPU this run talks to, for the hints it prints (`wcetctl --gpu
+/// N` when `--gpu` was given): job numbers are per GPU, and a bare `wcetctl cancel 2` printed on
+/// GPU 1 cancelled GPU 0's job 2 (a black-box hunt found it). Set once in `main`.
+static COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+fn command() -> &'static str {
+    COMMAND.get().map_or("wcetctl", String::as_str)
+}
+
 /// Properties uncached: a cached proxy waits for its first `GetAll` with no timeout, so
 /// `wcetctl status` hung on a stopped daemon where every method call timed out.
 async fn bounds_proxy(conn: &zbus::Connection) -> zbus::Result<BoundsProxy<'static>> {
@@ -118,9 +127,14 @@ fn main() -> std::process::ExitCode {
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     exit_cleanly_when_stdout_fails();
     let cli = Cli::parse();
+    if let Err(why) = wcetd::bus::call_timeout_set() {
+        eprintln!("wcetctl: {why}");
+        std::process::exit(2);
+    }
     let gpu = cli.gpu;
     if let Some(n) = cli.gpu {
         let _ = OBJECT.set(wcetd::client::object_path(Some(n)));
+        let _ = COMMAND.set(format!("wcetctl --gpu {n}"));
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -112,7 +112,8 @@ pub(crate) async fn cancel(json: bool, conn: &zbus::Connection, job: u64) -> any
     if json {
         println!("{}", serde_json::json!({"job": job, "cancel": "requested"}));
     } else {
-        println!("job {job}: cancellation requested; what it has not yet published stays as it was (`wcetctl jobs` says what it published before)");
+        let wcetctl = command();
+        println!("job {job}: cancellation requested; what it has not yet published stays as it was (`{wcetctl} jobs` says what it published before)");
     }
     Ok(())
 }
@@ -567,7 +568,8 @@ pub(crate) async fn recalibrate(
         if json {
             println!("{}", serde_json::json!({"job": job, "state": "queued"}));
         } else {
-            println!("job {job} queued; follow it with `wcetctl jobs`, stop it with `wcetctl cancel {job}`");
+            let wcetctl = command();
+            println!("job {job} queued; follow it with `{wcetctl} jobs`, stop it with `{wcetctl} cancel {job}`");
         }
         return Ok(());
     }
@@ -681,7 +683,7 @@ async fn follow_job(
                     None => eprintln!("wcetctl: {what}"),
                 };
                 if cancelling {
-                    say(&format!("job {job} is being cancelled; `wcetctl jobs` shows when it has stopped"));
+                    say(&format!("job {job} is being cancelled; `{} jobs` shows when it has stopped", command()));
                     return Err(Interrupted.into());
                 }
                 cancelling = true;
@@ -854,7 +856,7 @@ pub(crate) async fn import_calibration(
     } else {
         wcetd::manifest::read_text_limited(file, MAX_BUNDLE_BYTES).with_context(|| {
             format!(
-                "reading {} (a bundle from `wcetctl export-calibration`)",
+                "reading {} (a bundle from `wcetctl export`)",
                 file.display()
             )
         })?
@@ -917,13 +919,14 @@ fn default_source(samples: &std::path::Path) -> String {
 /// there imports nothing (the message once said "imported" of a bundle a cancel then dropped).
 fn import_message(kernels: &[String], force: bool) -> String {
     let names = kernels.join(", ");
-    let queued = format!("the import of {names} is queued as a job (`wcetctl jobs`; nothing is served from the bundle until it is done, and a failure or a cancel imports nothing)");
+    let wcetctl = command();
+    let queued = format!("the import of {names} is queued as a job (`{wcetctl} jobs`; nothing is served from the bundle until it is done, and a failure or a cancel imports nothing)");
     let checked = "checked on this card, and recalibrated where a launch exceeds its bound";
     if !force {
         return format!("{queued}; they are {checked}");
     }
     format!(
-        "{queued}, with --force: if the bundle is of another configuration than this card's, they are served stale, unchecked on this card, until recalibrated (`wcetctl recalibrate {}`); if it matches, they are {checked}",
+        "{queued}, with --force: if the bundle is of another configuration than this card's, they are served stale, unchecked on this card, until recalibrated (`{wcetctl} recalibrate {}`); if it matches, they are {checked}",
         kernels.join(" ")
     )
 }
@@ -1042,8 +1045,9 @@ pub(crate) async fn status(
     println!("device      {device} ({backend}, {total} SMs)\npartitions  {sizes:?}\nhealth      {health}");
     if !overrun.is_empty() {
         println!(
-            "overruns    {} (a reported launch exceeded a bound since calibration; see wcetctl observed)",
-            overrun.join(", ")
+            "overruns    {} (a reported launch exceeded a bound since calibration; see {} observed)",
+            overrun.join(", "),
+            command()
         );
     }
     print_kernel_statuses(&kernels);
