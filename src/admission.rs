@@ -321,6 +321,9 @@ struct Lookup<'a> {
     policy: Policy,
     /// Tasks run at once on distinct partitions: only bounds measured under contention hold.
     co_running: bool,
+    /// The command a refusal's advice names: `admit --shared` for one shared partition, whose
+    /// advice named plain `admit`, which run as printed checked another layout (a hunt found it).
+    admit: &'static str,
     /// The (isolated, contended) bounds already looked up, by (kernel, partition): a set may
     /// launch one kernel many times, and a lookup is the costly part of a verdict.
     seen: HashMap<(String, u32), Bounds>,
@@ -364,12 +367,18 @@ type Bounds = (
 );
 
 impl<'a> Lookup<'a> {
-    fn new(src: &'a dyn BoundSource, policy: Policy, co_running: bool) -> Result<Lookup<'a>> {
+    fn new(
+        src: &'a dyn BoundSource,
+        policy: Policy,
+        co_running: bool,
+        admit: &'static str,
+    ) -> Result<Lookup<'a>> {
         policy.check()?;
         Ok(Lookup {
             src,
             policy,
             co_running,
+            admit,
             seen: HashMap::new(),
             rests_on: Vec::new(),
             refused: Vec::new(),
@@ -546,7 +555,8 @@ impl<'a> Lookup<'a> {
                 .push(format!("{note}; accepted by accept_stale"));
         } else {
             self.refused.push(format!(
-                "{note}, or accept it with option accept_stale ({wcetctl} admit --accept-stale)"
+                "{note}, or accept it with option accept_stale ({wcetctl} {} --accept-stale)",
+                self.admit
             ));
         }
     }
@@ -566,7 +576,8 @@ impl<'a> Lookup<'a> {
             };
             let wcetctl = self.src.wcetctl();
             self.refused.push(format!(
-                "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than {than}; accept it with option accept_exceedance >= {exceedance:e} ({wcetctl} admit --accept-exceedance {exceedance:e})"
+                "{what}: bound stated at exceedance {exceedance:e} per launch, weaker than {than}; accept it with option accept_exceedance >= {exceedance:e} ({wcetctl} {} --accept-exceedance {exceedance:e})",
+                self.admit
             ));
         } else if crate::model::weaker_than(exceedance, configured) {
             self.accepted.push(format!(
@@ -664,7 +675,7 @@ pub fn check_distinct(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> 
         .iter()
         .map(|t| partition_of(src, t))
         .collect::<Result<Vec<_>>>()?;
-    let mut lookup = Lookup::new(src, policy, tasks.len() > 1)?;
+    let mut lookup = Lookup::new(src, policy, tasks.len() > 1, "admit")?;
     let mut results = Vec::with_capacity(tasks.len());
     for (task, &p) in tasks.iter().zip(&partitions) {
         let bounds = lookup.task(&task.name, &task.kernels, p)?;
@@ -697,7 +708,7 @@ pub fn check_shared(src: &dyn BoundSource, tasks: &[Task], policy: Policy) -> Re
     validate_sized(tasks)?;
     same_sms(tasks)?;
     let partition = partition_of(src, &tasks[0])?;
-    let mut lookup = Lookup::new(src, policy, false)?;
+    let mut lookup = Lookup::new(src, policy, false, "admit --shared")?;
     let bounds = tasks
         .iter()
         .map(|t| lookup.task(&t.name, &t.kernels, partition))
@@ -1008,7 +1019,8 @@ pub fn suggest(src: &dyn BoundSource, tasks: &[Unsized]) -> Result<Vec<(String, 
         accept_stale: true,
         accept_exceedance: Some(1.0 - f64::EPSILON),
     };
-    let mut lookup = Lookup::new(src, policy, tasks.len() > 1)?;
+    // Accepts every bound, so no refusal names a command.
+    let mut lookup = Lookup::new(src, policy, tasks.len() > 1, "admit")?;
     let mut chosen = Vec::with_capacity(tasks.len());
     for task in tasks {
         chosen.push((task.name.clone(), smallest_partition(&mut lookup, task)?));
@@ -1448,6 +1460,23 @@ mod tests {
         };
         let v = super::check_distinct(&heavy, &set, consent).unwrap();
         assert!(v.admitted && v.accepted[0].contains("1e-4"), "{v:?}");
+        // The advice keeps the layout asked for: plain `admit` checks distinct partitions, so
+        // run as printed it answered another question (a hunt found it).
+        let v = check_distinct(&heavy, &set).unwrap();
+        assert!(
+            v.refused[0].contains("(wcetctl admit --accept-exceedance 1e-4)"),
+            "{v:?}"
+        );
+        let v = check_shared(&heavy, &set).unwrap();
+        assert!(
+            v.refused[0].contains("(wcetctl admit --shared --accept-exceedance 1e-4)"),
+            "{v:?}"
+        );
+        let v = check_shared(&stale, &set).unwrap();
+        assert!(
+            v.refused[0].contains("(wcetctl admit --shared --accept-stale)"),
+            "{v:?}"
+        );
         // A caller may ask for a stricter guarantee than configured, and gets it.
         let stricter = Policy {
             accept_exceedance: Some(1e-12),
