@@ -283,12 +283,25 @@ pub fn client_address(explicit: Option<&str>, state_dir: &Path) -> BusChoice {
 /// bounded work (admission stops at its work budget, imports are checked and queued), so a
 /// minute is far above any answer and only a daemon that is not answering meets it.
 pub fn call_timeout() -> std::time::Duration {
-    let seconds = std::env::var("WCETD_CALL_TIMEOUT_S")
-        .ok()
+    call_timeout_set().unwrap_or(std::time::Duration::from_secs(60))
+}
+
+/// `$WCETD_CALL_TIMEOUT_S` as [`call_timeout`] takes it (a minute where it is not set), or what
+/// is wrong with it: a client says so rather than wait a minute where `abc` or `-1` was meant to
+/// be something else.
+pub fn call_timeout_set() -> Result<std::time::Duration, String> {
+    let Some(text) = std::env::var_os("WCETD_CALL_TIMEOUT_S") else {
+        return Ok(std::time::Duration::from_secs(60));
+    };
+    text.to_str()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .filter(|&s| s > 0)
-        .unwrap_or(60);
-    std::time::Duration::from_secs(seconds)
+        .map(std::time::Duration::from_secs)
+        .ok_or_else(|| {
+            format!(
+                "$WCETD_CALL_TIMEOUT_S is {text:?}; accepted: a positive whole number of seconds (unset: 60)"
+            )
+        })
 }
 
 /// A plain client connection to `choice`, its method calls limited to [`call_timeout`].

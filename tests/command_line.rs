@@ -113,6 +113,50 @@ async fn a_missing_daemon_is_explained() {
     }
 }
 
+/// `wcetd | head -1`: a reader of the daemon's standard output that has gone (here, before the
+/// first line) costs it the lines, not its service. `println!` panicked on the closed pipe, and
+/// the daemon ended with status 101 (a hunt found it).
+#[tokio::test]
+async fn the_daemon_serves_on_when_its_standard_output_is_gone() {
+    let env = Env::new();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let d = env
+        .daemon_writing_to(&["--no-initial-calibration"], Stdio::from(writer))
+        .await;
+    // It announces itself right after taking its name, before it handles any signal: a SIGTERM
+    // now is handled after the lines were written (or failed).
+    let ping = wcetd::client::BoundsProxy::new(&d.conn)
+        .await
+        .unwrap()
+        .ping()
+        .await;
+    assert!(ping.is_ok(), "{ping:?}");
+    let status = d.stop();
+    assert!(status.success(), "wcetd exited {status}");
+}
+
+/// A call timeout that is not a positive whole number is refused, not ignored (it was: `abc`
+/// meant the default minute without a word).
+#[test]
+fn a_call_timeout_that_is_not_a_number_of_seconds_is_refused() {
+    for bad in ["abc", "-1", "0", "1.5"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            .args(["--bus-address", "unix:path=/nonexistent/bus", "list"])
+            .env("WCETD_CALL_TIMEOUT_S", bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains(&format!(
+                "$WCETD_CALL_TIMEOUT_S is \"{bad}\"; accepted: a positive whole number"
+            )),
+            "{bad}: {err}"
+        );
+    }
+}
+
 /// A daemon that does not answer (stopped here with SIGSTOP) is a timeout that says so, not a
 /// client waiting forever (a scheduler's `wcetctl admit` hung with it).
 #[tokio::test]

@@ -4,7 +4,7 @@
 
 use anyhow::Context;
 use clap::{CommandFactory, FromArgMatches, Parser};
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 
 use wcetd::bus::{self, BusChoice, PrivateBus};
@@ -778,6 +778,9 @@ fn runtime_dir() -> PathBuf {
     base.join(format!("wcetd-{}", std::process::id()))
 }
 
+/// What the daemon serves and where, on standard output. Written without `println!`, which
+/// panics when the reader has gone: `wcetd | head -1` ended the daemon with status 101 (a hunt
+/// found it); a reader that leaves misses the lines, and the daemon serves on.
 fn announce(
     services: &[(u32, Service)],
     default: u32,
@@ -786,16 +789,16 @@ fn announce(
     state_dir: &std::path::Path,
     jobs: &[(u32, Option<u64>)],
 ) {
-    println!(
+    let mut lines = vec![format!(
         "wcetd: serving {} on {}",
         wcetd::bus::BUS_NAME,
         private.map_or("the bus".to_string(), |p| p.address().to_string())
-    );
+    )];
     if let Some(p) = private {
-        println!(
+        lines.push(format!(
             "wcetd: private bus; in another shell: export WCETD_BUS_ADDRESS='{}'",
             p.address()
-        );
+        ));
     }
     for (n, service) in services {
         let device = service.device();
@@ -804,20 +807,26 @@ fn announce(
         } else {
             String::new()
         };
-        println!(
+        lines.push(format!(
             "wcetd: GPU {n} at {}{root}: {} ({} backend, {} SMs, partitions {:?})",
             wcetd::bus::device_path(*n),
             device.name,
             device.backend,
             device.total_sms,
             device.partition_sizes,
-        );
+        ));
     }
-    println!("wcetd: state in {}", state_dir.display());
+    lines.push(format!("wcetd: state in {}", state_dir.display()));
     for ((_, service), (n, job)) in services.iter().zip(jobs) {
         if let Some(job) = job {
             let wcetctl = service.wcetctl();
-            println!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each interference is measured (`{wcetctl} jobs`)");
+            lines.push(format!("wcetd: GPU {n}: calibrating its kernels as job {job}; bounds are served as each interference is measured (`{wcetctl} jobs`)"));
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            break;
         }
     }
     let unique = conn

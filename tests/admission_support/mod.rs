@@ -37,6 +37,11 @@ impl Env {
 
     /// Start `wcetd --backend sim` on this bus and state, and wait until it owns its name.
     pub async fn daemon(&self, extra: &[&str]) -> Daemon {
+        self.daemon_writing_to(extra, Stdio::null()).await
+    }
+
+    /// [`Env::daemon`] with its standard output on `stdout`.
+    pub async fn daemon_writing_to(&self, extra: &[&str], stdout: Stdio) -> Daemon {
         let child = Command::new(env!("CARGO_BIN_EXE_wcetd"))
             .args([
                 "--backend",
@@ -48,7 +53,7 @@ impl Env {
             .arg(&self.state)
             .args(extra)
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
+            .stdout(stdout)
             .spawn()
             .expect("starting wcetd");
         let mut daemon = Daemon {
@@ -162,6 +167,15 @@ impl Daemon {
         self.call("org.wcetd.Bounds1", "GetBoundInfo", &(kernel, sms))
             .await
             .unwrap()
+    }
+}
+
+impl Daemon {
+    /// SIGTERM, and how the daemon exited.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.child.wait().expect("waiting for wcetd")
     }
 }
 
