@@ -52,8 +52,8 @@ impl OperatorPolicy {
     ) -> Result<(), ServiceError> {
         let denied = |who: String| {
             ServiceError::AccessDenied(format!(
-                "{method} is for operators; {who} is not root and not in group `{}`; accepted: root or a member of `{}`",
-                self.group, self.group
+                "{method} is for operators; {who} is not root, not the daemon's user (UID {}) and not in group `{}`; accepted: root, the daemon's user or a member of `{}`",
+                self.own_uid, self.group, self.group
             ))
         };
         let (uid, groups) = caller(conn, header, method).await.map_err(|e| match e {

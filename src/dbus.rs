@@ -102,8 +102,10 @@ impl Bounds {
         Ok(self.service.bound(kernel, sms, None)?)
     }
 
-    /// Off the runtime's threads, which answer `GetBound`: it reads the medians back from the
-    /// spill file, and waits out a reload's publishing (which writes a job record).
+    /// The bound and where it comes from, as a dictionary (api.md lists the keys).
+    // (Doc comments here are the introspection's: notes for readers of the code are `//`.)
+    // Off the runtime's threads, which answer `GetBound`: it reads the medians back from the
+    // spill file, and waits out a reload's publishing (which writes a job record).
     async fn get_bound_info(
         &self,
         kernel: String,
@@ -186,8 +188,7 @@ impl Bounds {
 
     /// `ok`, or `degraded: <why>`: after a failed calibration (old bounds are still served), and
     /// while stale bounds are served.
-    ///
-    /// Off the runtime's threads: it waits out a reload's publishing, which writes a job record.
+    // Off the runtime's threads: it waits out a reload's publishing, which writes a job record.
     #[zbus(property)]
     async fn health(&self) -> String {
         let service = self.service.clone();
