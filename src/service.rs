@@ -1490,18 +1490,19 @@ fn kernels_at_start(
 }
 
 /// Health at start ([`initial_health`]) from what this start and earlier ones set aside since the
-/// last successful job (store and observation files), other configurations' files that cannot be
+/// last successful job (store, observation and device-loss files), other configurations' files that cannot be
 /// used, a job the last run did not finish, and the manifests `rejected`; with the record of
 /// jobs it was read from. Its commands start `wcetctl` ([`ServiceConfig::wcetctl`]).
 fn health_at_start(
     store: &Store,
     device: &DeviceInfo,
-    monitor: &monitor::MonitorState,
+    (monitor, losses): (&monitor::MonitorState, &device_losses::DeviceLosses),
     rejected: &[(String, String)],
     wcetctl: &str,
 ) -> (String, interrupted::JobRecords) {
     let mut moved_aside = store.quarantined();
     moved_aside.extend(monitor.moved_aside());
+    moved_aside.extend(losses.moved_aside());
     let unusable: Vec<String> = store
         .unusable_others()
         .into_iter()
@@ -1771,9 +1772,10 @@ impl Inner {
             config.monitor.clone(),
         ));
         monitor::spawn_saver(Arc::clone(&monitor), span.clone());
-        let (health, job_record) =
-            health_at_start(store, &device, &monitor, &rejected, &config.wcetctl());
         let losses = device_losses::DeviceLosses::load(store, &device, config.wcetctl());
+        let set_aside = (&*monitor, &losses);
+        let (health, job_record) =
+            health_at_start(store, &device, set_aside, &rejected, &config.wcetctl());
         Inner {
             device,
             snapshot: RwLock::new(Arc::new(calibration)),

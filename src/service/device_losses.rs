@@ -82,6 +82,8 @@ pub(super) struct DeviceLosses {
     problem: Mutex<Option<String>>,
     /// The file was there but could not be read at start: it is never written (nor removed).
     unread: bool,
+    /// The notice of the damaged record this start set aside.
+    moved_aside: Option<String>,
 }
 
 impl DeviceLosses {
@@ -90,14 +92,23 @@ impl DeviceLosses {
     pub(super) fn load(store: &Store, device: &DeviceInfo, wcetctl: String) -> DeviceLosses {
         let uuid = crate::fnv::fnv1a_hex(device.fingerprint.uuid.as_bytes());
         let path = store.dir().join(format!("{PREFIX}{uuid}.json"));
+        let mut moved_aside = None;
         let (record, problem) = match read(&path) {
             Ok(record) => (record, None),
+            // Named among the files set aside (`Health`, until a job succeeds, across restarts),
+            // not as a problem of this run only: a restart made it `ok` (a hunt found it).
             Err(Unreadable::Corrupt(why)) => {
-                crate::store::quarantine(&path, "record of kernels that lost the device", &why);
-                (
-                    Record::default(),
-                    Some(format!("was corrupt ({why}) and was moved aside")),
-                )
+                let notice = format!("{} (the record of kernels that lost the device: {why}; a kernel that loses it at every start may not be held back)", path.display());
+                let notices =
+                    crate::store::set_aside_notices_path(store.dir(), &device.fingerprint);
+                crate::store::quarantine_noted(
+                    &path,
+                    "record of kernels that lost the device",
+                    &why,
+                    (&notices, &notice),
+                );
+                moved_aside = Some(notice);
+                (Record::default(), None)
             }
             // Left where it is, and never written while unread (`save`): replaced, or moved
             // aside, its losses would be forgotten by the next start.
@@ -118,7 +129,13 @@ impl DeviceLosses {
             record: Mutex::new(record),
             problem: Mutex::new(problem),
             unread,
+            moved_aside,
         }
+    }
+
+    /// The notice of a damaged record this start set aside, for `Health`'s files set aside.
+    pub(super) fn moved_aside(&self) -> Option<String> {
+        self.moved_aside.clone()
     }
 
     /// `kernel` was running when the device was lost (`why`): recorded durably now, before the
@@ -325,6 +342,7 @@ mod tests {
             wcetctl: "wcetctl".into(),
             problem: Mutex::new(None),
             unread: false,
+            moved_aside: None,
         }
     }
 
@@ -395,7 +413,7 @@ mod tests {
     /// Losses with several kernels running point at the device; a corrupt record is moved
     /// aside and said, and the next record written clears that.
     #[test]
-    fn health_names_a_suspect_device_and_a_corrupt_record() {
+    fn a_suspect_device_is_named_and_a_corrupt_record_set_aside_and_noted() {
         let dir = tempfile::tempdir().unwrap();
         let losses = at(dir.path(), OURS);
         losses.lost_while_running(&spec("lud"), "a");
@@ -416,11 +434,18 @@ mod tests {
         let path = dir.path().join(format!("{PREFIX}{uuid}.json"));
         std::fs::write(&path, "{ not json").unwrap();
         let loaded = DeviceLosses::load(&store, &info, "wcetctl".into());
-        let said = loaded.warnings().join("; ");
-        assert!(said.contains("was corrupt"), "{said}");
+        // Named among the files set aside, in the notices file too (which `Health` reads at every
+        // start until a job succeeds), before it was moved: a restart said `ok`.
+        let notice = loaded.moved_aside().unwrap();
+        assert!(
+            notice.contains("record of kernels that lost the device: ")
+                && notice.contains(&path.display().to_string()),
+            "{notice}"
+        );
+        let notices = crate::store::set_aside_notices_path(dir.path(), &info.fingerprint);
+        let noted: Vec<String> = serde_json::from_slice(&std::fs::read(notices).unwrap()).unwrap();
+        assert_eq!(noted, [notice]);
         assert!(!path.exists(), "moved aside");
-        loaded.lost_while_running(&spec("lud"), "c");
-        assert!(!loaded.warnings().join("; ").contains("corrupt"));
     }
 
     #[test]

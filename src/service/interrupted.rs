@@ -60,7 +60,7 @@ impl JobRecords {
         let digest = device.fingerprint.digest();
         JobRecords {
             path: store.dir().join(format!("job-running-{digest}.json")),
-            set_aside: store.dir().join(format!("set-aside-{digest}.json")),
+            set_aside: crate::store::set_aside_notices_path(store.dir(), &device.fingerprint),
             lock: std::sync::Mutex::new(()),
         }
     }
