@@ -1254,11 +1254,18 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
                         ));
                         CompactHistogram::default()
                     });
+                let max_ns = max_held_by(&histogram, e.max_ns).unwrap_or_else(|held| {
+                    problems.push(format!(
+                        "{} at {} SMs, epoch of {}: its maximum, {} ns, is below a time its histogram holds (maximum raised to {held} ns, the most that time can be)",
+                        s.kernel, s.sms, e.calibration, e.max_ns
+                    ));
+                    held
+                });
                 Epoch {
                     calibration: e.calibration,
                     started: e.started,
                     histogram,
-                    max_ns: e.max_ns,
+                    max_ns,
                     // An older file did not keep it: where there were overruns, the maximum,
                     // as the check it serves was made before.
                     max_overrun_ns: match (e.max_overrun_ns, e.overruns) {
@@ -1288,6 +1295,20 @@ fn from_stored(series: Vec<StoredSeries>) -> (ReportedTimes, Vec<String>) {
         );
     }
     (obs, problems)
+}
+
+/// `max_ns`, an epoch's stored maximum, where it is at least every time its `histogram` holds;
+/// else `Err` with the most the largest of them can be. In a file this daemon wrote, the
+/// maximum is exact and the histogram rounds within it; a maximum below the histogram's least
+/// value for its largest time is damage, and the floor it makes was served below a time a
+/// reporter was told is recorded (a hunt lowered the floor and maxima of a line together and
+/// left the histogram alone).
+fn max_held_by(histogram: &CompactHistogram, max_ns: u64) -> Result<u64, u64> {
+    let h = histogram.histogram();
+    if h.is_empty() || h.lowest_equivalent(h.max()) <= max_ns {
+        return Ok(max_ns);
+    }
+    Err(h.highest_equivalent(h.max()))
 }
 
 #[cfg(test)]
@@ -1752,6 +1773,36 @@ mod tests {
         std::fs::create_dir(&journal).unwrap();
         let why = file.check_readable().unwrap_err();
         assert!(why.contains(".floors cannot be read"), "{why}");
+    }
+
+    /// A line whose floor and maxima were lowered together, its histogram left alone: the
+    /// floor made by the maxima alone was below a time the reporter was told is recorded (a
+    /// hunt served a bound 40% under it, `Health` ok). The histogram's largest time holds it.
+    #[test]
+    fn maxima_below_their_histogram_are_damage_and_raised_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        let mut obs = ReportedTimes::default();
+        let judged = Judged {
+            calibration: "cal",
+            bound_ns: Some(1),
+        };
+        let key = ("k", 8, Interference::Isolated);
+        obs.record(key, judged, &[1_000, 2_000, 3_000_017], Utc::now(), 0);
+        file.save(&std::sync::Mutex::new(obs), "SIM-0").unwrap();
+        let (back, how) = file.load();
+        assert!(matches!(how, Loaded::Clean), "{how:?}");
+        let floor = |o: &ReportedTimes| o.kernel("k").unwrap()[&(8, key.2)].floor_ns;
+        assert_eq!(floor(&back), 3_000_017, "an undamaged file loads as it was");
+        let text = std::fs::read_to_string(file.path()).unwrap();
+        assert!(text.matches("3000017").count() >= 3, "{text}");
+        std::fs::write(file.path(), text.replace("3000017", "1800010")).unwrap();
+        let (back, how) = file.load();
+        assert!(
+            matches!(&how, Loaded::Quarantined(why) if why.contains("below a time its histogram holds")),
+            "{how:?}"
+        );
+        assert!(floor(&back) >= 3_000_017, "{}", floor(&back));
     }
 
     #[test]
