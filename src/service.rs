@@ -436,6 +436,9 @@ struct Inner {
     span: tracing::Span,
     /// Which kernels were running when the device was lost, and which are held back for it.
     losses: device_losses::DeviceLosses,
+    /// The kernels a calibration file this start set aside named, each with its notice: one
+    /// known only from imports went with it.
+    set_aside_kernels: BTreeMap<String, String>,
 }
 
 /// The daemon's state, shared by the bus face and the GPU worker.
@@ -824,14 +827,27 @@ impl Service {
         if known {
             return Ok(());
         }
-        let why = self.waiting_in_store(kernel).unwrap_or_else(|| {
-            format!(
-                "no kernel named `{}`; accepted: {}",
-                quoted_name(kernel),
-                self.some_kernels()
-            )
-        });
+        let why = self
+            .waiting_in_store(kernel)
+            .or_else(|| self.set_aside_with_its_file(kernel))
+            .unwrap_or_else(|| {
+                format!(
+                    "no kernel named `{}`; accepted: {}",
+                    quoted_name(kernel),
+                    self.some_kernels()
+                )
+            });
         Err(ServiceError::UnknownKernel(why))
+    }
+
+    /// Why `kernel`, which is not served, had bounds at the last stop: the calibration file
+    /// that held them was damaged and set aside at this start. `None` where none named it.
+    fn set_aside_with_its_file(&self, kernel: &str) -> Option<String> {
+        let notice = self.inner.set_aside_kernels.get(kernel)?;
+        let wcetctl = self.wcetctl();
+        Some(format!(
+            "kernel `{kernel}` is not served: the calibration file that held its bounds was damaged and set aside at start, {notice} (Health names it); import its samples or bundle again (`{wcetctl} import` or `{wcetctl} import-calibration`), or repair the file and restart"
+        ))
     }
 
     /// Why `kernel`, which is not served, still has bounds in the store: the manifest that
@@ -1799,6 +1815,7 @@ impl Inner {
             start_rejected: rejected,
             reloaded: AtomicBool::new(false),
             job_record,
+            set_aside_kernels: store.set_aside_kernels(),
             stopping: AtomicBool::new(false),
             span: span.clone(),
             losses,

@@ -259,6 +259,10 @@ pub struct Store {
     spill: Option<Arc<SpillFile>>,
     /// Files moved aside since the store was opened, each with why (for `Health`).
     quarantined: Arc<Mutex<Vec<String>>>,
+    /// The kernels named in calibration files moved aside, each with the file's notice: a
+    /// kernel known only from imports is gone with its file, and a query for it said only that
+    /// no such kernel exists (a hunt found it).
+    set_aside_kernels: Arc<Mutex<BTreeMap<String, String>>>,
     /// Other fingerprints' calibration files that could not be served stale, each with why:
     /// left where they are (for `Health`, and for the floors reported under them).
     unusable: Arc<Mutex<Vec<(PathBuf, String)>>>,
@@ -281,6 +285,7 @@ impl Store {
             dir,
             spill,
             quarantined: Arc::default(),
+            set_aside_kernels: Arc::default(),
             unusable: Arc::default(),
         };
         store.remove_stale_temporaries();
@@ -396,11 +401,28 @@ impl Store {
     /// Move a bad file aside so it is kept for inspection but never loaded again.
     fn quarantine(&self, path: &Path, why: &str, notices: &Path) {
         let notice = format!("{} ({why})", path.display());
+        let names = kernels_named_in(path);
         quarantine_noted(path, "calibration", why, (notices, &notice));
+        let mut set_aside = self
+            .set_aside_kernels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for name in names {
+            set_aside.insert(name, notice.clone());
+        }
         self.quarantined
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .push(notice);
+    }
+
+    /// The kernels named in the calibration files moved aside since the store was opened, each
+    /// with the file's notice (`PATH (why)`).
+    pub fn set_aside_kernels(&self) -> BTreeMap<String, String> {
+        self.set_aside_kernels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Other fingerprints' calibration files found unusable since the store was opened, each
@@ -664,6 +686,22 @@ pub fn remove_stale_temporaries_of(path: &Path) {
             let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// The kernels a damaged calibration file at `path` names (in either table), where it is still
+/// JSON of that shape; none where it is not.
+fn kernels_named_in(path: &Path) -> Vec<String> {
+    let Ok(value) = fs::read(path).map(|b| serde_json::from_slice::<serde_json::Value>(&b)) else {
+        return Vec::new();
+    };
+    let Ok(value) = value else {
+        return Vec::new();
+    };
+    ["kernels", "contended"]
+        .iter()
+        .filter_map(|table| value.get(table)?.as_object())
+        .flat_map(|table| table.keys().cloned())
+        .collect()
 }
 
 /// `set-aside-<fingerprint digest>.json` in `dir`: notices of the damaged files set aside at

@@ -530,6 +530,36 @@ fn a_damaged_calibration_is_noted_before_it_is_moved_aside() {
     }
 }
 
+/// A kernel known only from imports goes with a damaged calibration file: a query for it says
+/// so and how to get it back, not that no such kernel exists (a hunt found it).
+#[test]
+fn a_kernel_gone_with_a_damaged_file_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    let service = short_campaign_service(dir.path());
+    import_and_wait(&service, "lab.z", Interference::Isolated, |_, i| {
+        10_000 + u64::from(i)
+    });
+    assert!(service.bound("lab.z", 64, None).is_ok());
+    let path = Store::open(dir.path())
+        .unwrap()
+        .path_for(&service.device().fingerprint);
+    drop(service);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    v["kernels"]["lab.z"]["table"]["process_shift"] = (-1.0).into();
+    std::fs::write(&path, v.to_string()).unwrap();
+    let service = short_campaign_service(dir.path());
+    let err = service.bound("lab.z", 64, None).unwrap_err();
+    assert!(
+        matches!(&err, ServiceError::UnknownKernel(why)
+            if why.contains("the calibration file that held its bounds was damaged and set aside at start")
+                && why.contains(&path.display().to_string())
+                && why.contains("`wcetctl import`")),
+        "{err}"
+    );
+    let other = service.bound("lab.nothing", 64, None).unwrap_err();
+    assert!(other.to_string().starts_with("no kernel named"), "{other}");
+}
+
 /// A damaged record of kernels that lost the device is named until a job succeeds, across
 /// restarts, as every file set aside is: a restart said `ok` (a hunt found it).
 #[test]
