@@ -376,6 +376,9 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Unservable::Unreadable(format!("cannot be read: {e}"))),
         };
+        if let Some(why) = seal_broken(&bytes) {
+            return Err(Unservable::Damaged(why));
+        }
         let parse = || serde_json::from_slice::<Calibration>(&bytes);
         let parsed = match &self.spill {
             Some(spill) => spill.spilling(parse),
@@ -449,7 +452,7 @@ impl Store {
             path: path.clone(),
             source,
         };
-        let json = serde_json::to_vec_pretty(cal).map_err(|e| write(e.into()))?;
+        let json = sealed_json(cal).map_err(|e| write(e.into()))?;
         match write_replacing(&path, |file| file.write_all(&json)) {
             Ok(()) => Ok(path),
             Err(Replace::Failed(source)) => Err(write(source)),
@@ -688,6 +691,69 @@ pub fn remove_stale_temporaries_of(path: &Path) {
     }
 }
 
+/// How a calibration file begins when it is sealed: its checksum, the first field, then the
+/// calibration's own fields ([`sealed_json`]).
+const SEAL_PREFIX: &[u8] = b"{\n  \"checksum\": \"";
+
+/// The checksum as it is hashed: in place of the hex digits of SHA-256 (64 of them).
+const UNSEALED: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// `cal` as the daemon writes it: pretty JSON whose first field, `checksum`, is the SHA-256 of
+/// the file with those 64 digits written as zeros. A flipped bit or a digit changed in a bound
+/// that stays above its launches passed every consistency check and was served (two hunts found
+/// it); sealed, it is damage, and the file is set aside like any other damaged one. The field
+/// is an extension: readers that do not know it skip it, and a file without it (written before
+/// 2026-11-25, or edited by hand with the field removed) is read as before.
+fn sealed_json(cal: &Calibration) -> serde_json::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Sealed<'a> {
+        checksum: &'static str,
+        #[serde(flatten)]
+        calibration: &'a Calibration,
+    }
+    let mut json = serde_json::to_vec_pretty(&Sealed {
+        checksum: UNSEALED,
+        calibration: cal,
+    })?;
+    let digits = SEAL_PREFIX.len()..SEAL_PREFIX.len() + UNSEALED.len();
+    debug_assert!(json.starts_with(SEAL_PREFIX) && json[digits.clone()] == *UNSEALED.as_bytes());
+    let sum = hex_sha256(&json);
+    json[digits].copy_from_slice(sum.as_bytes());
+    Ok(json)
+}
+
+/// Why a sealed calibration file is not what was written (its checksum disagrees), or `None`:
+/// it agrees, or it is not sealed (no checksum first).
+fn seal_broken(bytes: &[u8]) -> Option<String> {
+    let digits = SEAL_PREFIX.len()..SEAL_PREFIX.len() + UNSEALED.len();
+    if !bytes.starts_with(SEAL_PREFIX) || bytes.len() < digits.end {
+        // Rewritten with its checksum elsewhere (a tool that reformats JSON): as changed.
+        #[derive(Deserialize)]
+        struct Seal {
+            checksum: Option<serde::de::IgnoredAny>,
+        }
+        let sealed = serde_json::from_slice::<Seal>(bytes).is_ok_and(|s| s.checksum.is_some());
+        return sealed.then(|| {
+            "it has a checksum, but not first where the daemon writes it: rewritten since it was written (to edit it by hand, remove the checksum field)".to_string()
+        });
+    }
+    let stated = String::from_utf8_lossy(&bytes[digits.clone()]).into_owned();
+    let mut unsealed = bytes.to_vec();
+    unsealed[digits].copy_from_slice(UNSEALED.as_bytes());
+    let sum = hex_sha256(&unsealed);
+    (sum != stated).then(|| {
+        format!("its checksum {stated} is not the SHA-256 of its contents ({sum}): changed since it was written (to edit it by hand, remove the checksum field)")
+    })
+}
+
+fn hex_sha256(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// The kernels a damaged calibration file at `path` names (in either table), where it is still
 /// JSON of that shape; none where it is not.
 fn kernels_named_in(path: &Path) -> Vec<String> {
@@ -708,7 +774,12 @@ fn kernels_named_in(path: &Path) -> Vec<String> {
 /// starts since the last successful job of that device, a JSON list of strings, so that
 /// `Health` names them until then across restarts (kept by `service::interrupted`).
 pub fn set_aside_notices_path(dir: &Path, fingerprint: &Fingerprint) -> PathBuf {
-    dir.join(format!("set-aside-{}.json", fingerprint.digest()))
+    set_aside_notices_of_digest(dir, &fingerprint.digest())
+}
+
+/// [`set_aside_notices_path`] of the fingerprint whose digest is `digest`.
+pub fn set_aside_notices_of_digest(dir: &Path, digest: &str) -> PathBuf {
+    dir.join(format!("set-aside-{digest}.json"))
 }
 
 /// [`quarantine`], having first added `notice` to the notices file (`notices`,
@@ -1188,6 +1259,81 @@ mod tests {
     /// A loaded calibration keeps its launch times in the spill file, not in memory, reads them
     /// back as measured, and writing it back gives the very file it came from; spilling a
     /// freshly measured one after saving changes nothing either.
+    /// A saved file is sealed: a bound's digit changed, still above every launch (which the
+    /// consistency checks cannot see), breaks the seal, and the file is set aside; so does a
+    /// rewrite that keeps the checksum elsewhere. Without the checksum field (an edit by hand,
+    /// or a file written before it) the file loads as before.
+    #[test]
+    fn a_changed_byte_of_a_sealed_file_sets_it_aside() {
+        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let kernel = crate::kernels::find("needle").unwrap();
+        let stop = AtomicBool::new(false);
+        let cal = calibrate_kernel(&mut gpu, &kernel, &Recipe::default(), &stop, &mut |_| {});
+        let mut all = Calibration::new(gpu.info().clone());
+        all.kernels.insert("needle".into(), cal.unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let path = store.save(&all).unwrap();
+        let written = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            written.as_bytes().starts_with(SEAL_PREFIX),
+            "{}",
+            &written[..40]
+        );
+        assert!(
+            store.load(all.fingerprint()).is_some(),
+            "a sealed file loads"
+        );
+
+        let field = |bound: u64| format!("\"bound_ns\": {bound}");
+        // An entry whose bound is written once (the flat end of a curve repeats one).
+        let entry = all.kernels["needle"].table.entries.iter();
+        let mut entry = entry.filter(|e| written.matches(&field(e.bound_ns)).count() == 1);
+        let entry = entry.next_back().expect("a bound written once");
+        let (bound, launches) = (entry.bound_ns, entry.observed_max_ns);
+        let lowered = bound - (bound - launches) / 2;
+        assert!(lowered > launches && lowered < bound);
+        let (sms, field) = (entry.sms, field(bound));
+        let changed = written.replace(&field, &format!("\"bound_ns\": {lowered}"));
+        let mut v: serde_json::Value = serde_json::from_str(&changed).unwrap();
+        let unsealed = {
+            v.as_object_mut().unwrap().remove("checksum");
+            serde_json::to_string_pretty(&v).unwrap()
+        };
+        std::fs::write(&path, &changed).unwrap();
+        assert!(
+            store.load(all.fingerprint()).is_none(),
+            "a changed bound served"
+        );
+        assert!(!path.exists());
+        let said = store.quarantined().join("; ");
+        assert!(
+            said.contains("is not the SHA-256 of its contents"),
+            "{said}"
+        );
+
+        let compact: serde_json::Value = serde_json::from_str(&written).unwrap();
+        std::fs::write(&path, compact.to_string()).unwrap();
+        assert!(
+            store.load(all.fingerprint()).is_none(),
+            "a rewritten file served"
+        );
+        let said = store.quarantined().join("; ");
+        assert!(
+            said.contains("but not first where the daemon writes it"),
+            "{said}"
+        );
+
+        std::fs::write(&path, unsealed).unwrap();
+        let edited = store
+            .load(all.fingerprint())
+            .expect("an edit by hand loads");
+        assert_eq!(
+            edited.kernels["needle"].table.entry(sms).unwrap().bound_ns,
+            lowered
+        );
+    }
+
     #[test]
     fn loaded_times_rest_in_the_spill_file_and_write_back_unchanged() {
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());

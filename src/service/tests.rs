@@ -55,6 +55,8 @@ fn srad_calibrated_then_edited(state: &std::path::Path, edit: impl FnOnce(&mut s
     drop(calibrated);
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     edit(&mut v);
+    // Edited, so no longer what its checksum says: read as a hand edit.
+    v.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&path, v.to_string()).unwrap();
 }
 
@@ -295,6 +297,8 @@ fn no_untagged_bound_is_served_where_a_tag_has_no_entry() {
         .as_array_mut()
         .unwrap();
     assert_eq!(entries.pop().unwrap()["sms"], largest);
+    // Edited, so no longer what its checksum says: read as a hand edit.
+    v.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&path, v.to_string()).unwrap();
 
     let service = short_campaign_service(dir.path());
@@ -319,6 +323,85 @@ fn no_untagged_bound_is_served_where_a_tag_has_no_entry() {
                 "{m} SMs"
             );
         }
+    }
+}
+
+/// `kernel` imported at `isolated_ns` and `contended_ns` per launch, saved, and the contended
+/// table's entry at the largest size deleted from the file: a service started on it, and that size.
+fn with_a_contended_hole(
+    dir: &std::path::Path,
+    kernel: &str,
+    (isolated_ns, contended_ns): (f64, f64),
+) -> (Service, u32) {
+    let service = short_campaign_service(dir);
+    let jitter = |i: u32| 1.0 + 0.01 * f64::from(i * 37 % 200) / 200.0;
+    import_and_wait(&service, kernel, Interference::Isolated, |_, i| {
+        (isolated_ns * jitter(i)) as u64
+    });
+    import_and_wait(&service, kernel, Interference::Contended, |_, i| {
+        (contended_ns * jitter(i)) as u64
+    });
+    let largest = *service.device().partition_sizes.last().unwrap();
+    let path = Store::open(dir)
+        .unwrap()
+        .path_for(&service.device().fingerprint);
+    drop(service);
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let entries = v["contended"][kernel]["table"]["entries"]
+        .as_array_mut()
+        .unwrap();
+    assert_eq!(entries.pop().unwrap()["sms"], largest);
+    v.as_object_mut().unwrap().remove("checksum");
+    std::fs::write(&path, v.to_string()).unwrap();
+    (short_campaign_service(dir), largest)
+}
+
+/// Where the untagged bound is refused for a tag's missing entry, admission refuses too: it
+/// took the missing tag for one never calibrated and admitted a set on the isolated bound, a
+/// third of the contended one a size below (a review found it).
+#[test]
+fn admission_refuses_where_a_tag_has_no_entry() {
+    use crate::admission::{self, Policy, Task};
+    let dir = tempfile::tempdir().unwrap();
+    let (service, m) = with_a_contended_hole(dir.path(), "lab.h", (100_000.0, 300_000.0));
+    let isolated = service
+        .bound("lab.h", m, Some(Interference::Isolated))
+        .unwrap();
+    let task = Task {
+        name: "t".into(),
+        kernels: vec!["lab.h".into()],
+        sms: m,
+        period_ns: 1_000_000_000,
+        deadline_ns: isolated * 2,
+    };
+    let pinned = crate::admission_bus::ServiceAt::now(service.clone());
+    for verdict in [
+        admission::check_distinct(&pinned, std::slice::from_ref(&task), Policy::default()),
+        admission::check_shared(&pinned, std::slice::from_ref(&task), Policy::default()),
+    ] {
+        assert!(
+            matches!(&verdict, Err(ServiceError::NotCalibrated(why)) if why.contains("no contended bound at")),
+            "{verdict:?}"
+        );
+    }
+}
+
+/// A report at a size where the untagged bound is refused for a tag's missing entry is judged
+/// against the largest tagged bound served there: judged against nothing, an overrun was not
+/// counted, signalled or recalibrated for (a review found it).
+#[test]
+fn a_report_where_a_tag_has_no_entry_is_judged_against_the_largest_tagged_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let (service, m) = with_a_contended_hole(dir.path(), "lab.r", (300_000.0, 100_000.0));
+    for tag in [None, Some(Interference::Contended)] {
+        // The first report raises the isolated floor, which the second is judged against.
+        let isolated = service
+            .bound("lab.r", m, Some(Interference::Isolated))
+            .unwrap();
+        let out = service.report("lab.r", m, tag, &[isolated * 2]).unwrap();
+        assert_eq!((out.overruns, out.bound_ns), (1, isolated), "{tag:?}");
+        let seen = service.observed("lab.r", m, tag).unwrap();
+        assert_eq!(seen.overruns_total, 1, "{tag:?}: {seen:?}");
     }
 }
 
@@ -465,6 +548,8 @@ fn a_calibration_file_below_its_own_launches_is_moved_aside() {
     {
         e["bound_ns"] = 1000.into();
     }
+    // Edited, so no longer what its checksum says: read as a hand edit.
+    v.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&path, v.to_string()).unwrap();
     let config = ServiceConfig {
         initial_calibration: false,
@@ -546,12 +631,14 @@ fn a_kernel_gone_with_a_damaged_file_is_named_as_such() {
     drop(service);
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
     v["kernels"]["lab.z"]["table"]["process_shift"] = (-1.0).into();
+    // Edited, so no longer what its checksum says: read as a hand edit.
+    v.as_object_mut().unwrap().remove("checksum");
     std::fs::write(&path, v.to_string()).unwrap();
     let service = short_campaign_service(dir.path());
     let err = service.bound("lab.z", 64, None).unwrap_err();
     assert!(
         matches!(&err, ServiceError::UnknownKernel(why)
-            if why.contains("the calibration file that held its bounds was damaged and set aside at start")
+            if why.contains("the calibration file that held its bounds was damaged and set aside at this start")
                 && why.contains(&path.display().to_string())
                 && why.contains("`wcetctl import`")),
         "{err}"
