@@ -109,11 +109,15 @@ impl PrivateBus {
         // The bus ends with the daemon however the daemon ends (SIGKILL included): asked of the
         // kernel in the child before exec. The thread that starts it is the one that runs the
         // daemon's main future, which lives as long as the process.
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        // And a reader of the standard error it shares with the daemon that has gone (`wcetd
+        // 2>&1 | head -1`) costs it its warnings, not its life: with SIGPIPE at its default, its
+        // first warning killed it, and the daemon exited for the lost bus (a review found it).
+        // SAFETY: prctl and signal are async-signal-safe and touch no memory of the parent.
         unsafe {
             use std::os::unix::process::CommandExt;
             command.pre_exec(|| {
                 libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                libc::signal(libc::SIGPIPE, libc::SIG_IGN);
                 Ok(())
             });
         }
@@ -290,16 +294,17 @@ pub fn call_timeout() -> std::time::Duration {
 /// is wrong with it: a client says so rather than wait a minute where `abc` or `-1` was meant to
 /// be something else.
 pub fn call_timeout_set() -> Result<std::time::Duration, String> {
-    let Some(text) = std::env::var_os("WCETD_CALL_TIMEOUT_S") else {
+    let text = std::env::var_os("WCETD_CALL_TIMEOUT_S").unwrap_or_default();
+    if text.is_empty() {
         return Ok(std::time::Duration::from_secs(60));
-    };
+    }
     text.to_str()
         .and_then(|s| s.trim().parse::<u64>().ok())
         .filter(|&s| s > 0)
         .map(std::time::Duration::from_secs)
         .ok_or_else(|| {
             format!(
-                "$WCETD_CALL_TIMEOUT_S is {text:?}; accepted: a positive whole number of seconds (unset: 60)"
+                "$WCETD_CALL_TIMEOUT_S is {text:?}; accepted: a positive whole number of seconds (unset or empty: 60)"
             )
         })
 }

@@ -53,14 +53,19 @@ impl Snapshot {
     /// Read the service: every calibrated kernel's curve, every observed series, jobs, health.
     pub fn gather(service: &Service, gpu: u32) -> Snapshot {
         let device = service.device();
-        let smallest = device.partition_sizes.first().copied().unwrap_or(0);
         let overrun = service.overrun_kernels();
         let kernels = service
             .list_kernels()
             .into_iter()
             .filter_map(|name| {
-                let info = service.bound_info(&name, smallest, None).ok()?;
-                let bounds = service.curve(&name, None).ok()?;
+                // Each size served: one refused (a table without an entry there) costs its own
+                // line, not the kernel's whole block.
+                let bounds: Vec<(u32, u64)> = device
+                    .partition_sizes
+                    .iter()
+                    .filter_map(|&m| Some((m, service.bound(&name, m, None).ok()?)))
+                    .collect();
+                let info = service.bound_info(&name, bounds.first()?.0, None).ok()?;
                 Some(KernelMetrics {
                     overrun: overrun.contains(&name),
                     name,

@@ -821,6 +821,8 @@ pub enum Loaded {
 #[derive(Debug, Clone)]
 pub struct ObservationFile {
     path: PathBuf,
+    /// The device's set-aside notices ([`crate::store::set_aside_notices_path`]).
+    notices: PathBuf,
 }
 
 impl ObservationFile {
@@ -833,6 +835,7 @@ impl ObservationFile {
     pub fn of_digest(dir: &Path, digest: &str) -> ObservationFile {
         ObservationFile {
             path: dir.join(format!("observations-{digest}.json")),
+            notices: crate::store::set_aside_notices_of_digest(dir, digest),
         }
     }
 
@@ -1036,15 +1039,24 @@ impl ObservationFile {
                 if obs.series_count() > 0 {
                     crate::store::quarantine_copy(&self.path, "observations", &why);
                 } else {
-                    crate::store::quarantine(&self.path, "observations", &why);
+                    self.set_aside(&why);
                 }
                 (obs, Loaded::Quarantined(why))
             }
             Err(why) => {
-                crate::store::quarantine(&self.path, "observations", &why);
+                self.set_aside(&why);
                 (ReportedTimes::default(), Loaded::Quarantined(why))
             }
         }
+    }
+
+    /// Move the damaged file aside, named in the set-aside notices first: moved first, a crash
+    /// before the start wrote its notices left every floor of the file gone with `Health` ok
+    /// (a review found it). A copy kept aside needs no notice first: the file stays, and the
+    /// next start finds the same damage.
+    fn set_aside(&self, why: &str) {
+        let notice = format!("{} ({why})", self.path.display());
+        crate::store::quarantine_noted(&self.path, "observations", why, (&self.notices, &notice));
     }
 
     /// What [`Self::load`] keeps of the file, and what could not be read of it, leaving the
@@ -1803,6 +1815,23 @@ mod tests {
             "{how:?}"
         );
         assert!(floor(&back) >= 3_000_017, "{}", floor(&back));
+    }
+
+    /// A file moved aside whole is named in the set-aside notices first: a crash between the
+    /// move and the start's notices lost every floor in it with `Health` ok (a review found it).
+    #[test]
+    fn a_file_moved_aside_is_noted_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = ObservationFile::new(dir.path(), &fingerprint());
+        std::fs::write(file.path(), "{").unwrap();
+        let (_, how) = file.load();
+        let Loaded::Quarantined(why) = how else {
+            panic!("{how:?}")
+        };
+        let notices = crate::store::set_aside_notices_path(dir.path(), &fingerprint());
+        let noted: Vec<String> = serde_json::from_slice(&std::fs::read(notices).unwrap()).unwrap();
+        assert_eq!(noted, [format!("{} ({why})", file.path().display())]);
+        assert!(!file.path().exists());
     }
 
     #[test]

@@ -846,7 +846,7 @@ impl Service {
         let notice = self.inner.set_aside_kernels.get(kernel)?;
         let wcetctl = self.wcetctl();
         Some(format!(
-            "kernel `{kernel}` is not served: the calibration file that held its bounds was damaged and set aside at start, {notice} (Health names it); import its samples or bundle again (`{wcetctl} import` or `{wcetctl} import-calibration`), or repair the file and restart"
+            "kernel `{kernel}` is not served: the calibration file that held its bounds was damaged and set aside at this start, {notice} (`Health` names it until a job succeeds); import its samples or bundle again (`{wcetctl} import` or `{wcetctl} import-calibration`), or repair the file and restart"
         ))
     }
 
@@ -989,11 +989,17 @@ impl Service {
         let Some((tag, cal)) = lacking else {
             return Ok(());
         };
-        let runnable = self.catalogue().get(kernel).is_some();
+        let wcetctl = self.wcetctl();
+        let remedy = match self.job_for(kernel) {
+            Some(j) => format!("job {j} (queued or running) names it: wait for its JobFinished (`{wcetctl} jobs` says what it does)"),
+            None => {
+                let runnable = self.catalogue().get(kernel).is_some();
+                how_to_calibrate(&wcetctl, kernel, Some(tag), runnable)
+            }
+        };
         Err(ServiceError::NotCalibrated(format!(
-            "kernel `{kernel}` has no {tag} bound at {sms} SMs (calibration {} has no entry there), and an untagged bound answers for {tag} launches too, so none is served there; {}",
-            cal.id,
-            how_to_calibrate(&self.wcetctl(), kernel, Some(tag), runnable)
+            "kernel `{kernel}` has no {tag} bound at {sms} SMs (calibration {} has no entry there), and an untagged bound answers for {tag} launches too, so none is served there; {remedy}",
+            cal.id
         )))
     }
 

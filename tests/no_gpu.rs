@@ -183,6 +183,44 @@ fn a_hangup_stops_the_daemon_cleanly() {
     assert!(!bus_dir.exists(), "the private bus directory is left");
 }
 
+/// `wcetd 2>&1 | head -1`: a reader of the daemon's log that has gone (here, before its first
+/// line) costs the daemon and its private bus their log lines, not their service. Tracing's
+/// fallback `eprintln!` panicked on the closed pipe (status 101), and the private dbus-daemon,
+/// sharing it, died of SIGPIPE at its first warning, which ended the daemon for the lost bus (a
+/// hunt and a review found them).
+#[test]
+fn a_daemon_whose_log_reader_has_gone_serves_on() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_wcetd"));
+    on_a_private_bus(&mut cmd, dir.path());
+    let mut daemon = cmd
+        .env("RUST_LOG", "debug")
+        .stdout(std::process::Stdio::piped())
+        .stderr(writer)
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(daemon.stdout.take().unwrap()).lines();
+    let serving = lines.next().expect("a line").unwrap();
+    assert!(serving.contains("serving org.wcetd.Wcetd1"), "{serving}");
+    drop(lines);
+    let list = Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("list")
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env_remove("WCETD_BUS_ADDRESS")
+        .output()
+        .unwrap();
+    assert!(list.status.success(), "{list:?}");
+    // SAFETY: SIGTERM to our own child, by pid.
+    unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
+    let status = daemon.wait().unwrap();
+    assert!(status.success(), "{status}");
+}
+
 /// A runtime directory whose name a D-Bus address must escape (a space, a comma, an `=`) still
 /// gets a private bus: the socket's path is escaped in the bus's configuration.
 #[test]

@@ -242,6 +242,30 @@ fn device_description(
     Ok(found)
 }
 
+/// Standard error for the log, whose writes never fail: when the reader of the daemon's log has
+/// gone (`wcetd 2>&1 | head -1`, a log forwarder that died), tracing's fallback `eprintln!`
+/// panicked on the broken pipe and the daemon ended with status 101 (a review found it). The
+/// lines are lost; the daemon serves on.
+struct LogToStderr;
+
+impl Write for LogToStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
+/// `line` on standard error, where it can still be written (an exit message; `eprintln!`
+/// panics on a closed pipe, which would turn exit status 1 into 101).
+fn say_on_stderr(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 fn main() -> std::process::ExitCode {
     // journald (or any file) gets plain text: colour codes only on a terminal, and never with
     // NO_COLOR set.
@@ -251,7 +275,7 @@ fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_ansi(colour)
-        .with_writer(std::io::stderr)
+        .with_writer(|| LogToStderr)
         .init();
     let args = match parse_args() {
         Ok(args) => args,
@@ -259,7 +283,7 @@ fn main() -> std::process::ExitCode {
             if let Some(e) = e.downcast_ref::<clap::Error>() {
                 e.exit();
             }
-            eprintln!("wcetd: {e:#}");
+            say_on_stderr(&format!("wcetd: {e:#}"));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -267,7 +291,7 @@ fn main() -> std::process::ExitCode {
         return match wcetd::generate::write_all(Args::command(), "8", dir) {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("wcetd: {e:#}");
+                say_on_stderr(&format!("wcetd: {e:#}"));
                 std::process::ExitCode::FAILURE
             }
         };
@@ -284,7 +308,7 @@ fn main() -> std::process::ExitCode {
     let failed = match ran {
         Ok(()) => false,
         Err(e) => {
-            eprintln!("wcetd: {e:#}");
+            say_on_stderr(&format!("wcetd: {e:#}"));
             true
         }
     };

@@ -983,7 +983,24 @@ impl Service {
                 Err(e) => return Err(e),
             }
         }
-        Ok(None)
+        // No untagged bound where one tag's table has no entry at this size: the largest tagged
+        // bound served there. Judged against nothing, an overrun there was not counted, signalled
+        // or recalibrated for (a review found it), though its floor was kept.
+        let mut largest = None;
+        for t in [Interference::Isolated, Interference::Contended] {
+            match self.served_bound(kernel, partition, Some(t)) {
+                Ok(b)
+                    if largest
+                        .as_ref()
+                        .is_none_or(|l: &(u64, String, u64)| b.0 > l.0) =>
+                {
+                    largest = Some(b)
+                }
+                Ok(_) | Err(ServiceError::NotCalibrated(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(largest)
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
