@@ -717,7 +717,7 @@ fn sealed_json(cal: &Calibration) -> serde_json::Result<Vec<u8>> {
     })?;
     let digits = SEAL_PREFIX.len()..SEAL_PREFIX.len() + UNSEALED.len();
     debug_assert!(json.starts_with(SEAL_PREFIX) && json[digits.clone()] == *UNSEALED.as_bytes());
-    let sum = hex_sha256(&json);
+    let sum = hex_sha256(&[&json]);
     json[digits].copy_from_slice(sum.as_bytes());
     Ok(json)
 }
@@ -738,17 +738,26 @@ fn seal_broken(bytes: &[u8]) -> Option<String> {
         });
     }
     let stated = String::from_utf8_lossy(&bytes[digits.clone()]).into_owned();
-    let mut unsealed = bytes.to_vec();
-    unsealed[digits].copy_from_slice(UNSEALED.as_bytes());
+    let unsealed = [
+        &bytes[..digits.start],
+        UNSEALED.as_bytes(),
+        &bytes[digits.end..],
+    ];
     let sum = hex_sha256(&unsealed);
     (sum != stated).then(|| {
         format!("its checksum {stated} is not the SHA-256 of its contents ({sum}): changed since it was written (to edit it by hand, remove the checksum field)")
     })
 }
 
-fn hex_sha256(bytes: &[u8]) -> String {
+/// The SHA-256 of `parts` one after another, in hex.
+fn hex_sha256(parts: &[&[u8]]) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(bytes)
+    let mut hasher = sha2::Sha256::new();
+    for part in parts {
+        hasher.update(part);
+    }
+    hasher
+        .finalize()
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
