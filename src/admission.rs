@@ -1060,8 +1060,18 @@ pub fn suggest(src: &dyn BoundSource, tasks: &[Unsized]) -> Result<Vec<(String, 
 
 fn smallest_partition(lookup: &mut Lookup, task: &Unsized) -> Result<u32> {
     let mut best: Option<(u32, u64)> = None;
+    // A size refused for want of a bound (a table without an entry there) is skipped: a larger
+    // one that meets the deadline may still be given. Refused at every size, that is the answer.
+    let mut refused = None;
     for p in lookup.src.partition_sizes() {
-        let response = lookup.task(&task.name, &task.kernels, p)?.total();
+        let response = match lookup.task(&task.name, &task.kernels, p) {
+            Ok(bounds) => bounds.total(),
+            Err(ServiceError::NotCalibrated(why)) => {
+                refused.get_or_insert(ServiceError::NotCalibrated(why));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         // u64::MAX is no finite bound (a sum past 64 bits), which no deadline is met by.
         if response < u64::MAX && response <= task.deadline_ns {
             return Ok(p);
@@ -1070,7 +1080,11 @@ fn smallest_partition(lookup: &mut Lookup, task: &Unsized) -> Result<u32> {
             best = Some((p, response));
         }
     }
-    let (p, r) = best.unwrap_or((0, 0));
+    let Some((p, r)) = best else {
+        return Err(refused.unwrap_or_else(|| {
+            ServiceError::Infeasible(format!("task `{}`: no partition sizes", task.name))
+        }));
+    };
     Err(ServiceError::Infeasible(format!(
         "task `{}` cannot meet its deadline of {} ns on any partition: its best response bound is {r} ns at {p} SMs",
         task.name, task.deadline_ns

@@ -603,6 +603,7 @@ impl Service {
             .clone();
         let mut why = Vec::new();
         why.extend(self.stale_advice());
+        why.extend(self.sizes_without_an_entry());
         why.extend(
             self.catalogue()
                 .iter()
@@ -966,6 +967,36 @@ impl Service {
                 ),
             })
         })
+    }
+
+    /// For `Health`: each served calibration without an entry at a size the device realises,
+    /// where `GetBoundTagged` of its tag and `GetBound` are refused (a size realised only since
+    /// it was made, or a hand edit); they were refused without a word in `Health`.
+    fn sizes_without_an_entry(&self) -> Vec<String> {
+        let snap = self.snapshot();
+        let catalogue = self.catalogue();
+        let sizes = &self.inner.device.partition_sizes;
+        let mut said = Vec::new();
+        for tag in [Interference::Isolated, Interference::Contended] {
+            for (kernel, cal) in snap.tables(tag) {
+                let missing: Vec<u32> = sizes
+                    .iter()
+                    .copied()
+                    .filter(|&m| cal.table.entry(m).is_none())
+                    .collect();
+                if missing.is_empty() || !served(&catalogue, kernel, cal) {
+                    continue;
+                }
+                let runnable = catalogue.get(kernel).is_some();
+                said.push(format!(
+                    "kernel `{kernel}` has no {tag} bound at {} SMs (calibration {}), where it and GetBound are refused; {}",
+                    join(&missing),
+                    cal.id,
+                    how_to_calibrate(&self.wcetctl(), kernel, Some(tag), runnable)
+                ));
+            }
+        }
+        said
     }
 
     /// An untagged bound answers for every tag calibrated, so none is served at `sms` where one
@@ -1450,7 +1481,23 @@ impl Service {
                 "deadline_ns is 0; accepted: a positive number of nanoseconds".into(),
             ));
         }
-        let curve = self.curve(kernel, tag)?;
+        // A size refused for want of a bound is skipped, not the question: a larger size that
+        // meets the deadline is still the smallest that may be given (one refused size failed the
+        // whole answer, a review found). Refused everywhere, the first refusal is the answer.
+        let mut curve = Vec::new();
+        let mut refused = None;
+        for &m in &self.inner.device.partition_sizes {
+            match self.bound(kernel, m, tag) {
+                Ok(b) => curve.push((m, b)),
+                Err(ServiceError::NotCalibrated(why)) => {
+                    refused.get_or_insert(ServiceError::NotCalibrated(why));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if let (true, Some(e)) = (curve.is_empty(), refused) {
+            return Err(e);
+        }
         // A bound of u64::MAX is no finite bound (saturated), which no deadline is met by.
         let meets = |b: u64| b < u64::MAX && b <= deadline_ns;
         curve.iter().copied().find(|&(_, b)| meets(b)).ok_or_else(|| {

@@ -725,18 +725,25 @@ fn sealed_json(cal: &Calibration) -> serde_json::Result<Vec<u8>> {
 /// Why a sealed calibration file is not what was written (its checksum disagrees), or `None`:
 /// it agrees, or it is not sealed (no checksum first).
 fn seal_broken(bytes: &[u8]) -> Option<String> {
-    let digits = SEAL_PREFIX.len()..SEAL_PREFIX.len() + UNSEALED.len();
-    if !bytes.starts_with(SEAL_PREFIX) || bytes.len() < digits.end {
-        // Rewritten with its checksum elsewhere (a tool that reformats JSON): as changed.
-        #[derive(Deserialize)]
-        struct Seal {
-            checksum: Option<serde::de::IgnoredAny>,
+    let first = SEAL_PREFIX.len()..SEAL_PREFIX.len() + UNSEALED.len();
+    let digits = match bytes.starts_with(SEAL_PREFIX) && bytes.len() >= first.end {
+        true => first,
+        // Not where this version writes it: wherever another layout put it (a later version,
+        // whose files a downgrade must still read), checked the same way. A file reformatted by
+        // a tool has it too, and its bytes are no longer those hashed.
+        false => {
+            #[derive(Deserialize)]
+            struct Seal {
+                checksum: Option<serde::de::IgnoredAny>,
+            }
+            let sealed = serde_json::from_slice::<Seal>(bytes).is_ok_and(|s| s.checksum.is_some());
+            match (sealed, checksum_digits(bytes)) {
+                (false, _) => return None,
+                (true, Some(digits)) => digits,
+                (true, None) => return Some("its checksum is not 64 hexadecimal digits: changed since it was written (to edit it by hand, remove the checksum field)".into()),
+            }
         }
-        let sealed = serde_json::from_slice::<Seal>(bytes).is_ok_and(|s| s.checksum.is_some());
-        return sealed.then(|| {
-            "it has a checksum, but not first where the daemon writes it: rewritten since it was written (to edit it by hand, remove the checksum field)".to_string()
-        });
-    }
+    };
     let stated = String::from_utf8_lossy(&bytes[digits.clone()]).into_owned();
     let unsealed = [
         &bytes[..digits.start],
@@ -747,6 +754,29 @@ fn seal_broken(bytes: &[u8]) -> Option<String> {
     (sum != stated).then(|| {
         format!("its checksum {stated} is not the SHA-256 of its contents ({sum}): changed since it was written (to edit it by hand, remove the checksum field)")
     })
+}
+
+/// Where the 64 digits of the top-level `"checksum": "..."` are in a file of any layout: the
+/// first such key not inside a string (a quote inside a string is escaped).
+fn checksum_digits(bytes: &[u8]) -> Option<std::ops::Range<usize>> {
+    const KEY: &[u8] = b"\"checksum\"";
+    let at = (0..bytes.len().saturating_sub(KEY.len()))
+        .find(|&i| bytes[i..].starts_with(KEY) && (i == 0 || bytes[i - 1] != b'\\'))?;
+    let mut i = at + KEY.len();
+    let skip = |i: &mut usize| {
+        while bytes.get(*i).is_some_and(u8::is_ascii_whitespace) {
+            *i += 1;
+        }
+    };
+    skip(&mut i);
+    (bytes.get(i) == Some(&b':')).then_some(())?;
+    i += 1;
+    skip(&mut i);
+    (bytes.get(i) == Some(&b'"')).then_some(())?;
+    let digits = i + 1..i + 1 + UNSEALED.len();
+    let hex = bytes.get(digits.clone())?;
+    (hex.iter().all(u8::is_ascii_hexdigit) && bytes.get(digits.end) == Some(&b'"'))
+        .then_some(digits)
 }
 
 /// The SHA-256 of `parts` one after another, in hex.
@@ -1265,9 +1295,6 @@ mod tests {
         );
     }
 
-    /// A loaded calibration keeps its launch times in the spill file, not in memory, reads them
-    /// back as measured, and writing it back gives the very file it came from; spilling a
-    /// freshly measured one after saving changes nothing either.
     /// A saved file is sealed: a bound's digit changed, still above every launch (which the
     /// consistency checks cannot see), breaks the seal, and the file is set aside; so does a
     /// rewrite that keeps the checksum elsewhere. Without the checksum field (an edit by hand,
@@ -1327,10 +1354,25 @@ mod tests {
             store.load(all.fingerprint()).is_none(),
             "a rewritten file served"
         );
+        // Reformatted by a tool: no longer the bytes hashed.
         let said = store.quarantined().join("; ");
-        assert!(
-            said.contains("but not first where the daemon writes it"),
+        assert_eq!(
+            said.matches("is not the SHA-256 of its contents").count(),
+            2,
             "{said}"
+        );
+        // Sealed in another layout (a later version's, read after a downgrade): it loads.
+        let mut other = compact.clone();
+        other["checksum"] = UNSEALED.into();
+        let mut bytes = other.to_string().into_bytes();
+        let digits = checksum_digits(&bytes).unwrap();
+        let sum = hex_sha256(&[&bytes]);
+        bytes[digits].copy_from_slice(sum.as_bytes());
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(
+            store.load(all.fingerprint()).is_some(),
+            "{:?}",
+            store.quarantined()
         );
 
         std::fs::write(&path, unsealed).unwrap();
@@ -1343,6 +1385,9 @@ mod tests {
         );
     }
 
+    /// A loaded calibration keeps its launch times in the spill file, not in memory, reads them
+    /// back as measured, and writing it back gives the very file it came from; spilling a
+    /// freshly measured one after saving changes nothing either.
     #[test]
     fn loaded_times_rest_in_the_spill_file_and_write_back_unchanged() {
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());

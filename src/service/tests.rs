@@ -324,6 +324,28 @@ fn no_untagged_bound_is_served_where_a_tag_has_no_entry() {
             );
         }
     }
+    // Said in Health, and skipped where the smallest size meeting a deadline is asked for: a
+    // smaller one that meets it is still given (one refused size failed the whole answer).
+    let health = service.health();
+    assert!(
+        health.contains(&format!(
+            "kernel `lab.y` has no isolated bound at {largest} SMs"
+        )),
+        "{health}"
+    );
+    let loose = service.bound("lab.y", sizes[0], None).unwrap();
+    assert_eq!(
+        service.min_partition("lab.y", loose, None).unwrap().0,
+        sizes[0]
+    );
+    let tight = service
+        .bound("lab.y", largest, Some(Interference::Contended))
+        .unwrap();
+    let best = service.min_partition("lab.y", tight, None);
+    assert!(
+        best.as_ref().map_or(true, |b| b.0 != largest),
+        "a refused size given: {best:?}"
+    );
 }
 
 /// `kernel` imported at `isolated_ns` and `contended_ns` per launch, saved, and the contended
