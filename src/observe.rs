@@ -1328,6 +1328,12 @@ mod tests {
     use super::*;
     use rand::{Rng, SeedableRng};
 
+    /// Times judged against a bound of 1 ns: every one an overrun.
+    const JUDGED_AT_1NS: Judged<'static> = Judged {
+        calibration: "cal",
+        bound_ns: Some(1),
+    };
+
     fn fingerprint() -> Fingerprint {
         Fingerprint {
             backend: crate::gpu::Backend::Sim,
@@ -1795,10 +1801,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = ObservationFile::new(dir.path(), &fingerprint());
         let mut obs = ReportedTimes::default();
-        let judged = Judged {
-            calibration: "cal",
-            bound_ns: Some(1),
-        };
+        let judged = JUDGED_AT_1NS;
         let key = ("k", 8, Interference::Isolated);
         obs.record(key, judged, &[1_000, 2_000, 3_000_017], Utc::now(), 0);
         file.save(&std::sync::Mutex::new(obs), "SIM-0").unwrap();
@@ -1839,10 +1842,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = ObservationFile::new(dir.path(), &fingerprint());
         let mut obs = ReportedTimes::default();
-        let judged = Judged {
-            calibration: "cal",
-            bound_ns: Some(1),
-        };
+        let judged = JUDGED_AT_1NS;
         for sms in [8, 16, 32, 64] {
             obs.record(
                 ("k", sms, Interference::Isolated),

@@ -1295,12 +1295,9 @@ mod tests {
         );
     }
 
-    /// A saved file is sealed: a bound's digit changed, still above every launch (which the
-    /// consistency checks cannot see), breaks the seal, and the file is set aside; so does a
-    /// rewrite that keeps the checksum elsewhere. Without the checksum field (an edit by hand,
-    /// or a file written before it) the file loads as before.
-    #[test]
-    fn a_changed_byte_of_a_sealed_file_sets_it_aside() {
+    /// needle calibrated on the simulated H200 and saved in a fresh store: the directory (kept
+    /// while the test runs), the store, the calibration and its file.
+    fn needle_saved() -> (tempfile::TempDir, Store, Calibration, PathBuf) {
         let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
         let kernel = crate::kernels::find("needle").unwrap();
         let stop = AtomicBool::new(false);
@@ -1310,6 +1307,16 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(dir.path()).unwrap();
         let path = store.save(&all).unwrap();
+        (dir, store, all, path)
+    }
+
+    /// A saved file is sealed: a bound's digit changed, still above every launch (which the
+    /// consistency checks cannot see), breaks the seal, and the file is set aside; so does a
+    /// rewrite that keeps the checksum elsewhere. Without the checksum field (an edit by hand,
+    /// or a file written before it) the file loads as before.
+    #[test]
+    fn a_changed_byte_of_a_sealed_file_sets_it_aside() {
+        let (_dir, store, all, path) = needle_saved();
         let written = std::fs::read_to_string(&path).unwrap();
         assert!(
             written.as_bytes().starts_with(SEAL_PREFIX),
@@ -1390,15 +1397,7 @@ mod tests {
     /// freshly measured one after saving changes nothing either.
     #[test]
     fn loaded_times_rest_in_the_spill_file_and_write_back_unchanged() {
-        let mut gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
-        let kernel = crate::kernels::find("needle").unwrap();
-        let stop = AtomicBool::new(false);
-        let cal = calibrate_kernel(&mut gpu, &kernel, &Recipe::default(), &stop, &mut |_| {});
-        let mut all = Calibration::new(gpu.info().clone());
-        all.kernels.insert("needle".into(), cal.unwrap());
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(dir.path()).unwrap();
-        let path = store.save(&all).unwrap();
+        let (dir, store, mut all, path) = needle_saved();
         let written = std::fs::read(&path).unwrap();
         let times = |c: &Calibration| -> Vec<(bool, Vec<u64>)> {
             let k = &c.kernels["needle"].campaign;
