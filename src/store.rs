@@ -756,27 +756,32 @@ fn seal_broken(bytes: &[u8]) -> Option<String> {
     })
 }
 
-/// Where the 64 digits of the top-level `"checksum": "..."` are in a file of any layout: the
-/// first such key not inside a string (a quote inside a string is escaped).
+/// Where the 64 digits of `"checksum": "..."` are in a file of any layout: the first such key,
+/// not inside a string (a quote inside a string is escaped), whose value is 64 hexadecimal
+/// digits. A kernel may be named `checksum`: its key, an object, is passed over (a hunt found
+/// a resealed file set aside for it).
 fn checksum_digits(bytes: &[u8]) -> Option<std::ops::Range<usize>> {
     const KEY: &[u8] = b"\"checksum\"";
-    let at = (0..bytes.len().saturating_sub(KEY.len()))
-        .find(|&i| bytes[i..].starts_with(KEY) && (i == 0 || bytes[i - 1] != b'\\'))?;
-    let mut i = at + KEY.len();
-    let skip = |i: &mut usize| {
-        while bytes.get(*i).is_some_and(u8::is_ascii_whitespace) {
-            *i += 1;
-        }
+    let value_at = |at: usize| -> Option<std::ops::Range<usize>> {
+        let mut i = at + KEY.len();
+        let skip = |i: &mut usize| {
+            while bytes.get(*i).is_some_and(u8::is_ascii_whitespace) {
+                *i += 1;
+            }
+        };
+        skip(&mut i);
+        (bytes.get(i) == Some(&b':')).then_some(())?;
+        i += 1;
+        skip(&mut i);
+        (bytes.get(i) == Some(&b'"')).then_some(())?;
+        let digits = i + 1..i + 1 + UNSEALED.len();
+        let hex = bytes.get(digits.clone())?;
+        (hex.iter().all(u8::is_ascii_hexdigit) && bytes.get(digits.end) == Some(&b'"'))
+            .then_some(digits)
     };
-    skip(&mut i);
-    (bytes.get(i) == Some(&b':')).then_some(())?;
-    i += 1;
-    skip(&mut i);
-    (bytes.get(i) == Some(&b'"')).then_some(())?;
-    let digits = i + 1..i + 1 + UNSEALED.len();
-    let hex = bytes.get(digits.clone())?;
-    (hex.iter().all(u8::is_ascii_hexdigit) && bytes.get(digits.end) == Some(&b'"'))
-        .then_some(digits)
+    (0..bytes.len().saturating_sub(KEY.len()))
+        .filter(|&i| bytes[i..].starts_with(KEY) && (i == 0 || bytes[i - 1] != b'\\'))
+        .find_map(value_at)
 }
 
 /// The SHA-256 of `parts` one after another, in hex.
@@ -1308,6 +1313,18 @@ mod tests {
         let store = Store::open(dir.path()).unwrap();
         let path = store.save(&all).unwrap();
         (dir, store, all, path)
+    }
+
+    /// The seal's digits are found in any layout, past a kernel named `checksum`.
+    #[test]
+    fn the_seal_is_found_past_a_kernel_named_checksum() {
+        let digits = "0123456789abcdef".repeat(4);
+        let text = format!(
+            r#"{{"kernels": {{"checksum": {{"id": "x"}}}}, "note": "\"checksum\": \"{digits}\"", "checksum" : "{digits}"}}"#
+        );
+        let found = checksum_digits(text.as_bytes()).unwrap();
+        assert_eq!(&text[found.clone()], digits);
+        assert_eq!(found.end, text.len() - 2);
     }
 
     /// A saved file is sealed: a bound's digit changed, still above every launch (which the
