@@ -1101,32 +1101,17 @@ mod tests {
         let f32_range = "accepted: a number from -3.4028235e38 to 3.4028235e38";
         let f64_range = "accepted: a number from -1.7976931348623157e308 to 1.7976931348623157e308";
         let with = |arg: &str| manifest("").replace("{ f32 = 2.0 }", arg);
-        for (text, said) in [
-            (
-                with("{ f32 = 1e40 }"),
-                format!("args[2]: 1e40 is not a finite f32; {f32_range}"),
-            ),
-            (
-                with("{ f32 = -1e39 }"),
-                format!("args[2]: -1e39 is not a finite f32; {f32_range}"),
-            ),
-            (
-                with("{ f32 = inf }"),
-                format!("args[2]: inf is not a finite f32; {f32_range}"),
-            ),
-            (
-                with("{ f32 = nan }"),
-                format!("args[2]: NaN is not a finite f32; {f32_range}"),
-            ),
-            (
-                with("{ f64 = -inf }"),
-                format!("args[2]: -inf is not a finite f64; {f64_range}"),
-            ),
-            (
-                with("{ f64 = nan }"),
-                format!("args[2]: NaN is not a finite f64; {f64_range}"),
-            ),
+        for (ty, value, shown) in [
+            ("f32", "1e40", "1e40"),
+            ("f32", "-1e39", "-1e39"),
+            ("f32", "inf", "inf"),
+            ("f32", "nan", "NaN"),
+            ("f64", "-inf", "-inf"),
+            ("f64", "nan", "NaN"),
         ] {
+            let text = with(&format!("{{ {ty} = {value} }}"));
+            let range = if ty == "f32" { f32_range } else { f64_range };
+            let said = format!("args[2]: {shown} is not a finite {ty}; {range}");
             let e = parse(&path, &text).unwrap_err();
             assert!(e.contains(&said), "{text}: `{e}` lacks `{said}`");
         }

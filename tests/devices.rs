@@ -43,6 +43,15 @@ async fn calibrate_at(d: &Daemon, path: &str, kernels: &[&str]) -> (String, Stri
         .unwrap()
 }
 
+/// Two simulated GPUs, nothing calibrated at start and no delay probe: jobs run only as asked.
+const TWO_IDLE_GPUS: &[&str] = &[
+    "--sim-devices",
+    "2",
+    "--no-initial-calibration",
+    "--delay-probe-launches",
+    "0",
+];
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn both_devices_serve_and_the_root_answers_for_the_default() {
     let d = Daemon::start(&["--sim-devices", "2", "--no-initial-calibration"]).await;
@@ -74,16 +83,7 @@ async fn both_devices_serve_and_the_root_answers_for_the_default() {
 /// plain `wcetctl recalibrate ...`, which recalibrated the default GPU; GPU 1 went on refusing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gpus_advice_run_as_printed_acts_on_that_gpu() {
-    let d = Daemon::start(&[
-        "--sim-devices",
-        "2",
-        "--no-initial-calibration",
-        "--delay-probe-launches",
-        "0",
-        "--interference",
-        "isolated",
-    ])
-    .await;
+    let d = Daemon::start(&[TWO_IDLE_GPUS, &["--interference", "isolated"]].concat()).await;
     let gpu1 = "/org/wcetd/Wcetd1/gpu/1";
     let (state, message) = calibrate_at(&d, gpu1, &["srad"]).await;
     assert_eq!(state, "done", "{message}");
@@ -143,14 +143,7 @@ async fn a_gpus_advice_run_as_printed_acts_on_that_gpu() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_on_one_device_does_not_delay_queries_on_the_other() {
-    let d = Daemon::start(&[
-        "--sim-devices",
-        "2",
-        "--no-initial-calibration",
-        "--delay-probe-launches",
-        "0",
-    ])
-    .await;
+    let d = Daemon::start(TWO_IDLE_GPUS).await;
     let (state, message) = calibrate_at(&d, "/org/wcetd/Wcetd1/gpu/1", &["srad"]).await;
     assert_eq!(state, "done", "{message}");
     let gpu1 = bounds_at(&d, "/org/wcetd/Wcetd1/gpu/1").await;
@@ -864,16 +857,8 @@ async fn monitor_at(d: &Daemon, path: &str) -> Monitor1Proxy<'static> {
 async fn reports_judge_their_own_device_and_the_metrics_file_covers_every_device() {
     let out = tempfile::tempdir().unwrap();
     let prom = out.path().join("wcetd.prom");
-    let mut d = Daemon::start(&[
-        "--sim-devices",
-        "2",
-        "--no-initial-calibration",
-        "--delay-probe-launches",
-        "0",
-        "--metrics-file",
-        prom.to_str().unwrap(),
-    ])
-    .await;
+    let metrics = ["--metrics-file", prom.to_str().unwrap()];
+    let mut d = Daemon::start(&[TWO_IDLE_GPUS, &metrics].concat()).await;
     const GPU1: &str = "/org/wcetd/Wcetd1/gpu/1";
     for path in [GPU1, "/org/wcetd/Wcetd1/gpu/0"] {
         let (state, message) = calibrate_at(&d, path, &["srad"]).await;
