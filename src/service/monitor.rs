@@ -992,15 +992,41 @@ impl Service {
                 Ok(b)
                     if largest
                         .as_ref()
-                        .is_none_or(|l: &(u64, String, u64)| b.0 > l.0) =>
+                        .is_none_or(|(l, _): &((u64, String, u64), _)| b.0 > l.0) =>
                 {
-                    largest = Some(b)
+                    largest = Some((b, t))
                 }
                 Ok(_) | Err(ServiceError::NotCalibrated(_)) => {}
                 Err(e) => return Err(e),
             }
         }
-        Ok(largest)
+        Ok(largest.map(|(b, t)| self.held_by_the_asked_floors(kernel, partition, tag, (t, b))))
+    }
+
+    /// `bound` (`t`'s, served at `partition`, its calibration and floor) raised to the floors
+    /// of `tag` there, where `tag`'s own bound has no entry: the largest tagged bound stands in
+    /// for it, and a time reported for `tag` raises what it stands in for, as a served bound is
+    /// raised. (Held by `t`'s floors alone, a contended time over the isolated bound it was
+    /// judged against raised nothing: every later report up to it was counted an overrun again,
+    /// and `GetObserved` showed a bound below a time it had acknowledged.)
+    fn held_by_the_asked_floors(
+        &self,
+        kernel: &str,
+        partition: u32,
+        tag: Option<Interference>,
+        (t, mut bound): (Interference, (u64, String, u64)),
+    ) -> (u64, String, u64) {
+        let at = self.moment();
+        let Some(cal) = at.snap.tables(t).get(kernel) else {
+            return bound;
+        };
+        let clocks = self.inner.clocks_at(cal, at.clock_mhz);
+        let monotone = cal.table.monotone;
+        if let Some(f) = self.observed_floor(kernel, tag, (partition, monotone), clocks) {
+            bound.0 = bound.0.max(f.floor_ns);
+            bound.2 = bound.2.max(f.floor_ns);
+        }
+        bound
     }
 
     /// The bound served at exactly `partition`, the id of the calibration it comes from and the
@@ -1321,7 +1347,7 @@ impl Service {
         partition: u32,
         tag: Option<Interference>,
     ) -> Result<Option<ObservedInfo>> {
-        let served = self.served_calibrations(kernel);
+        let served = self.served_calibrations(kernel, partition);
         let mut out = self.empty_observed(kernel, partition);
         let mut obs = lock(&self.monitor().observations);
         let Some(sizes) = obs.kernel_mut(kernel) else {
@@ -1334,7 +1360,7 @@ impl Service {
                 continue;
             }
             found = true;
-            current.extend(self.add_series(kernel, t, s, &served, &mut out));
+            current.extend(self.add_series(kernel, (t, partition), s, &served, &mut out));
         }
         if !found {
             return Ok(None);
@@ -1352,7 +1378,7 @@ impl Service {
     fn add_series<'s>(
         &self,
         kernel: &str,
-        t: Interference,
+        (t, partition): (Interference, u32),
         s: &'s mut Series,
         served: &[String],
         out: &mut ObservedInfo,
@@ -1361,7 +1387,7 @@ impl Service {
         out.reported_total_saved += s.reported_saved;
         out.overruns_total += s.overruns_total;
         out.last_report = out.last_report.max(Some(s.last_report));
-        let judged_now = self.judging_now(kernel, t, served);
+        let judged_now = self.judging_now(kernel, (t, partition), served);
         let judging_now = s
             .epochs
             .last()
@@ -1375,19 +1401,22 @@ impl Service {
         Some(e)
     }
 
-    /// Ids of the calibrations served for `kernel` now (either tag); "" when it has none, as
-    /// recorded for times that were judged against no bound.
-    fn served_calibrations(&self, kernel: &str) -> Vec<String> {
+    /// Ids of the calibrations served for `kernel` now (either tag), and "" where none of them
+    /// has an entry at `partition`: times reported there were judged against no bound, and are
+    /// the current epoch until a calibration with an entry there is published. (Taking "" only
+    /// for a kernel with no calibration at all, a report at a size its tables lack was counted
+    /// in a past epoch at once: `GetObserved` showed `count` 0 for it, a black-box run found.)
+    fn served_calibrations(&self, kernel: &str, partition: u32) -> Vec<String> {
         let snap = self.snapshot();
-        let ids: Vec<String> = [Interference::Isolated, Interference::Contended]
+        let tables: Vec<&KernelCalibration> = [Interference::Isolated, Interference::Contended]
             .into_iter()
-            .filter_map(|tag| snap.tables(tag).get(kernel).map(|k| k.id.clone()))
+            .filter_map(|tag| snap.tables(tag).get(kernel))
             .collect();
-        if ids.is_empty() {
-            vec![String::new()]
-        } else {
-            ids
+        let mut ids: Vec<String> = tables.iter().map(|k| k.id.clone()).collect();
+        if tables.iter().all(|k| k.table.entry(partition).is_none()) {
+            ids.push(String::new());
         }
+        ids
     }
 
     /// The calibrations a report filed in `kernel`'s series of `tag` is judged against now, so
@@ -1396,12 +1425,23 @@ impl Service {
     /// contended calibration once there is one, and as untagged before. (Taking any served
     /// calibration for either series kept a contended overrun judged against the isolated bound
     /// listed after a contended calibration was published above it.)
-    fn judging_now(&self, kernel: &str, tag: Interference, served: &[String]) -> Vec<String> {
+    ///
+    /// A contended calibration without an entry at `partition` judges nothing there: a
+    /// contended time is judged as untagged is where a tag has no entry, against the largest
+    /// tagged bound ([`Self::judged_bound`]). (Taken as judging, that time was counted in a past
+    /// epoch at once, and its kernel left out of `OverrunKernels`.)
+    fn judging_now(
+        &self,
+        kernel: &str,
+        (tag, partition): (Interference, u32),
+        served: &[String],
+    ) -> Vec<String> {
         let own = (tag == Interference::Contended)
             .then(|| {
                 self.snapshot()
                     .tables(tag)
                     .get(kernel)
+                    .filter(|k| k.table.entry(partition).is_some())
                     .map(|k| k.id.clone())
             })
             .flatten();
@@ -1434,16 +1474,17 @@ impl Service {
 
     /// Kernels with an overrun against the bounds served now (since their last calibration).
     pub fn overrun_kernels(&self) -> Vec<String> {
-        type Judged = Vec<(Interference, String)>;
+        type Judged = Vec<(Interference, u32, String)>;
         let kernels: BTreeMap<String, Judged> = {
             let obs = lock(&self.monitor().observations);
             let mut with_overruns: BTreeMap<String, Judged> = BTreeMap::new();
-            for (k, _, tag, s) in obs.iter() {
+            for (k, sms, tag, s) in obs.iter() {
                 if let Some(e) = s.epochs.last().filter(|e| e.overruns > 0) {
-                    with_overruns
-                        .entry(k.to_string())
-                        .or_default()
-                        .push((tag, e.calibration.clone()));
+                    with_overruns.entry(k.to_string()).or_default().push((
+                        tag,
+                        sms,
+                        e.calibration.clone(),
+                    ));
                 }
             }
             with_overruns
@@ -1451,10 +1492,10 @@ impl Service {
         kernels
             .into_iter()
             .filter(|(k, judged)| {
-                let served = self.served_calibrations(k);
-                judged
-                    .iter()
-                    .any(|(tag, c)| !c.is_empty() && self.judging_now(k, *tag, &served).contains(c))
+                judged.iter().any(|(tag, sms, c)| {
+                    let served = self.served_calibrations(k, *sms);
+                    !c.is_empty() && self.judging_now(k, (*tag, *sms), &served).contains(c)
+                })
             })
             .map(|(k, _)| k)
             .collect()

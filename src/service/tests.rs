@@ -355,21 +355,38 @@ fn with_a_contended_hole(
     kernel: &str,
     (isolated_ns, contended_ns): (f64, f64),
 ) -> (Service, u32) {
+    let imported = [
+        (Interference::Isolated, isolated_ns),
+        (Interference::Contended, contended_ns),
+    ];
+    with_a_hole_in(dir, kernel, &imported, Interference::Contended)
+}
+
+/// `kernel` imported for each (tag, time per launch) of `imported`, saved, and the `hole` table's
+/// entry at the largest size deleted from the file: a service started on it, and that size.
+fn with_a_hole_in(
+    dir: &std::path::Path,
+    kernel: &str,
+    imported: &[(Interference, f64)],
+    hole: Interference,
+) -> (Service, u32) {
     let service = short_campaign_service(dir);
     let jitter = |i: u32| 1.0 + 0.01 * f64::from(i * 37 % 200) / 200.0;
-    import_and_wait(&service, kernel, Interference::Isolated, |_, i| {
-        (isolated_ns * jitter(i)) as u64
-    });
-    import_and_wait(&service, kernel, Interference::Contended, |_, i| {
-        (contended_ns * jitter(i)) as u64
-    });
+    for &(tag, ns) in imported {
+        import_and_wait(&service, kernel, tag, |_, i| (ns * jitter(i)) as u64);
+    }
     let largest = *service.device().partition_sizes.last().unwrap();
     let path = Store::open(dir)
         .unwrap()
         .path_for(&service.device().fingerprint);
     drop(service);
     let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let entries = v["contended"][kernel]["table"]["entries"]
+    // The isolated tables are the file's `kernels`, as they were before contended ones.
+    let tables = match hole {
+        Interference::Isolated => "kernels",
+        Interference::Contended => "contended",
+    };
+    let entries = v[tables][kernel]["table"]["entries"]
         .as_array_mut()
         .unwrap();
     assert_eq!(entries.pop().unwrap()["sms"], largest);
@@ -422,9 +439,34 @@ fn a_report_where_a_tag_has_no_entry_is_judged_against_the_largest_tagged_bound(
             .unwrap();
         let out = service.report("lab.r", m, tag, &[isolated * 2]).unwrap();
         assert_eq!((out.overruns, out.bound_ns), (1, isolated), "{tag:?}");
+        // Shown in the current epoch, under a bound raised to it: filed under the isolated
+        // calibration it was judged against, a contended time was counted in a past epoch at
+        // once, under a bound below it, and its kernel left out of `OverrunKernels`.
         let seen = service.observed("lab.r", m, tag).unwrap();
-        assert_eq!(seen.overruns_total, 1, "{tag:?}: {seen:?}");
+        let shown = (seen.count, seen.overruns, seen.overruns_total, seen.max_ns);
+        assert_eq!(shown, (1, 1, 1, isolated * 2), "{tag:?}: {seen:?}");
+        assert_eq!(seen.bound_ns, isolated * 2, "{tag:?}: {seen:?}");
+        assert_eq!(service.overrun_kernels(), ["lab.r"], "{tag:?}");
+        // The time raised what it was judged against: the same time again overruns nothing.
+        let again = service.report("lab.r", m, tag, &[isolated * 2]).unwrap();
+        assert_eq!(again.overruns, 0, "{tag:?}");
     }
+}
+
+/// A report at a size where no table of the kernel has an entry is judged against no bound,
+/// and shown in the current epoch: it was counted in a past one at once (`count` 0), since only
+/// a kernel with no calibration at all was taken to judge against none (a black-box run found it).
+#[test]
+fn a_report_where_no_table_has_an_entry_is_shown_in_the_current_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    let imported = [(Interference::Isolated, 100_000.0)];
+    let (service, m) = with_a_hole_in(dir.path(), "lab.n", &imported, Interference::Isolated);
+    let out = service.report("lab.n", m, None, &[999_999]).unwrap();
+    assert_eq!((out.overruns, out.bound_ns), (0, 0));
+    let seen = service.observed("lab.n", m, None).unwrap();
+    let shown = (seen.count, seen.max_ns, seen.floor_ns, seen.past_epochs);
+    assert_eq!(shown, (1, 999_999, 999_999, 0), "{seen:?}");
+    assert_eq!(seen.bound_ns, 0, "no bound is served there: {seen:?}");
 }
 
 /// A contended bound is never below an isolated launch measured at its size, nor, where the
