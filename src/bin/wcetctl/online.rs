@@ -1028,9 +1028,8 @@ pub(crate) async fn status(
     let sizes = bounds.partition_sizes().await?;
     let health = bounds.health().await?;
     let stale = bounds.stale_kernels().await?;
-    let smallest = sizes.first().copied().unwrap_or(0);
     let overrun = overrun_kernels(bounds).await;
-    let kernels = kernel_statuses(bounds, smallest, &stale, &overrun).await?;
+    let kernels = kernel_statuses(bounds, &sizes, &stale, &overrun).await?;
     if json {
         let calibrated: BTreeMap<_, _> = kernels
             .iter()
@@ -1065,16 +1064,17 @@ async fn overrun_kernels(bounds: &BoundsProxy<'_>) -> Vec<String> {
 }
 
 /// Per kernel: which bounds exist and what the safer of them guarantees (the same at every
-/// size, so asked at the `smallest`), as the JSON object `status` prints or tabulates.
+/// size, so asked at the first size that serves one), as the JSON object `status` prints or
+/// tabulates.
 async fn kernel_statuses(
     bounds: &BoundsProxy<'_>,
-    smallest: u32,
+    sizes: &[u32],
     stale: &[String],
     overrun: &[String],
 ) -> anyhow::Result<BTreeMap<String, serde_json::Value>> {
     let mut kernels = BTreeMap::new();
     for k in bounds.list_kernels().await? {
-        let looked = bounds.get_bound_info(&k, smallest).await;
+        let (looked, refused) = bound_info_somewhere(bounds, &k, sizes).await;
         // The daemon's NotCalibrated says so for a kernel held back for losing the device.
         let held_back = looked
             .as_ref()
@@ -1085,6 +1085,7 @@ async fn kernel_statuses(
             k.clone(),
             serde_json::json!({
                 "calibrated": info.is_some(),
+                "sizes_refused": refused,
                 "held_back": held_back,
                 "stale": stale.contains(&k),
                 "overrun": overrun.contains(&k),
@@ -1095,6 +1096,45 @@ async fn kernel_statuses(
         );
     }
     Ok(kernels)
+}
+
+/// `kernel`'s `GetBoundInfo` at the smallest of `sizes` that serves one (else the refusal at
+/// the smallest), and, where one serves it, the sizes refused: a calibration without an entry
+/// there (`Health` names it). Asked at the smallest alone, a kernel refused only there was
+/// listed as not calibrated (a black-box run found it).
+async fn bound_info_somewhere(
+    bounds: &BoundsProxy<'_>,
+    kernel: &str,
+    sizes: &[u32],
+) -> (
+    zbus::Result<std::collections::HashMap<String, zbus::OwnedVariant>>,
+    Vec<u32>,
+) {
+    let mut info = None;
+    let mut first_refusal = None;
+    let mut refused = Vec::new();
+    for &m in sizes {
+        // Once one size has answered in full, the bound alone says whether another is served.
+        let served = match info {
+            Some(_) => bounds.get_bound(kernel, m).await.map(|_| ()),
+            None => bounds
+                .get_bound_info(kernel, m)
+                .await
+                .map(|i| info = Some(i)),
+        };
+        if let Err(e) = served {
+            refused.push(m);
+            first_refusal.get_or_insert(e);
+        }
+    }
+    match (info, first_refusal) {
+        (Some(info), _) => (Ok(info), refused),
+        (None, Some(e)) => (Err(e), Vec::new()),
+        (None, None) => (
+            Err(zbus::Error::Failure("no partition sizes".into())),
+            refused,
+        ),
+    }
 }
 
 /// `status`'s table of kernels, one row each from [`kernel_statuses`].
@@ -1131,6 +1171,8 @@ fn kernel_state(v: &serde_json::Value) -> &'static str {
         "stale"
     } else if v["overrun"] == true {
         "calibrated, OVERRUN"
+    } else if v["sizes_refused"].as_array().is_some_and(|r| !r.is_empty()) {
+        "calibrated, GAPS"
     } else if v["calibrated"] == true {
         "calibrated"
     } else if v["held_back"] == true {
