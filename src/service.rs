@@ -841,13 +841,14 @@ impl Service {
         Err(ServiceError::UnknownKernel(why))
     }
 
-    /// Why `kernel`, which is not served, had bounds at the last stop: the calibration file
-    /// that held them was damaged and set aside at this start. `None` where none named it.
+    /// Why `kernel`, which is not served, had bounds before: the calibration file that held
+    /// them was damaged and set aside, at this start or at one since the last job that
+    /// succeeded. `None` where none named it.
     fn set_aside_with_its_file(&self, kernel: &str) -> Option<String> {
         let notice = self.inner.set_aside_kernels.get(kernel)?;
         let wcetctl = self.wcetctl();
         Some(format!(
-            "kernel `{kernel}` is not served: the calibration file that held its bounds was damaged and set aside at this start, {notice} (`Health` names it until a job succeeds); import its samples or bundle again (`{wcetctl} import` or `{wcetctl} import-calibration`), or repair the file and restart"
+            "kernel `{kernel}` is not served: the calibration file that held its bounds was damaged and set aside, {notice} (`Health` names it until a job succeeds); import its samples or bundle again (`{wcetctl} import` or `{wcetctl} import-calibration`), or repair the file and restart"
         ))
     }
 

@@ -304,7 +304,37 @@ impl Store {
     /// aside).
     pub fn load(&self, fingerprint: &Fingerprint) -> Option<Calibration> {
         let notices = set_aside_notices_path(&self.dir, fingerprint);
-        self.load_file(&self.path_for(fingerprint), &notices)
+        let path = self.path_for(fingerprint);
+        let cal = self.load_file(&path, &notices);
+        self.recall_kernels_set_aside(&path, &notices);
+        cal
+    }
+
+    /// The kernels of `path`'s newest copy set aside, where a notice in `notices` still names it
+    /// (until a job succeeds): a kernel gone with a damaged file is named as such across
+    /// restarts, as `Health` names the file. (Recorded only by the start that set the file
+    /// aside, the next start answered "no kernel named" for them.)
+    fn recall_kernels_set_aside(&self, path: &Path, notices: &Path) {
+        let Ok(all) = fs::read(notices).map(|b| serde_json::from_slice::<Vec<String>>(&b)) else {
+            return;
+        };
+        let prefix = format!("{} (", path.display());
+        let Some(notice) = all
+            .ok()
+            .and_then(|all| all.into_iter().rfind(|n| n.starts_with(&prefix)))
+        else {
+            return;
+        };
+        let Some(newest) = newest_aside_copy(path) else {
+            return;
+        };
+        let mut set_aside = self
+            .set_aside_kernels
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for name in kernels_named_in(&newest) {
+            set_aside.entry(name).or_insert_with(|| notice.clone());
+        }
     }
 
     /// The calibration to serve as stale while the current device is recalibrated: the most
@@ -885,6 +915,20 @@ pub fn quarantine_copy(path: &Path, what: &str, why: &str) {
 
 /// `PATH.corrupt-<time>`, with a number added where that exists: two files set aside within a
 /// millisecond must not overwrite each other.
+/// The newest of `path`'s copies set aside ([`aside_path`]): their names sort by the time in them.
+fn newest_aside_copy(path: &Path) -> Option<PathBuf> {
+    let name = format!("{}.corrupt-", path.file_name()?.to_string_lossy());
+    fs::read_dir(path.parent()?)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(&name))
+        })
+        .max()
+}
+
 fn aside_path(path: &Path) -> PathBuf {
     let stamp = Utc::now().format("%Y%m%dT%H%M%S%.3fZ");
     let mut aside = PathBuf::from(format!("{}.corrupt-{stamp}", path.display()));
