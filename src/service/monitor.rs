@@ -681,10 +681,18 @@ fn judge_waiting(
 ) {
     let published = obs.published_during(kernel);
     for ((sms, tag), time_ns) in obs.reported_during_recalibration(kernel) {
-        // As a report is judged ([`Service::judged_bound`]): a tag with no calibration as
-        // untagged.
+        // As a report is judged ([`Service::judged_bound`]): a tag with no calibration, or one
+        // without an entry at this size, as untagged. (Judged against its tag's table alone, a
+        // time at a size that table lacks was never carried: its epoch went past, and its
+        // kernel left `OverrunKernels`, while the same time untagged was carried; a review
+        // found it.)
+        let has_entry = |t: Interference| {
+            next.tables(t)
+                .get(kernel)
+                .is_some_and(|k| k.table.entry(sms).is_some())
+        };
         let judge = match tag {
-            Some(t) if next.tables(t).contains_key(kernel) => vec![t],
+            Some(t) if has_entry(t) => vec![t],
             _ if defer => continue,
             _ => vec![Interference::Isolated, Interference::Contended],
         }

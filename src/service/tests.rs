@@ -453,6 +453,47 @@ fn a_report_where_a_tag_has_no_entry_is_judged_against_the_largest_tagged_bound(
     }
 }
 
+/// A time reported during a job at a size where its tag's table has no entry is judged, when
+/// the job publishes, as a report there is (untagged, against the largest tagged bound): judged
+/// against its tag's table alone, it was never carried, its epoch went past and its kernel left
+/// `OverrunKernels`, while the same time untagged was carried (a review found it). Both holes,
+/// each with a job of the other tag, and the untagged time as the control.
+#[test]
+fn a_time_reported_during_a_job_at_a_tags_hole_is_carried_as_untagged() {
+    let holes = [
+        (Interference::Contended, Interference::Isolated),
+        (Interference::Isolated, Interference::Contended),
+    ];
+    for (hole, job) in holes {
+        for tag in [None, Some(hole)] {
+            let dir = tempfile::tempdir().unwrap();
+            let imported = [(job, 300_000.0), (hole, 100_000.0)];
+            let (service, m) = with_a_hole_in(dir.path(), "lab.c", &imported, hole);
+            let before = service.bound("lab.c", m, Some(job)).unwrap();
+            // The job's start (the import below starts it again, which changes nothing).
+            monitor::recalibration_started(&service.inner, &["lab.c".to_string()]);
+            let time = before / 2;
+            assert_eq!(
+                service.report("lab.c", m, tag, &[time]).unwrap().overruns,
+                0
+            );
+            import_and_wait(&service, "lab.c", job, |_, i| {
+                50_000 + u64::from(i % 7) * 70
+            });
+            let snap = service.snapshot();
+            let after = service.inner.calibrated_at(&snap.tables(job)["lab.c"], m);
+            assert!(
+                after.is_some_and(|b| b < time),
+                "the test needs a bound below the time"
+            );
+            let seen = service.observed("lab.c", m, tag).unwrap();
+            let shown = (seen.count, seen.overruns, seen.carried);
+            assert_eq!(shown, (1, 1, 1), "{hole} hole, {tag:?}: {seen:?}");
+            assert_eq!(service.overrun_kernels(), ["lab.c"], "{hole} hole, {tag:?}");
+        }
+    }
+}
+
 /// A report at a size where no table of the kernel has an entry is judged against no bound,
 /// and shown in the current epoch: it was counted in a past one at once (`count` 0), since only
 /// a kernel with no calibration at all was taken to judge against none (a black-box run found it).
