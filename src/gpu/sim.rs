@@ -314,6 +314,29 @@ impl KernelPhysics {
             (0.0..=1.0).contains(&j.tail_probability) && j.tail_alpha > 0.0,
             "kernel {name}: jitter.tail_probability must be in [0, 1] and tail_alpha positive"
         );
+        self.check_times(name, sizes)
+    }
+
+    /// The noise-free time alone at each of `sizes`, or, without a device, at every size up to
+    /// 256 SMs, from 1 ns to the hour
+    /// `Report` accepts, as `curve_ns` is checked. Unchecked, `[sim]` fields that give no time
+    /// (only `blocks`) timed every launch at 0 ns and served a bound of 1 ns, and `launch_ns =
+    /// 1e300` one of 2^64 - 1 ns, both as measured (a black-box hunt found them).
+    fn check_times(&self, name: &str, sizes: &[PartitionSize]) -> anyhow::Result<()> {
+        let hour = crate::samples::MAX_TIME_NS as f64;
+        let every: Vec<PartitionSize> = (1..=256).collect();
+        let sizes = if sizes.is_empty() { &every } else { sizes };
+        for &m in sizes {
+            let t = self.ideal_ns(m, 0.0);
+            let shown = match t == 0.0 || (1e-3..1e9).contains(&t.abs()) {
+                true => format!("{t}"),
+                false => format!("{t:e}"),
+            };
+            anyhow::ensure!(
+                t.is_finite() && (1.0..=hour).contains(&t),
+                "kernel {name}: its [sim] fields give a launch of {shown} ns at {m} SMs; accepted: launch times from 1 ns to one hour (3.6e12 ns): give launch_ns, wave_ns or bytes in nanoseconds and bytes, or curve_ns"
+            );
+        }
         Ok(())
     }
 
@@ -378,6 +401,15 @@ impl KernelPhysics {
             .unwrap_or_else(|| (2048 / m.threads_per_block().max(1)).clamp(1, 32));
         let mut physics = match &m.sim {
             Some(table) => {
+                // 0 is how the fields say "not given" (the manifest's launch is taken), so one
+                // written as 0 is refused as the manifest's own `blocks_per_sm = 0` is.
+                for field in ["blocks", "blocks_per_sm"] {
+                    anyhow::ensure!(
+                        table.get(field).and_then(toml::Value::as_integer) != Some(0),
+                        "kernel {}: [sim] {field} is 0; accepted: at least 1, or leave it out to take the manifest's launch",
+                        m.name
+                    );
+                }
                 let physics: KernelPhysics = toml::Value::Table(table.clone())
                     .try_into()
                     .map_err(|e| anyhow::anyhow!("kernel {}: [sim] table: {e}", m.name))?;
@@ -890,6 +922,55 @@ mod tests {
         );
         let mut large = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
         assert!(large.run(&kernel, &request(64)).is_ok());
+    }
+
+    /// `[sim]` fields that give no time (only a geometry), or more than an hour, are refused,
+    /// with and without a device, as `curve_ns` out of range is: they timed every launch at
+    /// 0 ns (a bound of 1 ns) or at 2^64 - 1 ns, served as measured (a black-box hunt found
+    /// them). So is a `blocks` or `blocks_per_sm` of 0, which the manifest's own key refuses.
+    #[test]
+    fn sim_fields_that_give_no_time_or_more_than_an_hour_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k(\n    .param .u64 a\n)\n{\n    ret;\n}\n";
+        std::fs::write(dir.path().join("k.ptx"), ptx).unwrap();
+        let head = "name = \"t\"\nmodule = \"k.ptx\"\nentry = \"k\"\ngrid = [1024, 1, 1]\nblock = [256, 1, 1]\nargs = [{ buffer = 4096, fill = \"zero\" }]\n[sim]\n";
+        let sizes = DeviceProfile::h200().partition_sizes();
+        let cases = [
+            ("blocks = 2048\n", "give a launch of 0 ns"),
+            ("launch_ns = 1e300\n", "give a launch of 1e300 ns"),
+            ("wave_ns = 1e13\n", "give a launch of"),
+            ("blocks = 0\nwave_ns = 1000.0\n", "[sim] blocks is 0"),
+            (
+                "blocks_per_sm = 0\nwave_ns = 1000.0\n",
+                "[sim] blocks_per_sm is 0",
+            ),
+        ];
+        for (sim, refusal) in cases {
+            let path = dir.path().join("t.toml");
+            std::fs::write(&path, format!("{head}{sim}")).unwrap();
+            let m = crate::manifest::load(&path).unwrap();
+            for checked in [
+                KernelPhysics::check_without_device(&m),
+                KernelPhysics::of_manifest(&m, &sizes).map(|_| ()),
+            ] {
+                let why = checked.unwrap_err().to_string();
+                assert!(
+                    why.contains(refusal) && why.contains("accepted"),
+                    "{sim}: {why}"
+                );
+            }
+        }
+        let path = dir.path().join("t.toml");
+        std::fs::write(&path, format!("{head}launch_ns = 1.0\nwave_ns = 3.6e12\n")).unwrap();
+        let m = crate::manifest::load(&path).unwrap();
+        assert!(
+            KernelPhysics::check_without_device(&m).is_err(),
+            "an hour and 1 ns"
+        );
+        std::fs::write(&path, format!("{head}wave_ns = 1000.0\n")).unwrap();
+        let m = crate::manifest::load(&path).unwrap();
+        KernelPhysics::check_without_device(&m).unwrap();
+        KernelPhysics::of_manifest(&m, &sizes).unwrap();
     }
 
     #[test]
