@@ -108,6 +108,9 @@ impl Manifest {
     /// [`Manifest::changed_on_disk`], telling files that cannot be read now (an unreadable
     /// directory, a mount gone) from files read and found other than those loaded.
     pub fn on_disk(&self) -> OnDisk {
+        if let Some(grown) = self.fill_grown_past_its_buffer() {
+            return OnDisk::Changed(grown);
+        }
         let module = match read_module(&self.module) {
             Ok(bytes) => bytes,
             Err(e) => return OnDisk::Unreadable(format!("the {e} (of `{}`)", self.name)),
@@ -136,6 +139,30 @@ impl Manifest {
             "{what} of `{}` changed since it was loaded",
             self.name
         ))
+    }
+
+    /// Why a fill file is now longer than its buffer, if one is: it was not when it was loaded,
+    /// so it changed. (Taken as a file that cannot be read, as its reading fails, the previous
+    /// version was kept at a reload, and `Health` advised making it readable again; a black-box
+    /// hunt found it.)
+    fn fill_grown_past_its_buffer(&self) -> Option<String> {
+        self.args.iter().find_map(|a| {
+            let Arg::Buffer {
+                fill: Fill::File(path),
+                bytes,
+            } = a
+            else {
+                return None;
+            };
+            let len = std::fs::metadata(path).ok()?.len();
+            (len > *bytes).then(|| {
+                format!(
+                    "the fill file {} of `{}` changed since it was loaded: it has {len} bytes, more than its buffer's {bytes}",
+                    path.display(),
+                    self.name
+                )
+            })
+        })
     }
 
     /// The files read again whenever the kernel is timed: the module, then every fill file.
@@ -1066,6 +1093,15 @@ mod tests {
         );
         std::fs::write(&fill, "0123").unwrap();
         assert_eq!(m.changed_on_disk(), None);
+        // Grown past its buffer: changed, not a file that cannot be read (which keeps the
+        // previous version at a reload).
+        std::fs::write(&fill, vec![b'0'; 1 << 20]).unwrap();
+        assert!(
+            matches!(m.on_disk(), OnDisk::Changed(why) if why.contains("more than its buffer's")),
+            "{:?}",
+            m.on_disk()
+        );
+        std::fs::write(&fill, "0123").unwrap();
         write(dir.path(), "saxpy.ptx", &format!("{PTX}// edited\n"));
         let why = m.changed_on_disk().unwrap();
         assert!(
