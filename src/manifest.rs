@@ -901,9 +901,13 @@ pub fn sha256(bytes: &[u8]) -> String {
 }
 
 /// Every `*.toml` in `dirs`, each loaded or rejected with (file, reason), in name order. A
-/// directory that cannot be read is one rejection.
+/// directory that cannot be read is one rejection. A file reached twice (a directory given
+/// twice, as `D` and `D/`, or through a link) is read once, as `kernels check` reads it: read
+/// twice, each copy took the other's name, so every reload rejected it and `Health` stayed
+/// degraded while it was served (a black-box hunt found it).
 pub fn load_dirs(dirs: &[PathBuf]) -> (Vec<Manifest>, Vec<(String, String)>) {
     let (mut loaded, mut rejected) = (Vec::new(), Vec::new());
+    let mut seen = std::collections::HashSet::new();
     for dir in dirs {
         let entries = match std::fs::read_dir(dir) {
             Ok(e) => e,
@@ -920,6 +924,7 @@ pub fn load_dirs(dirs: &[PathBuf]) -> (Vec<Manifest>, Vec<(String, String)>) {
             .filter(|p| p.extension().is_some_and(|e| e == "toml"))
             .collect();
         files.sort();
+        files.retain(|f| seen.insert(std::fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
         for file in files {
             match load(&file) {
                 Ok(m) => loaded.push(m),
@@ -946,6 +951,21 @@ mod tests {
         format!(
             "name = \"app.saxpy\"\nmodule = \"saxpy.ptx\"\nentry = \"saxpy\"\ngrid = [64, 1, 1]\nblock = [256, 1, 1]\nargs = [\n  {{ buffer = 65536, fill = \"random-f32\" }},\n  {{ buffer = 65536, fill = \"zero\" }},\n  {{ f32 = 2.0 }},\n  {{ u32 = 16384 }},\n]\n{extra}"
         )
+    }
+
+    /// A directory given twice, or through a link, is read once: each file is one manifest.
+    #[test]
+    fn a_directory_given_twice_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let kd = dir.path().join("kd");
+        std::fs::create_dir(&kd).unwrap();
+        write(&kd, "saxpy.ptx", PTX);
+        write(&kd, "saxpy.toml", &manifest(""));
+        std::os::unix::fs::symlink(&kd, dir.path().join("link")).unwrap();
+        let dirs = [kd.clone(), dir.path().join("kd/"), dir.path().join("link")];
+        let (loaded, rejected) = load_dirs(&dirs);
+        assert_eq!((loaded.len(), rejected), (1, Vec::new()));
+        assert_eq!(loaded[0].path, kd.join("saxpy.toml"));
     }
 
     /// The entry and its parameters are read as the predictor reads them: a space before the
