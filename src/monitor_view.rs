@@ -233,22 +233,34 @@ pub fn render(rows: &[Row], with_floor: bool) -> String {
 
 /// `wcetctl watch`: refresh every `interval` until interrupted, or `count` times; on a terminal
 /// the screen is redrawn in place, otherwise snapshots follow one another.
-pub async fn watch(
+pub async fn watch<F, Fut>(
     conn: &Connection,
     path: &str,
-    interval: Duration,
-    count: Option<u64>,
+    (interval, count): (Duration, Option<u64>),
     json: bool,
-) -> anyhow::Result<()> {
-    let monitor = monitor_at(conn, path).await?;
+    mut reconnect: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Connection>>,
+{
+    let mut conn = conn.clone();
     let tty = std::io::stdout().is_terminal() && !json;
     let mut shown = 0u64;
     loop {
-        let (rows, overrun) = match observed_and_overrun(conn, path, &monitor).await {
+        let (rows, overrun) = match observed_and_overrun(&conn, path).await {
             Ok(both) => both,
             // A daemon restarting (systemd takes a second or two) is waited for, as top waits:
-            // the view ended with a raw D-Bus error.
-            Err(e) if daemon_gone(&e) => {
+            // the view ended with a raw D-Bus error. A private bus goes with its daemon, and
+            // the restarted one records another: found again where it was found first (the
+            // view ended with "Broken pipe", a black-box hunt found).
+            Err(e) if daemon_gone(&e) || bus_gone(&e) => {
+                if bus_gone(&e) {
+                    if let Ok(again) = reconnect().await {
+                        conn = again;
+                        continue;
+                    }
+                }
                 say_waiting_for_the_daemon(json, &e)?;
                 // Counted, so that `--count N` ends even if the daemon never comes back.
                 shown += 1;
@@ -282,8 +294,8 @@ pub async fn watch(
 async fn observed_and_overrun(
     conn: &Connection,
     path: &str,
-    monitor: &Monitor1Proxy<'_>,
 ) -> anyhow::Result<(Vec<Row>, Vec<String>)> {
+    let monitor = monitor_at(conn, path).await?;
     let rows = snapshot(conn, path).await?;
     let overrun = monitor.overrun_kernels().await.map_err(explain)?;
     Ok((rows, overrun))
@@ -337,6 +349,16 @@ fn show_refresh(json: bool, before: &str, rows: &[Row], overrun: &[String]) -> a
 }
 
 /// Whether `e` says nobody owns the daemon's name (it stopped, or is restarting).
+/// Whether `e` says the connection to the bus itself is gone (the bus ended: a private bus
+/// ends with its daemon), not that the bus answered.
+fn bus_gone(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<zbus::Error>()
+            .is_some_and(|z| matches!(z, zbus::Error::InputOutput(_)))
+            || c.downcast_ref::<std::io::Error>().is_some()
+    })
+}
+
 fn daemon_gone(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}");
     [

@@ -255,3 +255,61 @@ fn a_private_bus_in_a_directory_with_odd_characters_serves() {
     unsafe { libc::kill(daemon.id() as i32, libc::SIGTERM) };
     assert!(daemon.wait().unwrap().success());
 }
+
+/// `wcetctl watch` goes on when a daemon on its own private bus restarts: the bus goes with the
+/// daemon and the restarted one records another, which watch finds where it found the first (it
+/// ended with "Broken pipe", status 2; a black-box hunt found it).
+#[test]
+fn watch_follows_a_daemon_that_restarts_on_a_private_bus() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = || {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["60", env!("CARGO_BIN_EXE_wcetd")]);
+        on_a_private_bus(&mut cmd, dir.path());
+        let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        // Its first line says it serves: the bus address is recorded by then.
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(lines.next().unwrap().unwrap().contains("serving"));
+        child
+    };
+    let stop = |child: &mut std::process::Child| {
+        let holder = std::fs::read_to_string(dir.path().join("state/wcetd.lock")).unwrap();
+        // SAFETY: SIGTERM to the daemon (the child of `timeout`), by its pid.
+        unsafe { libc::kill(holder.trim().parse().unwrap(), libc::SIGTERM) };
+        assert!(child.wait().unwrap().success());
+    };
+    let mut first = daemon();
+    let mut watch = Command::new("timeout")
+        .args(["60", env!("CARGO_BIN_EXE_wcetctl"), "--state-dir"])
+        .arg(dir.path().join("state"))
+        .args(["--json", "watch", "--interval", "0.05"])
+        .env_remove("DBUS_SESSION_BUS_ADDRESS")
+        .env_remove("WCETD_BUS_ADDRESS")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&lines.next().expect("a line from watch").unwrap()).unwrap()
+    };
+    assert!(next().get("observed").is_some(), "a snapshot first");
+    stop(&mut first);
+    let mut second = daemon();
+    // Snapshots of the second daemon: snapshots (or waiting lines) until one names its time.
+    let restarted = chrono::Utc::now();
+    let mut after = None;
+    while after.is_none() {
+        let line = next();
+        let time = line["time"].as_str().unwrap();
+        let at = chrono::DateTime::parse_from_rfc3339(time).unwrap();
+        if line.get("observed").is_some() && at > restarted {
+            after = Some(line);
+        }
+    }
+    assert!(watch.try_wait().unwrap().is_none(), "watch still runs");
+    // SAFETY: SIGTERM to `timeout`, by its pid, which passes it on to watch.
+    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+    watch.wait().unwrap();
+    stop(&mut second);
+}

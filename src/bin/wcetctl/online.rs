@@ -60,7 +60,11 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
             interval,
             once,
             count,
-        } => watch(json, &conn, interval, if once { Some(1) } else { count }).await,
+        } => {
+            let count = if once { Some(1) } else { count };
+            let again = || reach_daemon(cli.bus_address.as_deref(), &state_dir);
+            watch(json, &conn, (interval, count), again).await
+        }
         Command::ImportCalibration { file, force } => {
             import_calibration(json, &conn, &file, force).await
         }
@@ -178,12 +182,18 @@ async fn report(
     Ok(())
 }
 
-pub(crate) async fn watch(
+/// `wcetctl watch`, finding the daemon again with `reconnect` when its bus goes (a private bus
+/// goes with its daemon).
+pub(crate) async fn watch<F, Fut>(
     json: bool,
     conn: &zbus::Connection,
-    interval: f64,
-    count: Option<u64>,
-) -> anyhow::Result<()> {
+    (interval, count): (f64, Option<u64>),
+    reconnect: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<zbus::Connection>>,
+{
     if !(interval.is_finite() && interval > 0.0) {
         bail!("--interval {interval}; accepted: seconds above 0");
     }
@@ -191,7 +201,7 @@ pub(crate) async fn watch(
         bail!("--count 0; accepted: 1 or more snapshots (or no --count: until interrupted)");
     }
     let every = std::time::Duration::from_secs_f64(interval);
-    wcetd::monitor_view::watch(conn, object(), every, count, json).await
+    wcetd::monitor_view::watch(conn, object(), (every, count), json, reconnect).await
 }
 
 /// Connect where the daemon should be and check that it is there (or can be started by the bus);
