@@ -1039,10 +1039,20 @@ async fn a_manifest_put_back_unchanged_is_not_recalibrated() {
     let cal = d.calibration().await;
     let id = |info: HashMap<String, OwnedValue>| info_str(&info, "calibration");
     let before = id(bounds.get_bound_info("app.scale", 64).await.unwrap());
+    // An overrun: `OverrunKernels` names the kernel while it is served, not while it is gone
+    // (it was named, and the metrics file, which lists served kernels, was not; a hunt found
+    // it), and again once it is back under the same calibration.
+    let monitor = wcetd::monitor_view::monitor_at(&d.conn, wcetd::bus::OBJECT_PATH)
+        .await
+        .unwrap();
+    let (ok, _, err) = wcetctl(d.bus.address(), &["report", "app.scale", "64", "99000000"]);
+    assert!(ok, "{err}");
+    assert_eq!(monitor.overrun_kernels().await.unwrap(), ["app.scale"]);
     let away = kdir.path().join("away");
     std::fs::rename(&path, &away).unwrap();
     let (_, removed, _) = cal.reload_kernels().await.unwrap();
     assert_eq!(removed, ["app.scale"]);
+    assert!(monitor.overrun_kernels().await.unwrap().is_empty());
     std::fs::rename(&away, &path).unwrap();
     let jobs_before = cal.list_jobs().await.unwrap().len();
     let (added, _, _) = cal.reload_kernels().await.unwrap();
@@ -1055,6 +1065,7 @@ async fn a_manifest_put_back_unchanged_is_not_recalibrated() {
     let info = bounds.get_bound_info("app.scale", 64).await.unwrap();
     assert!(!bool::try_from(&info["stale"]).unwrap());
     assert_eq!(id(info), before);
+    assert_eq!(monitor.overrun_kernels().await.unwrap(), ["app.scale"]);
 }
 
 /// A kernel whose manifest is broken when the daemon starts is not served, and a query for it
