@@ -107,6 +107,9 @@ pub struct ServiceConfig {
     /// messages advise names it ([`ServiceConfig::wcetctl`]): a plain `wcetctl` talks to the
     /// default device's object, so run as printed it would act on another card.
     pub devices_served: usize,
+    /// UUIDs of the other devices the daemon serves: their calibrations are theirs, never
+    /// served stale on this one ([`carry_over::initial_calibration`]).
+    pub sibling_cards: Vec<String>,
 }
 
 impl ServiceConfig {
@@ -135,6 +138,7 @@ impl Default for ServiceConfig {
             gpu: 0,
             process_shift: None,
             devices_served: 1,
+            sibling_cards: Vec::new(),
         }
     }
 }
@@ -1840,7 +1844,8 @@ impl Inner {
         clock: u32,
         span: &tracing::Span,
     ) -> Inner {
-        let mut calibration = carry_over::initial_calibration(store, &device);
+        let mut calibration =
+            carry_over::initial_calibration(store, &device, &config.sibling_cards);
         carry_over::allow_for_process_shift(
             &mut calibration,
             config.recipe.method_config.process_shift,

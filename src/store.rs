@@ -339,8 +339,13 @@ impl Store {
 
     /// The calibration to serve as stale while the current device is recalibrated: the most
     /// recently written one of this card under another fingerprint (a new driver, CUDA version or
-    /// clock policy), or else the most recent of another card.
-    pub fn load_latest_other(&self, fingerprint: &Fingerprint) -> Option<Calibration> {
+    /// clock policy), or else the most recent of another card, not one of `siblings` (UUIDs of
+    /// cards served beside this one, whose calibrations are theirs).
+    pub fn load_latest_other(
+        &self,
+        fingerprint: &Fingerprint,
+        siblings: &[String],
+    ) -> Option<Calibration> {
         let current = self.path_for(fingerprint);
         let mut files: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&self.dir)
             .ok()?
@@ -369,7 +374,9 @@ impl Store {
             if cal.fingerprint().uuid == fingerprint.uuid {
                 return Some(cal);
             }
-            other_card.get_or_insert(cal);
+            if !siblings.contains(&cal.fingerprint().uuid) {
+                other_card.get_or_insert(cal);
+            }
         }
         other_card
     }
@@ -1175,7 +1182,7 @@ mod tests {
         let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
         let file = std::fs::File::options().write(true).open(&damaged).unwrap();
         file.set_modified(later).unwrap();
-        let served = store.load_latest_other(&info(0).fingerprint);
+        let served = store.load_latest_other(&info(0).fingerprint, &[]);
         assert_eq!(
             served.map(|c| c.device.fingerprint),
             Some(good.device.fingerprint)

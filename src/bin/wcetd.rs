@@ -642,7 +642,13 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
     let mut services = Vec::new();
     let mut workers = Vec::new();
     let devices_served = gpus.len();
+    let uuids: Vec<String> = gpus
+        .iter()
+        .map(|(_, g)| g.info().fingerprint.uuid.clone())
+        .collect();
     for (n, gpu) in gpus {
+        let own = &gpu.info().fingerprint.uuid;
+        let sibling_cards = uuids.iter().filter(|u| *u != own).cloned().collect();
         // Each device its own store handle (its own file, by fingerprint), worker and queue.
         let store = store::Store::open(state_dir)?;
         let config = ServiceConfig {
@@ -651,6 +657,7 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
             kernel_dirs: args.kernel_dirs.clone(),
             gpu: n,
             devices_served,
+            sibling_cards,
             ..service_config(args)
         };
         let (service, worker) = Service::load(gpu, store, config);

@@ -33,13 +33,20 @@ pub(super) fn allow_for_process_shift(calibration: &mut Calibration, shift: f64)
 }
 
 /// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
-/// most recent one of this card under another fingerprint or of another card, or nothing.
-pub(super) fn initial_calibration(store: &Store, device: &DeviceInfo) -> Calibration {
+/// most recent one of this card under another fingerprint or of another card, not one of the
+/// `siblings` (cards this daemon serves beside it), or nothing. A sibling's calibration is its
+/// own: served here, one GPU's bounds, and the times reported on it, raised another's (a
+/// black-box hunt found it, where api.md says GPUs never mix).
+pub(super) fn initial_calibration(
+    store: &Store,
+    device: &DeviceInfo,
+    siblings: &[String],
+) -> Calibration {
     if let Some(cal) = store.load(&device.fingerprint) {
         tracing::info!(kernels = cal.kernels.len(), "loaded calibration");
         return cal;
     }
-    let Some(mut old) = store.load_latest_other(&device.fingerprint) else {
+    let Some(mut old) = store.load_latest_other(&device.fingerprint, siblings) else {
         return Calibration::new(device.clone());
     };
     tracing::warn!(

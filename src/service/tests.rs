@@ -1649,6 +1649,54 @@ fn an_inherited_floor_outside_the_table_and_a_reported_one_both_hold_the_bound_u
     );
 }
 
+/// Another card's calibration is served stale on a card without one, unless the daemon serves
+/// that card too: then it is that card's own, and serving it here mixed two GPUs' bounds and
+/// reports (a black-box hunt found it, where api.md says they never mix).
+#[test]
+fn a_sibling_cards_calibration_is_not_served_on_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let sibling = SimOptions {
+        device_index: 1,
+        ..SimOptions::default()
+    };
+    let gpu = SimGpu::new(DeviceProfile::h200(), sibling.clone());
+    let uuid = gpu.info().fingerprint.uuid.clone();
+    let calibrated = Service::start(
+        Box::new(gpu),
+        Store::open(dir.path()).unwrap(),
+        short_campaigns(),
+    )
+    .0;
+    let mut events = calibrated.subscribe();
+    let job = calibrated.recalibrate(&["srad".to_string()]).unwrap();
+    while !calibrated.job(job).unwrap().state.finished() {
+        let _ = events.blocking_recv();
+    }
+    drop(calibrated);
+    let start = |siblings: Vec<String>| {
+        let gpu = SimGpu::new(DeviceProfile::h200(), SimOptions::default());
+        let config = ServiceConfig {
+            sibling_cards: siblings,
+            devices_served: 2,
+            ..short_campaigns()
+        };
+        Service::start(Box::new(gpu), Store::open(dir.path()).unwrap(), config).0
+    };
+    // A card replaced (the other is not served): its calibration, stale.
+    assert!(
+        start(Vec::new())
+            .bound_info("srad", 32, None)
+            .unwrap()
+            .stale
+    );
+    // A card served beside it: nothing of it.
+    let beside = start(vec![uuid]).bound("srad", 32, None);
+    assert!(
+        matches!(beside, Err(ServiceError::NotCalibrated(_))),
+        "{beside:?}"
+    );
+}
+
 /// After a clock-policy change, this card's previous calibration is served stale (not a newer
 /// one of another card), still at least every time production reported under it.
 #[test]
