@@ -325,7 +325,7 @@ fn say_what_fits_rest_on(fits: &[offline::KernelFit], geometry: &BTreeMap<String
         }
         if !geometry.contains_key(&f.kernel) {
             eprintln!(
-                "wcetctl: warning: {}: no launch geometry (--geometry, `kernel,blocks,blocks_per_sm`, or --kernel-dir): no law sees wave steps between measured sizes, so none is used there and the bound between two sizes rests on the measured neighbours (looser)",
+                "wcetctl: warning: {}: no launch geometry (--geometry, `kernel,blocks,blocks_per_sm`, or --kernel-dir with a manifest that gives `blocks_per_sm`, which the daemon measures on a GPU and nothing offline can): no law sees wave steps between measured sizes, so none is used there and the bound between two sizes rests on the measured neighbours (looser)",
                 f.kernel
             );
         }
