@@ -247,17 +247,20 @@ where
     let mut conn = conn.clone();
     let tty = std::io::stdout().is_terminal() && !json;
     let mut shown = 0u64;
+    let mut just_reconnected = false;
     loop {
         let (rows, overrun) = match observed_and_overrun(&conn, path).await {
             Ok(both) => both,
             // A daemon restarting (systemd takes a second or two) is waited for, as top waits:
             // the view ended with a raw D-Bus error. A private bus goes with its daemon, and
             // the restarted one records another: found again where it was found first (the
-            // view ended with "Broken pipe", a black-box hunt found).
+            // view ended with "Broken pipe", a black-box hunt found). Once, before a waiting
+            // line: a bus found again that fails at once is waited for as any other.
             Err(e) if daemon_gone(&e) || bus_gone(&e) => {
-                if bus_gone(&e) {
+                if bus_gone(&e) && !std::mem::take(&mut just_reconnected) {
                     if let Ok(again) = reconnect().await {
                         conn = again;
+                        just_reconnected = true;
                         continue;
                     }
                 }
@@ -281,6 +284,7 @@ where
             ""
         };
         show_refresh(json, before, &rows, &overrun)?;
+        just_reconnected = false;
         shown += 1;
         if count.is_some_and(|c| shown >= c) {
             return Ok(());
@@ -350,12 +354,23 @@ fn show_refresh(json: bool, before: &str, rows: &[Row], overrun: &[String]) -> a
 
 /// Whether `e` says nobody owns the daemon's name (it stopped, or is restarting).
 /// Whether `e` says the connection to the bus itself is gone (the bus ended: a private bus
-/// ends with its daemon), not that the bus answered.
+/// ends with its daemon), not that the bus answered, nor that the daemon did not in time (zbus
+/// reports that as an I/O error too, `TimedOut`: taken for a lost bus, a stopped daemon kept
+/// `watch` reconnecting to its live bus forever without a line; a review found it).
 fn bus_gone(e: &anyhow::Error) -> bool {
+    use std::io::ErrorKind::{
+        BrokenPipe, ConnectionAborted, ConnectionReset, NotConnected, UnexpectedEof,
+    };
+    let gone = |io: &std::io::Error| {
+        matches!(
+            io.kind(),
+            BrokenPipe | ConnectionReset | ConnectionAborted | NotConnected | UnexpectedEof
+        )
+    };
     e.chain().any(|c| {
         c.downcast_ref::<zbus::Error>()
-            .is_some_and(|z| matches!(z, zbus::Error::InputOutput(_)))
-            || c.downcast_ref::<std::io::Error>().is_some()
+            .is_some_and(|z| matches!(z, zbus::Error::InputOutput(io) if gone(io)))
+            || c.downcast_ref::<std::io::Error>().is_some_and(gone)
     })
 }
 

@@ -167,11 +167,14 @@ async fn a_daemon_that_does_not_answer_is_a_timeout() {
     // SAFETY: kill(2) on our own child's pid.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
     // Methods, and properties (`status` and `curve` read them: a cached proxy waited on its
-    // first read with no timeout).
-    let outs: Vec<_> = [&["list"][..], &["status"], &["curve", "needle"]]
+    // first read with no timeout); and `watch`, which took the timeout for a lost bus and
+    // reconnected to the live one for ever without a line (bounded here by `timeout`).
+    let watch = &["watch", "--count", "2", "--interval", "0.1"][..];
+    let outs: Vec<_> = [&["list"][..], &["status"], &["curve", "needle"], watch]
         .iter()
         .map(|args| {
-            Command::new(env!("CARGO_BIN_EXE_wcetctl"))
+            Command::new("timeout")
+                .args(["30", env!("CARGO_BIN_EXE_wcetctl")])
                 .args(["--bus-address", env.address()])
                 .args(*args)
                 .env("WCETD_CALL_TIMEOUT_S", "1")

@@ -62,7 +62,8 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
             count,
         } => {
             let count = if once { Some(1) } else { count };
-            let again = || reach_daemon(cli.bus_address.as_deref(), &state_dir);
+            let first = bus::client_address(cli.bus_address.as_deref(), &state_dir);
+            let again = || reach_the_same_bus(cli.bus_address.as_deref(), &state_dir, &first);
             watch(json, &conn, (interval, count), again).await
         }
         Command::ImportCalibration { file, force } => {
@@ -202,6 +203,30 @@ where
     }
     let every = std::time::Duration::from_secs_f64(interval);
     wcetd::monitor_view::watch(conn, object(), (every, count), json, reconnect).await
+}
+
+/// `watch`'s way back to its daemon when its bus has gone: the bus it was found on, or, where
+/// that was the private bus recorded in the state directory, the one recorded there now (a
+/// restarted daemon records another). Never a bus of another kind: with the record gone while
+/// the daemon restarts, a search from scratch fell through to the session bus and went on
+/// showing another daemon's observations as its own (a review found it).
+async fn reach_the_same_bus(
+    explicit: Option<&str>,
+    state_dir: &Path,
+    first: &bus::BusChoice,
+) -> anyhow::Result<zbus::Connection> {
+    let now = bus::client_address(explicit, state_dir);
+    let same_kind = match (first, &now) {
+        (bus::BusChoice::Address(_), bus::BusChoice::Address(_)) => true,
+        (first, now) => first == now,
+    };
+    if !same_kind {
+        bail!(
+            "no private bus recorded in {} yet",
+            bus::address_file(state_dir).display()
+        );
+    }
+    reach_daemon(explicit, state_dir).await
 }
 
 /// Connect where the daemon should be and check that it is there (or can be started by the bus);
