@@ -751,17 +751,36 @@ fn check_entry(kind: ModuleKind, bytes: &[u8], entry: &str, module: &Path) -> Re
 }
 
 /// Whether CUDA C `code` (comments removed) declares `entry` as a `__global__` function with
-/// `extern "C"` somewhere before it (on the declaration or an enclosing block): the name, whole,
-/// then `(`, in a declaration (since the last `;`, `{` or `}`) that says `__global__`.
+/// `extern "C"` somewhere before it (on the declaration, an enclosing block or a macro): the
+/// name, whole, then `(`, in a declaration (since the last `;`, `{` or `}`) that says
+/// `__global__` or names a macro whose `#define` says it (`#define KERNEL extern "C"
+/// __global__`, which a review found refused).
 fn cu_defines_kernel(code: &str, entry: &str) -> bool {
     let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    let global_macros: Vec<&str> = code
+        .lines()
+        .filter_map(|l| {
+            l.trim_start()
+                .strip_prefix('#')?
+                .trim_start()
+                .strip_prefix("define")
+        })
+        .filter(|body| body.contains("__global__"))
+        .filter_map(|body| body.split(|c: char| !ident(c)).find(|w| !w.is_empty()))
+        .collect();
+    let says_global = |declaration: &str| {
+        declaration.contains("__global__")
+            || declaration
+                .split(|c: char| !ident(c))
+                .any(|w| global_macros.contains(&w))
+    };
     code.match_indices(entry).any(|(at, _)| {
         let before = &code[..at];
         let after = code[at + entry.len()..].trim_start();
         let declaration = before.rsplit([';', '{', '}']).next().unwrap_or("");
         !before.ends_with(ident)
             && after.starts_with('(')
-            && declaration.contains("__global__")
+            && says_global(declaration)
             && before.contains("extern \"C\"")
     })
 }
@@ -1029,6 +1048,9 @@ mod tests {
         let cu = |code: &str| check_entry(ModuleKind::Cu, code.as_bytes(), "kp", Path::new("k.cu"));
         cu("extern \"C\" __global__ void kp(float* x) {}").unwrap();
         cu("extern \"C\" {\n__global__ void __launch_bounds__(256) kp (float* x) {}\n}").unwrap();
+        // Qualifiers from a macro, after other code.
+        cu("#define KERNEL extern \"C\" __global__\n__device__ float twice(float v) { return 2.0f * v; }\nKERNEL void kp(float* x) {}").unwrap();
+        cu("#define GLOBAL __global__\n__device__ int k0;\nextern \"C\" GLOBAL void kp(float* x) {}").unwrap();
         for decoy in [
             "// extern \"C\" __global__ void kp(float* x) {}\n__global__ void other() {}",
             "/* extern \"C\" __global__ void kp(float* x) {} */",
