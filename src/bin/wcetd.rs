@@ -611,13 +611,14 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
         clock_mhz_override: args.sim_clock_mhz,
         device_index: 0,
     };
-    let gpus = gpu::open_devices(args.backend, &args.devices, profile, sim, args.sim_devices)
+    let opened = gpu::open_devices(args.backend, &args.devices, profile, sim, args.sim_devices)
         .map_err(|e| match e {
             GpuError::NoDriver => {
                 anyhow::anyhow!("{e}; use --backend sim to run on the simulated GPU")
             }
             e => e.into(),
         })?;
+    let gpu::OpenedDevices { gpus, every_uuid } = opened;
     let default = args.default_device.unwrap_or(gpus[0].0);
     anyhow::ensure!(
         gpus.iter().any(|(n, _)| *n == default),
@@ -642,13 +643,11 @@ fn start_services(args: &Args, state_dir: &std::path::Path) -> anyhow::Result<Lo
     let mut services = Vec::new();
     let mut workers = Vec::new();
     let devices_served = gpus.len();
-    let uuids: Vec<String> = gpus
-        .iter()
-        .map(|(_, g)| g.info().fingerprint.uuid.clone())
-        .collect();
     for (n, gpu) in gpus {
+        // Every other card of this host, served or left out by --devices: its calibration is
+        // its own (one left out was served stale here, raised by its reports; a review found).
         let own = &gpu.info().fingerprint.uuid;
-        let sibling_cards = uuids.iter().filter(|u| *u != own).cloned().collect();
+        let sibling_cards = every_uuid.iter().filter(|u| *u != own).cloned().collect();
         // Each device its own store handle (its own file, by fingerprint), worker and queue.
         let store = store::Store::open(state_dir)?;
         let config = ServiceConfig {

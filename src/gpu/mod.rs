@@ -343,6 +343,14 @@ fn nvidia_driver_loaded(libcuda: bool) -> Option<&'static str> {
 /// A device and its index in CUDA's device order.
 pub type IndexedGpu = (u32, Box<dyn Gpu>);
 
+/// Devices opened, and the UUIDs of every device present, opened or not.
+pub struct OpenedDevices {
+    pub gpus: Vec<IndexedGpu>,
+    /// Every device of the backend, selected or not: a card left out by `--devices` is still a
+    /// card of this host, whose calibration is its own (`ServiceConfig::sibling_cards`).
+    pub every_uuid: Vec<String>,
+}
+
 /// Open every device `selection` names, as (index, device): real GPUs when `choice` allows and a
 /// driver loads, else `sim_devices` simulated ones, each with its own seed (`seed + index`) and
 /// UUID. An index that does not exist is an error that lists the ones that do.
@@ -352,7 +360,7 @@ pub fn open_devices(
     sim_profile: sim::DeviceProfile,
     sim_options: sim::SimOptions,
     sim_devices: u32,
-) -> Result<Vec<IndexedGpu>, GpuError> {
+) -> Result<OpenedDevices, GpuError> {
     let real = match choice {
         BackendChoice::Sim => None,
         BackendChoice::Cuda => Some(cuda::device_count()?),
@@ -386,7 +394,11 @@ pub fn open_devices(
             }
         )));
     }
-    indices
+    let every_uuid = match real {
+        Some(_) => cuda::device_uuids(count),
+        None => Ok((0..count).map(|i| sim::uuid_of(&sim_profile, i)).collect()),
+    };
+    let gpus = indices
         .into_iter()
         .map(|i| {
             let gpu: Box<dyn Gpu> = match real {
@@ -402,7 +414,13 @@ pub fn open_devices(
             };
             Ok((i, gpu))
         })
-        .collect()
+        .collect::<Result<Vec<IndexedGpu>, GpuError>>()?;
+    // Unreadable, the cards opened are those known (what the daemon serves, as before).
+    let every_uuid = every_uuid.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read the UUIDs of every device; only the devices served are known as this host's");
+        gpus.iter().map(|(_, g)| g.info().fingerprint.uuid.clone()).collect()
+    });
+    Ok(OpenedDevices { gpus, every_uuid })
 }
 
 /// Open the backend `choice` asks for. `Auto` falls back to the simulator when no driver loads;

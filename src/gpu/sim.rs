@@ -594,18 +594,21 @@ pub struct SimGpu {
     lost: Option<String>,
 }
 
+/// The UUID of the simulated device `index` of `profile`: stable, and apart per index.
+pub fn uuid_of(profile: &DeviceProfile, index: u32) -> String {
+    let name = crate::fnv::fnv1a(profile.name.as_bytes());
+    match index {
+        0 => format!("SIM-{name:016x}"),
+        n => format!("SIM-{name:016x}-{n}"),
+    }
+}
+
 impl SimGpu {
     pub fn new(profile: DeviceProfile, options: SimOptions) -> Self {
         let fingerprint = Fingerprint {
             backend: Backend::Sim,
             device: profile.name.clone(),
-            uuid: match options.device_index {
-                0 => format!("SIM-{:016x}", crate::fnv::fnv1a(profile.name.as_bytes())),
-                n => format!(
-                    "SIM-{:016x}-{n}",
-                    crate::fnv::fnv1a(profile.name.as_bytes())
-                ),
-            },
+            uuid: uuid_of(&profile, options.device_index),
             driver: format!("wcetd-sim {}", env!("CARGO_PKG_VERSION")),
             cuda: "none".into(),
             clock_policy: format!("nominal:{}MHz", profile.sm_clock_mhz),

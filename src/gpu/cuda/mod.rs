@@ -430,6 +430,20 @@ pub fn device_count() -> Result<u32, GpuError> {
     Ok(n.max(0) as u32)
 }
 
+/// The UUIDs of CUDA devices 0 to `count` - 1, read without a context on any of them.
+pub fn device_uuids(count: u32) -> Result<Vec<String>, GpuError> {
+    (0..count)
+        .map(|i| {
+            let mut dev = 0;
+            // SAFETY: out-pointer to a local; cuInit was called by `device_count`.
+            check("cuDeviceGet", || unsafe {
+                raw::cuDeviceGet(&mut dev, i as i32)
+            })?;
+            device_uuid(dev)
+        })
+        .collect()
+}
+
 /// The library named `name`, compiled from `source` the first time it is asked for.
 fn library<'a>(
     libraries: &'a mut HashMap<String, Library>,
