@@ -158,6 +158,12 @@ pub fn read_samples(input: impl Read) -> Result<SampleSet, CsvError> {
         let record = record.map_err(|e| malformed(SAMPLES, &e))?;
         let line = record.position().map_or(0, |p| p.line());
         let kernel = text(&record, cols[0], SAMPLES, line, "kernel")?;
+        // As the daemon and manifests name kernels: a newline in a name forged lines of fit's
+        // messages (a black-box hunt found it), and the daemon refused the import anyway.
+        if !crate::manifest::valid_name(&kernel) {
+            let accepted = "1 to 64 of A-Z a-z 0-9 _ . - (as kernels are named everywhere)";
+            return Err(bad(SAMPLES, line, "kernel", &kernel, accepted));
+        }
         let sms: u32 = number(
             &record,
             cols[1],
@@ -265,16 +271,62 @@ fn columns<R: Read>(
     let headers = reader.headers().map_err(|e| malformed(what, &e))?.clone();
     let mut cols = [0; 3];
     for (slot, &name) in cols.iter_mut().zip(names) {
-        *slot = headers
-            .iter()
-            .position(|h| h == name)
-            .ok_or(CsvError::MissingColumn {
-                what,
-                column: name,
-                expected,
-            })?;
+        *slot = column(&headers, what, name, expected)?;
     }
     Ok(cols)
+}
+
+/// Where `headers` name `name`, once: a column named twice is refused, not read from the first
+/// (a black-box hunt's `kernel,sms,time_ns,time_ns` was fitted from the first without a word).
+fn column(
+    headers: &csv::StringRecord,
+    what: &'static str,
+    name: &'static str,
+    expected: &'static str,
+) -> Result<usize, CsvError> {
+    let mut at = headers.iter().enumerate().filter(|(_, h)| *h == name);
+    let (first, _) = at.next().ok_or(CsvError::MissingColumn {
+        what,
+        column: name,
+        expected,
+    })?;
+    if at.next().is_some() {
+        return Err(CsvError::Malformed {
+            what,
+            line: 1,
+            detail: format!(
+                "the header names `{name}` more than once; accepted: each column once ({expected})"
+            ),
+        });
+    }
+    Ok(first)
+}
+
+const DELAYS: &str = "delay-probe CSV";
+
+/// A delay-probe file: launch times in launch order, from its `time_ns` column (other columns
+/// are ignored). Read as the first column whatever it was, a `launch,time_ns` file gave the
+/// launch numbers, and its delays were lost without a word (a black-box hunt found it); an
+/// empty one was taken as no probe.
+pub fn read_times(input: impl Read) -> Result<Vec<u64>, CsvError> {
+    let mut reader = csv_reader(input);
+    let headers = reader.headers().map_err(|e| malformed(DELAYS, &e))?.clone();
+    let col = column(&headers, DELAYS, "time_ns", "time_ns")?;
+    let accepted = "a whole number of nanoseconds, from 1 to 3600000000000 (one hour)";
+    let mut times = Vec::new();
+    for record in reader.records() {
+        let record = record.map_err(|e| malformed(DELAYS, &e))?;
+        let line = record.position().map_or(0, |p| p.line());
+        let t: u64 = number(&record, col, DELAYS, line, "time_ns", accepted)?;
+        if t == 0 || t > MAX_TIME_NS {
+            return Err(bad(DELAYS, line, "time_ns", &t.to_string(), accepted));
+        }
+        times.push(t);
+    }
+    if times.is_empty() {
+        return Err(CsvError::Empty { what: DELAYS });
+    }
+    Ok(times)
 }
 
 fn text(
@@ -337,6 +389,34 @@ fn malformed(what: &'static str, e: &csv::Error) -> CsvError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A column named twice and a kernel named as nothing else is named are refused, and a
+    /// delay-probe file is read by its `time_ns` column, not its first (black-box hunt
+    /// findings: each was read without a word).
+    #[test]
+    fn columns_are_read_by_name_once_and_names_as_everywhere() {
+        let twice = read_samples("kernel,sms,time_ns,time_ns\nk,8,1,2\n".as_bytes());
+        assert!(twice
+            .unwrap_err()
+            .to_string()
+            .contains("names `time_ns` more than once"),);
+        let forged = read_samples("kernel,sms,time_ns\n\"k\nwcetctl: forged\",8,1\n".as_bytes());
+        let why = forged.unwrap_err().to_string();
+        assert!(
+            why.contains("`kernel`") && why.contains("accepted: 1 to 64"),
+            "{why}"
+        );
+        let times = read_times("launch,time_ns\n1,26048\n2,26050\n3,9000000\n".as_bytes());
+        assert_eq!(times.unwrap(), [26048, 26050, 9000000]);
+        for (bad, said) in [
+            ("launch,ns\n1,26048\n", "missing column `time_ns`"),
+            ("time_ns\n", "no rows after the header"),
+            ("time_ns\n0\n", "`time_ns` is `0`"),
+        ] {
+            let why = read_times(bad.as_bytes()).unwrap_err().to_string();
+            assert!(why.contains(said), "{bad}: {why}");
+        }
+    }
 
     /// A geometry error names the field that is wrong, and a kernel listed twice is refused
     /// (a zero per SM was named `blocks`, and a second row silently replaced the first).

@@ -416,11 +416,21 @@ impl DeviceArgs {
             seed: self.seed,
             ..Default::default()
         };
-        Ok(wcetd::gpu::open(
+        let gpu = wcetd::gpu::open(
             self.backend,
             DeviceProfile::load(&self.sim_profile)?,
             options,
-        )?)
+        )?;
+        // Said here: the library's warning goes to a log wcetctl does not print, so `auto`
+        // fell back to the simulator without a word (a black-box hunt found it).
+        let simulated = gpu.info().fingerprint.backend == wcetd::gpu::Backend::Sim;
+        if self.backend == BackendChoice::Auto && simulated {
+            eprintln!(
+                "wcetctl: warning: no CUDA device to open (no NVIDIA driver loaded); using the simulated GPU `{}` (--backend cuda says why, --backend sim says it on purpose)",
+                gpu.info().name
+            );
+        }
+        Ok(gpu)
     }
 }
 

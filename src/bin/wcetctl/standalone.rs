@@ -531,18 +531,8 @@ pub(crate) fn method_config(delays: Option<&Path>) -> anyhow::Result<MethodConfi
     let Some(path) = delays else {
         return Ok(config);
     };
-    let mut reader = csv::Reader::from_reader(open_input(path)?);
-    let mut times = Vec::new();
-    for (i, row) in reader.deserialize::<(u64,)>().enumerate() {
-        let (t,) = row.with_context(|| {
-            format!(
-                "{}, row {}: accepted: a `time_ns` column of whole nanoseconds",
-                path.display(),
-                i + 2
-            )
-        })?;
-        times.push(t);
-    }
+    let times = wcetd::samples::read_times(open_input(path)?)
+        .with_context(|| format!("{}", path.display()))?;
     if let Some(found) = wcetd::model::throttle::sustained_slowdown([times.as_slice()]) {
         eprintln!("wcetctl: delay probe: {}", found.note());
         config.device_slowdown = found.depth;
@@ -660,15 +650,14 @@ fn plot_evaluations(
     held: &samples::SampleSet,
     evals: &[wcetd::model::evaluate::KernelEvaluation],
 ) -> anyhow::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    // Named, with what failed: "File exists (os error 17)" said neither (a hunt found it).
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("--plot: creating the directory {}", dir.display()))?;
     for kernel in calibration.keys().filter(|k| held.contains_key(*k)) {
         let mine: Vec<_> = evals.iter().filter(|e| &e.kernel == kernel).collect();
-        offline::plot(
-            kernel,
-            &held[kernel],
-            &mine,
-            &dir.join(format!("{kernel}.svg")),
-        )?;
+        let file = dir.join(format!("{kernel}.svg"));
+        offline::plot(kernel, &held[kernel], &mine, &file)
+            .with_context(|| format!("--plot: writing {}", file.display()))?;
     }
     Ok(())
 }
