@@ -333,9 +333,14 @@ pub async fn connect(choice: &BusChoice) -> anyhow::Result<zbus::Connection> {
             zbus::connection::Builder::system()
         }
     };
-    builder
-        .method_timeout(call_timeout())
-        .build()
-        .await
-        .with_context(|| format!("connecting to {choice}"))
+    // The handshake is bounded as a call is: a socket that accepts and never answers held a
+    // client for ever, and `watch` with it, whatever WCETD_CALL_TIMEOUT_S said (a review found).
+    let limit = call_timeout();
+    match tokio::time::timeout(limit, builder.method_timeout(limit).build()).await {
+        Ok(built) => built.with_context(|| format!("connecting to {choice}")),
+        Err(_) => anyhow::bail!(
+            "connecting to {choice}: no answer within {} s (a bus that accepts but does not speak)",
+            limit.as_secs()
+        ),
+    }
 }

@@ -193,6 +193,26 @@ async fn a_daemon_that_does_not_answer_is_a_timeout() {
     assert_eq!(code, Some(0), "answers again once continued: {err}");
 }
 
+/// A socket that takes the connection and never speaks is a timeout too: the handshake had no
+/// limit, so a client (and `watch`, reconnecting) waited for ever (a review found it).
+#[test]
+fn a_bus_that_never_speaks_is_a_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("silent.sock");
+    // Listening, so the connection is taken (by the kernel's backlog), and never answered.
+    let _silent = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let out = Command::new("timeout")
+        .args(["30", env!("CARGO_BIN_EXE_wcetctl"), "--bus-address"])
+        .arg(format!("unix:path={}", path.display()))
+        .arg("list")
+        .env("WCETD_CALL_TIMEOUT_S", "1")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no answer within 1 s"), "{err}");
+}
+
 /// Ctrl-C during `recalibrate` cancels the job, keeps the old bounds, and exits 130; `jobs`
 /// shows the job cancelled, and `cancel` of a finished job says what is accepted.
 #[tokio::test]

@@ -62,8 +62,9 @@ pub(crate) async fn online(cli: Cli) -> anyhow::Result<()> {
             count,
         } => {
             let count = if once { Some(1) } else { count };
-            let first = bus::client_address(cli.bus_address.as_deref(), &state_dir);
-            let again = || reach_the_same_bus(cli.bus_address.as_deref(), &state_dir, &first);
+            let explicit = cli.bus_address.as_deref();
+            let found_on = bus_found_on(&conn, explicit, &state_dir).await;
+            let again = || reach_the_same_bus(explicit, &state_dir, &found_on);
             watch(json, &conn, (interval, count), again).await
         }
         Command::ImportCalibration { file, force } => {
@@ -205,28 +206,68 @@ where
     wcetd::monitor_view::watch(conn, object(), (every, count), json, reconnect).await
 }
 
-/// `watch`'s way back to its daemon when its bus has gone: the bus it was found on, or, where
-/// that was the private bus recorded in the state directory, the one recorded there now (a
-/// restarted daemon records another). Never a bus of another kind: with the record gone while
-/// the daemon restarts, a search from scratch fell through to the session bus and went on
-/// showing another daemon's observations as its own (a review found it).
+/// `watch`'s way back to its daemon when its bus has gone: the bus it was found on
+/// (`found_on`: an address, the session or the system bus), or, where that was the private bus
+/// recorded in the state directory, the one recorded there now (a restarted daemon records
+/// another). Never another bus: a search from scratch fell through from a lost record, or a lost
+/// session bus, to the next bus and went on showing another daemon's observations as its own
+/// (reviews found both).
 async fn reach_the_same_bus(
     explicit: Option<&str>,
     state_dir: &Path,
-    first: &bus::BusChoice,
+    found_on: &bus::BusChoice,
 ) -> anyhow::Result<zbus::Connection> {
-    let now = bus::client_address(explicit, state_dir);
-    let same_kind = match (first, &now) {
-        (bus::BusChoice::Address(_), bus::BusChoice::Address(_)) => true,
-        (first, now) => first == now,
-    };
-    if !same_kind {
-        bail!(
+    let target = match (found_on, bus::client_address(explicit, state_dir)) {
+        (bus::BusChoice::Address(_), now @ bus::BusChoice::Address(_)) => now,
+        (bus::BusChoice::Address(_), _) => bail!(
             "no private bus recorded in {} yet",
             bus::address_file(state_dir).display()
-        );
+        ),
+        (same, _) => same.clone(),
+    };
+    let conn = bus::connect(&target).await?;
+    if !daemon_answers_on(&conn).await {
+        bail!("no daemon owns {} on {target} yet", wcetd::bus::BUS_NAME);
     }
-    reach_daemon(explicit, state_dir).await
+    Ok(conn)
+}
+
+/// The bus [`reach_daemon`] found `conn` on: the one named (an address, or the private bus
+/// recorded in the state directory), or, where none was, the session or the system bus.
+async fn bus_found_on(
+    conn: &zbus::Connection,
+    explicit: Option<&str>,
+    state_dir: &Path,
+) -> bus::BusChoice {
+    match bus::client_address(explicit, state_dir) {
+        bus::BusChoice::Auto => found_on_bus(conn).await,
+        named => named,
+    }
+}
+
+/// Which of the session and system buses `conn` is on: the session bus where one is named and
+/// its id is `conn`'s bus id, else the system bus (the two `Auto` tries, in its order).
+async fn found_on_bus(conn: &zbus::Connection) -> bus::BusChoice {
+    let id_of = |c: &zbus::Connection| {
+        let c = c.clone();
+        async move {
+            zbus::fdo::DBusProxy::new(&c)
+                .await
+                .ok()?
+                .get_id()
+                .await
+                .ok()
+        }
+    };
+    let mine = id_of(conn).await;
+    if std::env::var_os("DBUS_SESSION_BUS_ADDRESS").is_some() {
+        if let Ok(session) = bus::connect(&bus::BusChoice::Session).await {
+            if mine.is_some() && id_of(&session).await == mine {
+                return bus::BusChoice::Session;
+            }
+        }
+    }
+    bus::BusChoice::System
 }
 
 /// Connect where the daemon should be and check that it is there (or can be started by the bus);
