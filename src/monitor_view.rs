@@ -352,7 +352,6 @@ fn show_refresh(json: bool, before: &str, rows: &[Row], overrun: &[String]) -> a
     Ok(())
 }
 
-/// Whether `e` says nobody owns the daemon's name (it stopped, or is restarting).
 /// Whether `e` says the connection to the bus itself is gone (the bus ended: a private bus
 /// ends with its daemon), not that the bus answered, nor that the daemon did not in time (zbus
 /// reports that as an I/O error too, `TimedOut`: taken for a lost bus, a stopped daemon kept
@@ -374,6 +373,7 @@ fn bus_gone(e: &anyhow::Error) -> bool {
     })
 }
 
+/// Whether `e` says nobody owns the daemon's name (it stopped, or is restarting).
 fn daemon_gone(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}");
     [

@@ -107,8 +107,9 @@ pub struct ServiceConfig {
     /// messages advise names it ([`ServiceConfig::wcetctl`]): a plain `wcetctl` talks to the
     /// default device's object, so run as printed it would act on another card.
     pub devices_served: usize,
-    /// UUIDs of the other devices the daemon serves: their calibrations are theirs, never
-    /// served stale on this one ([`carry_over::initial_calibration`]).
+    /// UUIDs of the host's other devices, served by the daemon or left out by `--devices`:
+    /// their calibrations are theirs, never served stale on this one
+    /// ([`carry_over::initial_calibration`]).
     pub sibling_cards: Vec<String>,
 }
 

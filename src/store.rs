@@ -340,7 +340,7 @@ impl Store {
     /// The calibration to serve as stale while the current device is recalibrated: the most
     /// recently written one of this card under another fingerprint (a new driver, CUDA version or
     /// clock policy), or else the most recent of another card, not one of `siblings` (UUIDs of
-    /// cards served beside this one, whose calibrations are theirs).
+    /// the host's other cards, whose calibrations are theirs).
     pub fn load_latest_other(
         &self,
         fingerprint: &Fingerprint,

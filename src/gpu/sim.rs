@@ -318,8 +318,7 @@ impl KernelPhysics {
     }
 
     /// The noise-free time alone at each of `sizes`, or, without a device, at every size up to
-    /// 256 SMs, from 1 ns to the hour
-    /// `Report` accepts, as `curve_ns` is checked. Unchecked, `[sim]` fields that give no time
+    /// 256 SMs, from 1 ns to the hour `Report` accepts, as `curve_ns` is checked. Unchecked, `[sim]` fields that give no time
     /// (only `blocks`) timed every launch at 0 ns and served a bound of 1 ns, and `launch_ns =
     /// 1e300` one of 2^64 - 1 ns, both as measured (a black-box hunt found them).
     fn check_times(&self, name: &str, sizes: &[PartitionSize]) -> anyhow::Result<()> {

@@ -34,7 +34,7 @@ pub(super) fn allow_for_process_shift(calibration: &mut Calibration, shift: f64)
 
 /// The calibration to serve at start: this device's, or (marked stale by its fingerprints) the
 /// most recent one of this card under another fingerprint or of another card, not one of the
-/// `siblings` (cards this daemon serves beside it), or nothing. A sibling's calibration is its
+/// `siblings` (the host's other cards, served beside it or left out by `--devices`), or nothing. A sibling's calibration is its
 /// own: served here, one GPU's bounds, and the times reported on it, raised another's (a
 /// black-box hunt found it, where api.md says GPUs never mix).
 pub(super) fn initial_calibration(
