@@ -717,7 +717,7 @@ fn module_kind(module: &Path) -> Result<ModuleKind, String> {
 }
 
 /// The entry point must be defined in the module: `.entry NAME(` in PTX, an `extern "C"`
-/// `__global__` function in CUDA C (comments removed), the symbol's name in a CUBIN (a CUDA ELF
+/// `__global__` function in CUDA C as far as text can tell ([`cu_defines_kernel`]), the symbol's name in a CUBIN (a CUDA ELF
 /// object) or an uncompressed fatbin (a fatbin header). Unchecked, an entry in a comment of a
 /// `.cu`, and 13 bytes of `\x7fELF` and the name as a `.cubin`, were calibrated on the simulator
 /// and served (a black-box hunt found both).
@@ -1021,9 +1021,10 @@ mod tests {
         )
     }
 
-    /// A `.cu` defines its entry only outside comments, as a whole name in a `__global__`
-    /// declaration; a `.cubin` is a CUDA ELF object and a `.fatbin` starts with its magic,
-    /// whatever names they hold (a comment and 13 bytes of `\x7fELF` and a name were served).
+    /// A `.cu` defines its entry only outside comments, as a whole name before a `(`, with its
+    /// qualifiers written out or from macros; a `.cubin` is a CUDA ELF object and a `.fatbin`
+    /// starts with its magic, whatever names they hold (a comment and 13 bytes of `\x7fELF` and
+    /// a name were served).
     #[test]
     fn a_module_defines_its_entry_only_as_code_of_its_kind() {
         let cu = |code: &str| check_entry(ModuleKind::Cu, code.as_bytes(), "kp", Path::new("k.cu"));
