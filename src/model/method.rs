@@ -14,7 +14,7 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::bound::PROCESS_SHIFT_NOTE;
-use super::law::{FittedLaw, Point};
+use super::law::{self, FittedLaw, Law, Point};
 use super::tail::{self, TailBound};
 use super::{published, validate, verify};
 use super::{BoundEntry, BoundTable, ModelError, Observations, Provenance, MONOTONE_TOLERANCE};
@@ -180,6 +180,7 @@ fn wcetd(
     let between = |m: &u32| between_measured(&typical.medians, *m);
     // Said only where a size lies between measured ones: with every size measured it has no use.
     let convexity_note = shape.convexity_note().filter(|_| sizes.iter().any(between));
+    let occupancy_note = shape.occupancy_note().filter(|_| sizes.iter().any(between));
     let mut entries = tailed_entries(obs, sizes, &shape, &tail, config)?;
     // Where step 6b holds a size up, the table stays as monotone as the medians say: the
     // non-increasing pass, and later raises carried to smaller sizes (production floors,
@@ -195,6 +196,7 @@ fn wcetd(
     let validated = typical.validated;
     let mut notes = wcetd_notes(&validated, &typical.medians, monotone_by_fit, &tail, config);
     notes.extend(convexity_note);
+    notes.extend(occupancy_note);
     notes.extend(rising_law.map(|(f, margin)| passed_over_law_note(f, *margin)));
     notes.extend(rise.map(|(a, b)| {
         format!("the verification sweep saw the time rise from {a} to {b} SMs beyond its noise: monotonicity not assumed")
@@ -389,6 +391,7 @@ impl TypicalFit {
                 Convexity::judge(g, &self.medians, self.monotone, swept)
             }),
             geometry: obs.geometry,
+            occupancies: obs.geometry.map(|g| Occupancies::judge(g, &self.medians)),
             verified: if use_verified {
                 Some(&obs.verified)
             } else {
@@ -464,6 +467,8 @@ struct Shape<'a> {
     /// Whether the convexity cap (step 6) applies; `None` without the launch geometry.
     convexity: Option<Convexity>,
     geometry: Option<Geometry>,
+    /// What the medians leave possible of the geometry's occupancy; `None` without a geometry.
+    occupancies: Option<Occupancies>,
     /// Verification launches per size, when the chain may use them.
     verified: Option<&'a std::collections::BTreeMap<u32, Vec<u64>>>,
     config: &'a MethodConfig,
@@ -501,14 +506,18 @@ impl Shape<'_> {
         // pass a wave staircase at every measured size and run under it inside a gap (a
         // review's lud, from 8, 32, 64 and 132 SMs: Amdahl's law 38% under at 120). Without
         // the launch geometry nothing shows the steps, so there no law is used between sizes
-        // (steps 3 and 4 fall back on the neighbours); with it, step 3 is held up by them.
+        // (steps 3 and 4 fall back on the neighbours); with it, step 3 is held up by them, at
+        // every occupancy the medians leave possible. A geometry no occupancy explains shows
+        // no steps either (a hunt's lud, one wave at every size by the stated occupancy while
+        // the medians fell 14 times: 36% under at 64 SMs from 8, 32 and 132).
         // (Bounds only: the planner's and the sweep's typical curve is not a bound.)
         let unseen = self
             .verified
             .is_some_and(|v| v.get(&m).is_none_or(|s| s.is_empty()));
+        let shows_steps = self.occupancies.as_ref().is_some_and(|o| !o.refuted());
         // The law set aside may still raise the bound (below, step 4), never lower it.
-        let set_aside = law.filter(|_| unseen && self.geometry.is_none());
-        let law = law.filter(|_| !unseen || self.geometry.is_some());
+        let set_aside = law.filter(|_| unseen && !shows_steps);
+        let law = law.filter(|_| !unseen || shows_steps);
         let (estimate, floor) = if self.monotone {
             // 3. A kernel whose medians never rise: C(r) <= C(m) <= C(l) whatever the law says, so
             //    the law (or, without one, the left neighbour) is clamped between the neighbours.
@@ -523,7 +532,7 @@ impl Shape<'_> {
             };
             //    Where no launch at m was seen, nor below the wave-count line through the
             //    neighbours, exact on a wave staircase (the time a fixed cost plus a cost per
-            //    wave) whatever law was chosen.
+            //    wave) whatever law was chosen, at the highest of the occupancies possible.
             let steps = self
                 .wave_line(m, l, r)
                 .filter(|_| unseen)
@@ -689,29 +698,86 @@ impl Shape<'_> {
     }
 
     /// The line through the neighbours against the wave count at m: a wave staircase exactly.
+    /// The highest such line over the occupancies possible (each where the neighbours' wave
+    /// counts differ): the staircase is that of the occupancy the kernel really has.
     fn wave_line(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
-        let g = self.geometry?;
-        let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
-        (wl != wr).then(|| {
-            let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
-            r.time_ns + (l.time_ns - r.time_ns) * t
-        })
+        self.occupancies
+            .as_ref()?
+            .possible
+            .iter()
+            .filter_map(|g| {
+                let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
+                (wl != wr).then(|| {
+                    let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
+                    r.time_ns + (l.time_ns - r.time_ns) * t
+                })
+            })
+            .reduce(f64::max)
     }
 
     /// Step 4's floor: on a kernel measured to get slower with more SMs, the time between two
     /// measured sizes interpolated linearly in the number of thread-block waves. Only the part
     /// that falls with m is interpolated; the law's rising part (contention), when it has one, is
     /// added back at m itself, so contention growing inside the gap is not averaged away.
+    /// As [`Shape::wave_line`], the highest over the occupancies possible.
     fn wave_interpolation(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
-        let g = self.geometry.filter(|_| self.measured_non_monotone)?;
-        let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
-        if wl == wr {
+        let occupancies = self.occupancies.as_ref()?;
+        if !self.measured_non_monotone {
             return None;
         }
         let rising = |x: u32| self.law.and_then(|f| f.rising_part(x)).unwrap_or(0.0);
         let (fl, fr) = (l.time_ns - rising(l.sms), r.time_ns - rising(r.sms));
-        let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
-        Some(fr + (fl - fr) * t + rising(m))
+        occupancies
+            .possible
+            .iter()
+            .filter_map(|g| {
+                let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
+                (wl != wr).then(|| {
+                    let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
+                    fr + (fl - fr) * t + rising(m)
+                })
+            })
+            .reduce(f64::max)
+    }
+
+    /// What the notes say of the occupancies: where the medians refute the stated one, or where
+    /// a lower one is possible too.
+    fn occupancy_note(&self) -> Option<String> {
+        let o = self.occupancies.as_ref()?;
+        let g = o.stated;
+        let lower: Vec<String> = o
+            .possible
+            .iter()
+            .filter(|p| p.blocks_per_sm != g.blocks_per_sm)
+            .map(|p| p.blocks_per_sm.to_string())
+            .collect();
+        let Some((a, b)) = o.stated_refuted_by else {
+            return (!lower.is_empty()).then(|| format!("the measured medians follow the wave steps of {} blocks per SM as well as those of the launch geometry's {}: between measured sizes the bound allows for them too", lower.join(", "), g.blocks_per_sm));
+        };
+        let drop = self.fall_between(a, b)?;
+        let what = if o.refuted() {
+            format!("no occupancy from 1 to {} explains them either, so the geometry shows no wave steps: where no launch was seen between measured sizes no law is used, and the bound rests on the measured neighbours", g.blocks_per_sm.min(MOST_BLOCKS_PER_SM))
+        } else {
+            let most = o
+                .possible
+                .iter()
+                .map(|g| g.blocks_per_sm)
+                .filter(|&c| c != g.blocks_per_sm)
+                .max()
+                .unwrap_or(1);
+            format!("between measured sizes the bound allows for the wave steps of every occupancy up to {most} the medians leave possible")
+        };
+        Some(format!(
+            "the launch geometry ({} blocks, {} per SM) has the same wave count at {a} and {b} SMs, yet the time fell {:.0}% between them: fewer blocks fit an SM than it says; {what}",
+            g.blocks, g.blocks_per_sm, drop * 100.0
+        ))
+    }
+
+    /// How far the median fell from measured size `a` to measured size `b`, as a share of `a`'s.
+    fn fall_between(&self, a: u32, b: u32) -> Option<f64> {
+        let at = |m: u32| self.medians.iter().find(|p| p.sms == m).map(|p| p.time_ns);
+        let (ta, tb) = (at(a)?, at(b)?);
+        Some(1.0 - tb / ta)
     }
 
     fn refuse(&self, sms: u32, why: &str) -> ModelError {
@@ -722,6 +788,123 @@ impl Shape<'_> {
             why: why.into(),
         }
     }
+}
+
+/// What the measured medians leave possible of a launch geometry's occupancy. The stated blocks
+/// per SM is what the occupancy calculation allows; fewer can fit (dynamic shared memory, a
+/// cache carve-out it did not see), never more. The stated one is taken as possible unless the
+/// medians refute it: where two measured sizes have the same wave count under it, so a wave
+/// staircase is flat between them, and yet the time fell by more than [`WAVE_REFUTATION`] from
+/// one to the other. A lower one is possible where its own wave staircase passes through the
+/// medians, and, once the stated one is refuted, wherever the medians do not refute it too.
+/// (Every lower one, always, would allow for the steps of an occupancy nothing shows: tried on
+/// simulated kernels whose stated occupancy was right, up to 54% above their held-out maxima.)
+struct Occupancies {
+    stated: Geometry,
+    /// The stated geometry (kept whatever the medians say: what it bounds, it bounds as before)
+    /// and every lower occupancy possible.
+    possible: Vec<Geometry>,
+    /// Two measured sizes that refute the stated occupancy, if any do.
+    stated_refuted_by: Option<(u32, u32)>,
+}
+
+impl Occupancies {
+    fn judge(stated: Geometry, medians: &[Point]) -> Occupancies {
+        let refuting = |g: &Geometry| {
+            medians.iter().enumerate().find_map(|(i, a)| {
+                medians[i + 1..]
+                    .iter()
+                    .find(|b| {
+                        g.waves(a.sms) == g.waves(b.sms) && a.time_ns > b.time_ns * WAVE_REFUTATION
+                    })
+                    .map(|b| (a.sms, b.sms))
+            })
+        };
+        let stated_refuted_by = refuting(&stated);
+        let mut staircases = StaircaseFits::new(medians);
+        let possible = occupancies_up_to(stated)
+            .filter(|g| {
+                g.blocks_per_sm == stated.blocks_per_sm
+                    || (stated_refuted_by.is_some() && refuting(g).is_none())
+                    || staircases.fits(*g)
+            })
+            .collect();
+        Occupancies {
+            stated,
+            possible,
+            stated_refuted_by,
+        }
+    }
+
+    /// Every occupancy, the stated one included, refuted by the medians.
+    fn refuted(&self) -> bool {
+        self.stated_refuted_by.is_some() && self.possible.len() == 1
+    }
+}
+
+/// Whether the wave staircase of an occupancy (a fixed cost plus a cost per wave, the `wave` law
+/// at that occupancy) passes through three or more medians within [`STAIRCASE_FIT`]. Occupancies
+/// with the same wave counts at every measured size are judged once.
+struct StaircaseFits<'a> {
+    medians: &'a [Point],
+    last: Option<(Vec<u32>, bool)>,
+}
+
+impl<'a> StaircaseFits<'a> {
+    fn new(medians: &'a [Point]) -> StaircaseFits<'a> {
+        StaircaseFits {
+            medians,
+            last: None,
+        }
+    }
+
+    fn fits(&mut self, g: Geometry) -> bool {
+        if self.medians.len() < 3 {
+            return false;
+        }
+        let waves: Vec<u32> = self.medians.iter().map(|p| g.waves(p.sms)).collect();
+        if let Some((seen, fits)) = &self.last {
+            if *seen == waves {
+                return *fits;
+            }
+        }
+        let fits = law::fit(Law::Wave, self.medians, Some(g)).is_some_and(|f| {
+            self.medians
+                .iter()
+                .all(|p| (f.predict(p.sms) / p.time_ns - 1.0).abs() <= STAIRCASE_FIT)
+        });
+        self.last = Some((waves, fits));
+        fits
+    }
+}
+
+/// How close a staircase must pass to every median to be taken as a shape the kernel may have:
+/// generous, since an occupancy taken as possible only ever raises a bound.
+const STAIRCASE_FIT: f64 = 0.05;
+
+/// How far the time may fall between two sizes of the same wave count before the medians refute
+/// that occupancy: well beyond their noise, since an occupancy refuted is one whose steps the
+/// bound no longer allows for.
+const WAVE_REFUTATION: f64 = 1.10;
+
+/// Most blocks per SM tried below a stated occupancy. NVIDIA's SMs hold at most 32 blocks at
+/// once, and device descriptions accept up to 1,024; trying more only costs time (a stated
+/// 4,000,000,000 kept one fit busy for 20 s).
+const MOST_BLOCKS_PER_SM: u32 = 1024;
+
+/// `g` at every occupancy from 1 block per SM up to its own (at most [`MOST_BLOCKS_PER_SM`], and
+/// none from `blocks` up, which all make one wave as the stated one does), the stated one last.
+fn occupancies_up_to(g: Geometry) -> impl Iterator<Item = Geometry> {
+    // From `blocks` per SM up, every size is one wave.
+    let most = g
+        .blocks_per_sm
+        .min(MOST_BLOCKS_PER_SM + 1)
+        .min(g.blocks.max(1));
+    let below = (1..most).map(move |fit| Geometry {
+        blocks_per_sm: fit,
+        ..g
+    });
+    below.chain(std::iter::once(g))
 }
 
 /// Leave-one-out error up to which a law validated on three sizes is said to fit the shape.
@@ -758,11 +941,7 @@ fn log_chord(g: Geometry, m: u32, l: &Point, r: &Point) -> Option<f64> {
     };
     let ln = |x: u32| f64::from(x).ln();
     let by_sms = line(ln(m), ln(l.sms), ln(r.sms));
-    let by_waves = (1..=g.blocks_per_sm.max(1))
-        .map(|fit| Geometry {
-            blocks_per_sm: fit,
-            ..g
-        })
+    let by_waves = occupancies_up_to(g)
         .filter(|g| g.waves(l.sms) != g.waves(r.sms))
         .map(|g| line(ln(g.waves(m)), ln(g.waves(l.sms)), ln(g.waves(r.sms))))
         .fold(0.0, f64::max);
@@ -1303,6 +1482,78 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The same staircase (2 blocks per SM) with a geometry that states more blocks per SM than
+    /// fit, as an occupancy calculation that did not see the dynamic shared memory would: 32,
+    /// which the medians refute (one wave at every size, yet the time falls 14 times), and 4,
+    /// which they do not (at 8, 32 and 132 SMs: 8, 2 and 1 waves). Between sizes no launch
+    /// was seen at, the bound must allow for the steps of the occupancy the kernel really has
+    /// (a hunt: 36% under at 64 SMs with 32 stated). And a stated occupancy above 1,024 must
+    /// not keep the fit busy trying every one below it.
+    #[test]
+    fn a_stated_occupancy_the_kernel_does_not_reach_leaves_no_bound_under_its_steps() {
+        let truth_geometry = Geometry {
+            blocks: 256,
+            blocks_per_sm: 2,
+        };
+        let truth = |m: u32| 2_000.0 + 10_000.0 * f64::from(truth_geometry.waves(m));
+        let measured: Vec<(u32, Vec<u64>)> = [8, 32, 132]
+            .iter()
+            .map(|&m| (m, around(truth(m), u64::from(m))))
+            .collect();
+        let sizes: Vec<u32> = (1..=16).map(|i| i * 8).chain([132]).collect();
+        for stated in [32, 4, 4_000_000_000] {
+            let mut o = obs(&measured
+                .iter()
+                .map(|(m, s)| (*m, &s[..]))
+                .collect::<Vec<_>>());
+            o.geometry = Some(Geometry {
+                blocks_per_sm: stated,
+                ..truth_geometry
+            });
+            let t = bound_table(&o, &sizes, Method::Wcetd, &MethodConfig::default()).unwrap();
+            for &m in &sizes {
+                assert!(
+                    t.entry(m).unwrap().bound_ns as f64 >= truth(m),
+                    "{stated} per SM stated, {m} SMs: {t:?}"
+                );
+            }
+            let refuted = t.notes.iter().any(|n| n.contains("fewer blocks fit an SM"));
+            assert_eq!(refuted, stated != 4, "{stated}: {:?}", t.notes);
+        }
+    }
+
+    /// Where no occupancy explains the medians (fewer blocks than SMs at every size measured, yet
+    /// the time falls), the geometry shows no steps: no law is used where no launch was seen
+    /// between measured sizes, as without a geometry.
+    #[test]
+    fn a_geometry_no_occupancy_explains_is_not_trusted_between_sizes() {
+        let truth = |m: u32| 1_000.0 + 8_000_000.0 / f64::from(m);
+        let measured: Vec<(u32, Vec<u64>)> = [16, 32, 64, 132]
+            .iter()
+            .map(|&m| (m, around(truth(m), u64::from(m))))
+            .collect();
+        let mut o = obs(&measured
+            .iter()
+            .map(|(m, s)| (*m, &s[..]))
+            .collect::<Vec<_>>());
+        o.geometry = Some(Geometry {
+            blocks: 8,
+            blocks_per_sm: 4,
+        });
+        let sizes = [16, 24, 32, 48, 64, 96, 132];
+        let t = bound_table(&o, &sizes, Method::Wcetd, &MethodConfig::default()).unwrap();
+        assert!(
+            t.notes
+                .iter()
+                .any(|n| n.contains("no occupancy from 1 to 4")),
+            "{:?}",
+            t.notes
+        );
+        // Without a law between sizes, the bound there rests on the larger neighbour's median.
+        let at = |m: u32| t.entry(m).unwrap().bound_ns;
+        assert!(at(24) >= at(16) && at(96) >= at(64), "{t:?}");
     }
 
     /// A kernel that follows one of the laws exactly, whose medians happen to fall within their
