@@ -430,9 +430,11 @@ pub fn device_count() -> Result<u32, GpuError> {
     Ok(n.max(0) as u32)
 }
 
-/// The UUIDs of CUDA devices 0 to `count` - 1, read without a context on any of them.
+/// The UUIDs of CUDA devices 0 to `count` - 1, read without a context on any of them, then
+/// those of the host's cards `CUDA_VISIBLE_DEVICES` hides from CUDA, as NVML lists them: a
+/// hidden card is still a card of this host, whose calibration is its own.
 pub fn device_uuids(count: u32) -> Result<Vec<String>, GpuError> {
-    (0..count)
+    let mut uuids = (0..count)
         .map(|i| {
             let mut dev = 0;
             // SAFETY: out-pointer to a local; cuInit was called by `device_count`.
@@ -441,7 +443,13 @@ pub fn device_uuids(count: u32) -> Result<Vec<String>, GpuError> {
             })?;
             device_uuid(dev)
         })
-        .collect()
+        .collect::<Result<Vec<String>, GpuError>>()?;
+    for uuid in nvml::host_uuids() {
+        if !uuids.contains(&uuid) {
+            uuids.push(uuid);
+        }
+    }
+    Ok(uuids)
 }
 
 /// The library named `name`, compiled from `source` the first time it is asked for.

@@ -106,6 +106,19 @@ pub fn driver_from_proc(text: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The UUID of every GPU NVML enumerates: every card of the host, whatever
+/// `CUDA_VISIBLE_DEVICES` hides from CUDA (NVML does not read it). MIG instances are not
+/// listed, only their parent cards. Empty where NVML does not load.
+pub fn host_uuids() -> Vec<String> {
+    let Ok(nvml) = Nvml::init() else {
+        return Vec::new();
+    };
+    let count = nvml.device_count().unwrap_or(0);
+    (0..count)
+        .filter_map(|i| nvml.device_by_index(i).ok()?.uuid().ok())
+        .collect()
+}
+
 impl Monitor {
     pub fn new(uuid: &str) -> Self {
         Monitor {
