@@ -355,6 +355,15 @@ pub fn score_table(rows: &[(String, Method, Score)]) -> String {
         "MAPE%"
     );
     for (kernel, m, s) in rows {
+        // A row with nothing scored printed as 0 violations, which reads as a perfect result.
+        if s.sizes == 0 {
+            out.push_str(&format!(
+                "{:<10} {:<19} no bounds to score (the note below says why)\n",
+                kernel,
+                m.name()
+            ));
+            continue;
+        }
         out.push_str(&format!(
             "{:<10} {:<19} {:>5} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>9.2} {:>9.2} {:>10.1} {:>9.2} {:>7.3} {:>7.2}\n",
             kernel, m.name(), s.sizes, s.violations, s.worst_under_prediction * 100.0, s.mean_pessimism * 100.0,

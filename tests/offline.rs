@@ -125,9 +125,56 @@ fn evaluate_scores_every_method_on_held_out_runs() {
     // From one size the published strategies make no bounds: said on standard error, not only
     // as rows of zeros that read like a perfect score.
     let cal = p("cal.csv");
-    let (ok, _, err) = wcetctl(&["evaluate", "--samples", &cal, "--calibrate-at", "8"]);
+    let (ok, out, err) = wcetctl(&["evaluate", "--samples", &cal, "--calibrate-at", "8"]);
     assert!(ok, "{err}");
     assert!(err.contains("evaluations made no bounds"), "{err}");
+    assert!(
+        out.contains("fixed-margin        no bounds to score")
+            && !out.contains("fixed-margin           0     0"),
+        "{out}"
+    );
+    // Without --holdout the scores are in-sample, and say so; so are held-out files that repeat
+    // the calibration runs, concatenated after fresh ones.
+    assert!(
+        err.contains("no --holdout: the calibration samples score themselves"),
+        "{err}"
+    );
+    let mixed = p("mixed.csv");
+    let hold = std::fs::read_to_string(p("hold.csv")).unwrap();
+    let calibration = std::fs::read_to_string(&cal).unwrap();
+    let rows = calibration
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with("needle,"));
+    let text: String = hold.lines().chain(rows).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&mixed, text).unwrap();
+    let (ok, _, err) = wcetctl(&[
+        "evaluate",
+        "--samples",
+        &cal,
+        "--holdout",
+        &mixed,
+        "--methods",
+        "wcetd",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("(the same runs, not held out): needle (every size)"),
+        "{err}"
+    );
+    let (_, _, err) = wcetctl(&[
+        "evaluate",
+        "--samples",
+        &cal,
+        "--holdout",
+        &p("hold.csv"),
+        "--methods",
+        "wcetd",
+    ]);
+    assert!(!err.contains("not held out"), "{err}");
+    // A method named twice was scored twice and counted twice in its ALL row: refused.
+    let (ok, _, err) = wcetctl(&["evaluate", "--samples", &cal, "--methods", "wcetd,wcetd"]);
+    assert!(!ok && err.contains("`wcetd` is named twice"), "{err}");
     // A held-out file of other kernels scores nothing: refused.
     let other = p("other.csv");
     std::fs::write(&other, "kernel,sms,time_ns\nnobody,8,1000\n").unwrap();

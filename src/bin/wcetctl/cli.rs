@@ -225,7 +225,7 @@ pub(crate) enum Command {
     Evaluate {
         #[command(flatten)]
         data: Datasets,
-        /// Methods to compare [default: all].
+        /// Methods to compare, each named once [default: all].
         #[arg(long, value_delimiter = ',')]
         methods: Vec<Method>,
         /// Write one SVG per kernel into this directory.
@@ -441,7 +441,8 @@ pub(crate) struct Datasets {
     /// Calibration samples CSV (kernel,sms,time_ns); `.gz`: read compressed.
     #[arg(long)]
     pub(crate) samples: PathBuf,
-    /// Held-out samples (fresh runs); default: the samples file itself.
+    /// Held-out samples (fresh runs); default: the samples file itself (`evaluate` then warns
+    /// that its scores are in-sample, as it does of held-out samples that repeat calibration runs).
     #[arg(long)]
     pub(crate) holdout: Option<PathBuf>,
     /// Geometry CSV (kernel,blocks,blocks_per_sm).

@@ -598,7 +598,7 @@ pub(crate) fn evaluate(
     let methods = if methods.is_empty() {
         Method::ALL.to_vec()
     } else {
-        methods.to_vec()
+        methods_once(methods)?
     };
     let Loaded {
         calibration,
@@ -611,6 +611,9 @@ pub(crate) fn evaluate(
             "the held-out samples share no kernel with the calibration samples (held out: {}); accepted: held-out launches of the kernels being calibrated",
             held.keys().cloned().collect::<Vec<_>>().join(", ")
         );
+    }
+    for warning in held_out_overlap(data, &calibration, &held) {
+        eprintln!("wcetctl: warning: {warning}");
     }
     let config = data.method_config()?;
     let evals = offline::evaluate_all(
@@ -641,6 +644,71 @@ pub(crate) fn evaluate(
     }
     print_evaluations(&evals, &pooled);
     nothing_failed_silently(&evals)
+}
+
+/// `--methods` with each method once: one named twice was scored twice and counted twice in its
+/// `ALL` row (a hunt).
+fn methods_once(methods: &[Method]) -> anyhow::Result<Vec<Method>> {
+    for (i, m) in methods.iter().enumerate() {
+        if methods[..i].contains(m) {
+            bail!(
+                "--methods: `{}` is named twice; accepted: each method once, of {}",
+                m.name(),
+                Method::ALL
+                    .iter()
+                    .map(|m| m.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    Ok(methods.to_vec())
+}
+
+/// Launches shared by at least this many leading samples of a size are taken as the same runs.
+const SAME_RUNS: usize = 30;
+
+/// What `evaluate` says when its held-out samples are not held out: none given (the calibration
+/// file scores itself), or, for some kernels, held-out samples at a size that hold the first
+/// [`SAME_RUNS`] calibration launch times there in a row (the same runs, copied or concatenated;
+/// a hunt found such a file scored as held out without a word).
+fn held_out_overlap(
+    data: &Datasets,
+    calibration: &samples::SampleSet,
+    held: &samples::SampleSet,
+) -> Vec<String> {
+    if data.holdout.is_none() {
+        return vec!["no --holdout: the calibration samples score themselves, the launches calibrated on included (in-sample); pass fresh runs with --holdout for held-out scores".into()];
+    }
+    let same: Vec<String> = calibration
+        .iter()
+        .filter_map(|(kernel, by_size)| {
+            let sizes: Vec<String> = by_size
+                .iter()
+                .filter(|(m, cal)| {
+                    held.get(kernel.as_str())
+                        .and_then(|h| h.get(*m))
+                        .is_some_and(|h| {
+                            cal.len() >= SAME_RUNS
+                                && h.windows(SAME_RUNS).any(|w| w == &cal[..SAME_RUNS])
+                        })
+                })
+                .map(|(m, _)| m.to_string())
+                .collect();
+            match sizes.len() {
+                0 => None,
+                n if n == by_size.len() => Some(format!("{kernel} (every size)")),
+                _ => Some(format!("{kernel} at {} SMs", sizes.join(", "))),
+            }
+        })
+        .collect();
+    if same.is_empty() {
+        return Vec::new();
+    }
+    vec![format!(
+        "held-out samples that hold the calibration samples' first {SAME_RUNS} launch times in a row (the same runs, not held out): {}; their scores are in-sample",
+        same.join("; ")
+    )]
 }
 
 /// `evaluate --plot DIR`: one `KERNEL.svg` for each kernel both sample files have.
@@ -684,6 +752,13 @@ fn print_evaluations(
             e.kernel,
             e.method,
             e.error.as_deref().unwrap_or("")
+        );
+    }
+    for (m, _, failed) in pooled.iter().filter(|(_, _, f)| *f > 0) {
+        let kernels = evals.iter().filter(|e| e.method == *m).count();
+        println!(
+            "note: ALL / {m}: pooled over the {} of {kernels} kernels it made bounds for",
+            kernels - failed
         );
     }
     let mut seen = Vec::new();
