@@ -225,13 +225,16 @@ pub fn fit_json(fits: &[KernelFit], refused: &[Refused]) -> serde_json::Value {
 }
 
 /// Every kernel of a simulated device's profile (the built-in suite, or foreign shapes) at every
-/// partition size: `launches` samples each.
+/// partition size: `launches` samples each, handed to `sink` batch by batch (kernel, size,
+/// times) in launch order, so that no run is held in memory whole (`--launches 100000000` ran
+/// out of it). Returns each kernel's launch geometry.
 pub fn simulate(
     profile: &DeviceProfile,
     manifests: &[crate::manifest::Manifest],
     (seed, launches): (u64, u32),
     interference: Interference,
-) -> anyhow::Result<(SampleSet, BTreeMap<String, Geometry>)> {
+    sink: &mut dyn FnMut(&str, u32, &[u64]) -> anyhow::Result<()>,
+) -> anyhow::Result<BTreeMap<String, Geometry>> {
     let mut gpu = SimGpu::new(
         profile.clone(),
         SimOptions {
@@ -239,26 +242,28 @@ pub fn simulate(
             ..SimOptions::default()
         },
     );
-    let mut set = SampleSet::new();
     let mut geometry = BTreeMap::new();
     let own = manifests
         .iter()
         .cloned()
         .map(kernels::KernelSpec::from_manifest);
+    // A manifest of a profile kernel's name is the one simulated (as when the samples were
+    // kept in a map, the manifest's replacing the profile's).
+    let shadowed = |name: &String| manifests.iter().any(|m| &m.name == name);
     for kernel in profile
         .kernels
         .keys()
+        .filter(|name| !shadowed(name))
         .map(|name| kernels::simulated(name))
         .chain(own)
     {
         for &sms in &gpu.info().partition_sizes.clone() {
-            let mut times = Vec::with_capacity(launches as usize);
-            while times.len() < launches as usize {
-                let left = launches - times.len() as u32;
+            let mut done = 0;
+            while done < launches {
                 let request = RunRequest {
                     sms,
                     warmup: 0,
-                    launches: left.min(50),
+                    launches: (launches - done).min(50),
                     interference,
                 };
                 let batch = gpu
@@ -267,14 +272,12 @@ pub fn simulate(
                 if let Some(g) = batch.geometry {
                     geometry.insert(kernel.name.to_string(), g);
                 }
-                times.extend(batch.times_ns);
+                done += batch.times_ns.len() as u32;
+                sink(&kernel.name, sms, &batch.times_ns)?;
             }
-            set.entry(kernel.name.to_string())
-                .or_default()
-                .insert(sms, times);
         }
     }
-    Ok((set, geometry))
+    Ok(geometry)
 }
 
 /// Every method on every kernel present in both files.

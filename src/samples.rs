@@ -250,16 +250,38 @@ pub fn read_geometry(input: impl Read) -> Result<BTreeMap<String, Geometry>, Csv
 
 /// Write samples in the design's format.
 pub fn write_samples(out: impl Write, set: &SampleSet) -> std::io::Result<()> {
-    let mut w = csv::Writer::from_writer(out);
-    w.write_record(["kernel", "sms", "time_ns"])?;
+    let mut w = SamplesWriter::new(out)?;
     for (kernel, sizes) in set {
         for (sms, times) in sizes {
-            for t in times {
-                w.write_record([kernel.as_str(), &sms.to_string(), &t.to_string()])?;
-            }
+            w.write(kernel, *sms, times)?;
         }
     }
-    w.flush()
+    w.finish()
+}
+
+/// A samples CSV written as the samples come (the header first), for runs too large to hold.
+pub struct SamplesWriter<W: Write> {
+    csv: csv::Writer<W>,
+}
+
+impl<W: Write> SamplesWriter<W> {
+    pub fn new(out: W) -> std::io::Result<Self> {
+        let mut csv = csv::Writer::from_writer(out);
+        csv.write_record(["kernel", "sms", "time_ns"])?;
+        Ok(SamplesWriter { csv })
+    }
+
+    pub fn write(&mut self, kernel: &str, sms: u32, times: &[u64]) -> std::io::Result<()> {
+        let sms = sms.to_string();
+        for t in times {
+            self.csv.write_record([kernel, &sms, &t.to_string()])?;
+        }
+        Ok(())
+    }
+
+    pub fn finish(mut self) -> std::io::Result<()> {
+        self.csv.flush()
+    }
 }
 
 fn columns<R: Read>(

@@ -346,23 +346,47 @@ pub(crate) fn simulate(
     };
     let manifests = manifests_in(kernel_dirs)?;
     let profile = DeviceProfile::load(profile)?;
-    let (set, geometry) = offline::simulate(&profile, &manifests, (seed, launches), tag)?;
-    // The geometry first: a path that cannot be written fails before any sample is printed.
-    if let Some(path) = geometry_out {
-        let mut text = String::from("kernel,blocks,blocks_per_sm\n");
-        for (k, g) in geometry {
-            text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
-        }
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
-    }
-    if json {
-        // The samples themselves: {kernel: {sms: [time_ns, ...]}}, launch order kept.
+    // The geometry file is opened first: a path that cannot be written fails before any sample
+    // is printed. It is written once the geometry is known, after the samples.
+    let geometry_file = geometry_out
+        .map(|path| {
+            std::fs::File::create(path)
+                .map(|f| (f, path))
+                .with_context(|| format!("writing {}", path.display()))
+        })
+        .transpose()?;
+    let run = (seed, launches);
+    let geometry = if json {
+        // The samples themselves: {kernel: {sms: [time_ns, ...]}}, launch order kept; JSON is
+        // one document, so this run is held in memory.
+        let mut set = samples::SampleSet::new();
+        let geometry = offline::simulate(&profile, &manifests, run, tag, &mut |k, m, t| {
+            let times = set.entry(k.to_string()).or_default().entry(m).or_default();
+            times.extend_from_slice(t);
+            Ok(())
+        })?;
         println!(
             "{}",
             serde_json::json!({"interference": tag.to_string(), "samples": set})
         );
+        geometry
     } else {
-        samples::write_samples(std::io::stdout().lock(), &set)?;
+        let mut out = samples::SamplesWriter::new(std::io::stdout().lock())?;
+        let geometry = offline::simulate(&profile, &manifests, run, tag, &mut |k, m, t| {
+            Ok(out.write(k, m, t)?)
+        })?;
+        out.finish()?;
+        geometry
+    };
+    if let Some((mut file, path)) = geometry_file {
+        use std::io::Write;
+        let mut text = String::from("kernel,blocks,blocks_per_sm\n");
+        for (k, g) in geometry {
+            text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
+        }
+        file.write_all(text.as_bytes())
+            .and_then(|()| file.sync_all())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
