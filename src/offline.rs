@@ -224,6 +224,9 @@ pub fn fit_json(fits: &[KernelFit], refused: &[Refused]) -> serde_json::Value {
     serde_json::json!({"kernels": kernels, "refused": refused})
 }
 
+/// Where [`simulate`] hands each batch of launch times: kernel, size, times.
+pub type SampleSink<'a> = dyn FnMut(&str, u32, &[u64]) -> anyhow::Result<()> + 'a;
+
 /// Every kernel of a simulated device's profile (the built-in suite, or foreign shapes) at every
 /// partition size: `launches` samples each, handed to `sink` batch by batch (kernel, size,
 /// times) in launch order, so that no run is held in memory whole (`--launches 100000000` ran
@@ -233,7 +236,7 @@ pub fn simulate(
     manifests: &[crate::manifest::Manifest],
     (seed, launches): (u64, u32),
     interference: Interference,
-    sink: &mut dyn FnMut(&str, u32, &[u64]) -> anyhow::Result<()>,
+    sink: &mut SampleSink,
 ) -> anyhow::Result<BTreeMap<String, Geometry>> {
     let mut gpu = SimGpu::new(
         profile.clone(),
