@@ -40,7 +40,8 @@ pub struct Unsized {
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskResult {
     pub name: String,
-    /// Response-time bound; `u64::MAX` when its priority level is overloaded (no finite bound).
+    /// Response-time bound; `u64::MAX` when its priority level is overloaded or its analysis
+    /// passed [`WORK_LIMIT`] (no finite bound found).
     pub response_ns: u64,
     /// The realisable partition size the bounds were taken at.
     pub partition_sms: u32,
@@ -426,10 +427,13 @@ impl<'a> Lookup<'a> {
             .iter()
             .reduce(|a, b| if b.bound_ns > a.bound_ns { b } else { a });
         let Some(largest) = largest else {
-            // Neither exists: the lookup's own error says so and how to get one.
+            // Neither exists: the lookup's own error says so and how to get one. Untagged, so
+            // that it advises measuring every interference the daemon calibrates (asked for the
+            // isolated one, it advised that alone, and a co-running set was then refused again
+            // for want of the contended one: a hunt).
             return Err(self
                 .src
-                .bound(kernel, partition, Some(Interference::Isolated))
+                .bound(kernel, partition, None)
                 .err()
                 .unwrap_or_else(|| {
                     ServiceError::NotCalibrated(format!("kernel `{kernel}` is not calibrated"))
@@ -598,7 +602,7 @@ impl<'a> Lookup<'a> {
         for t in tasks.iter().filter(|t| t.slack_ns < 0) {
             missed.push(if t.response_ns == u64::MAX {
                 format!(
-                    "task `{}`: no finite response bound (its priority level is overloaded)",
+                    "task `{}`: no finite response bound found (its priority level is overloaded, or its analysis passed {WORK_LIMIT} jobs or steps, where it stops and refuses)",
                     t.name
                 )
             } else {

@@ -506,6 +506,25 @@ async fn a_stale_calibration_shows_in_health_and_in_admission() {
     );
 }
 
+/// A kernel never calibrated, in a set of tasks that run at once: the refusal advises measuring
+/// it as the daemon calibrates (both interferences), not the isolated bound alone, after which
+/// the set was refused again for want of the contended one (a hunt).
+#[tokio::test]
+async fn a_never_calibrated_kernel_is_advised_a_full_calibration() {
+    let env = Env::new();
+    let d = env.daemon(&["--no-initial-calibration"]).await;
+    let set: Vec<Task> = vec![
+        ("detect", vec!["needle"], 64, 1_000_000_000, 1_000_000_000),
+        ("plan", vec!["bfs"], 32, 1_000_000_000, 1_000_000_000),
+    ];
+    let (name, message) = check(&d, "Check", &set).await.unwrap_err();
+    assert_eq!(name, "org.wcetd.Error.NotCalibrated", "{message}");
+    assert!(
+        message.contains("wcetctl recalibrate needle") && !message.contains("--interference"),
+        "{message}"
+    );
+}
+
 /// `exceedance` is served per bound; a daemon configured stricter than its bounds refuses them
 /// unless the caller accepts the weaker exceedance, and says so.
 #[tokio::test]
@@ -609,6 +628,25 @@ async fn wcetctl_admit_and_suggest_exit_with_the_verdict() {
         out.contains("suggested: perception on") && out.contains("ADMITTED"),
         "{out}"
     );
+    // A set no size admits is the daemon's answer too (`Infeasible`): 1, as a verdict, not the
+    // 2 of an error (which read as no daemon); with --json, an answer on standard output.
+    let hopeless = write(
+        env.dir.path(),
+        "hopeless.toml",
+        "[[task]]\nname = \"x\"\nkernels = [\"needle\"]\nsms = 64\nperiod_ns = 1000\ndeadline_ns = 100\n",
+    );
+    let hopeless = hopeless.to_str().unwrap();
+    let (code, out, err) = run(&["suggest", hopeless]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        out.contains("not admitted:") && out.contains("Infeasible"),
+        "{out}"
+    );
+    let (code, out, _) = run(&["--json", "suggest", hopeless]);
+    assert_eq!(code, Some(1), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["admitted"], false);
+    assert_eq!(v["error_name"], "org.wcetd.Error.Infeasible");
     let (code, _, err) = run(&["bound", "needle", "133"]);
     assert_eq!(code, Some(2));
     assert!(

@@ -40,8 +40,33 @@ async fn admit_file(
         .with_context(|| format!("task set {}", file.display()))?;
     let answer = admission_bus::admit(conn, object(), &tasks, shared, accept.policy())
         .await
-        .map_err(|e| explain(e).context(format!("{}", file.display())))?;
+        .map_err(|e| refused_by_error(json, file, e))?;
     print_verdict(json, &answer, None)
+}
+
+/// A set the daemon refuses with an error rather than a verdict: no sizes admit it
+/// (`Infeasible`), or a kernel has no bound to judge it on (`NotCalibrated`). That is still the
+/// daemon's answer that the set is not admitted, so it exits 1 as a verdict does, the reason
+/// printed where a verdict's are; 2 read as no daemon or bad input (a hunt found `suggest` exit
+/// 2 where `admit` exits 1 for the same file). Other errors stay errors.
+fn refused_by_error(json: bool, file: &Path, e: zbus::Error) -> anyhow::Error {
+    const ANSWERS: [&str; 2] = [
+        "org.wcetd.Error.Infeasible",
+        "org.wcetd.Error.NotCalibrated",
+    ];
+    match &e {
+        zbus::Error::MethodError(name, msg, _) if ANSWERS.contains(&name.as_str()) => {
+            let reason = msg.clone().unwrap_or_default();
+            if json {
+                let v = serde_json::json!({"admitted": false, "reasons": [reason], "error_name": name.as_str()});
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            } else {
+                println!("not admitted: {reason} ({name})");
+            }
+            NotAdmitted.into()
+        }
+        _ => explain(e).context(format!("{}", file.display())),
+    }
 }
 
 /// The verdict (with the suggested sizes, if any): exit status 1 when not admitted.
@@ -122,7 +147,7 @@ async fn suggest_sizes(
     let sizes = proxy
         .suggest(&free)
         .await
-        .map_err(|e| explain(e).context(format!("{}", file.display())))?;
+        .map_err(|e| refused_by_error(json, file, e))?;
     let tasks: Vec<_> = specs
         .iter()
         .zip(&sizes)
@@ -134,8 +159,13 @@ async fn suggest_sizes(
             deadline_ns: t.deadline_ns,
         })
         .collect();
-    let answer = admission_bus::admit(conn, object(), &tasks, false, accept.policy())
+    let mut answer = admission_bus::admit(conn, object(), &tasks, false, accept.policy())
         .await
-        .map_err(explain)?;
+        .map_err(|e| refused_by_error(json, file, e))?;
+    // The daemon's advice names `admit`, which would check the file's own sizes, not these (a
+    // hunt ran it as printed and got another verdict).
+    for reason in &mut answer.reasons {
+        *reason = reason.replace(" admit --accept-", " suggest --accept-");
+    }
     print_verdict(json, &answer, Some(&sizes))
 }
