@@ -313,3 +313,112 @@ fn watch_follows_a_daemon_that_restarts_on_a_private_bus() {
     watch.wait().unwrap();
     stop(&mut second);
 }
+
+/// `wcetctl watch` that found its daemon on the session bus reconnects to the session bus when
+/// the bus itself restarts, and is not drawn meanwhile to another daemon whose private bus its
+/// state directory records (a review: reconnecting by the same search as at start found that
+/// one, and showed its rows as the first daemon's).
+#[test]
+fn watch_on_the_session_bus_stays_on_it_through_a_restart() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let session_dir = dir.path().join("session");
+    // Both session buses listen on the same socket; the address has no guid, so it names either.
+    let session_address = format!("unix:path={}", session_dir.join("bus").display());
+    let buses = |cmd: &mut Command| {
+        cmd.env("DBUS_SESSION_BUS_ADDRESS", &session_address)
+            .env(
+                "DBUS_SYSTEM_BUS_ADDRESS",
+                "unix:path=/nonexistent/system_bus_socket",
+            )
+            .env("XDG_RUNTIME_DIR", dir.path())
+            .env_remove("WCETD_BUS_ADDRESS");
+    };
+    // A daemon on the session bus (state `a`), or on its own private bus (state `watcher`, the
+    // directory watch searches); each waited for by its first line, which says it serves.
+    let daemon = |state: &str, on_session: bool| {
+        let mut cmd = Command::new("timeout");
+        cmd.args(["60", env!("CARGO_BIN_EXE_wcetd")])
+            .args([
+                "--backend",
+                "sim",
+                "--no-initial-calibration",
+                "--state-dir",
+            ])
+            .arg(dir.path().join(state));
+        buses(&mut cmd);
+        if on_session {
+            cmd.arg("--session");
+        } else {
+            // Without a session bus, the daemon starts its own.
+            cmd.env_remove("DBUS_SESSION_BUS_ADDRESS");
+        }
+        let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        assert!(lines.next().unwrap().unwrap().contains("serving"));
+        child
+    };
+    let stop = |child: &mut std::process::Child, state: &str| {
+        let lock = dir.path().join(state).join("wcetd.lock");
+        let holder = std::fs::read_to_string(lock).unwrap();
+        // SAFETY: SIGTERM to the daemon (the child of `timeout`), by its pid.
+        unsafe { libc::kill(holder.trim().parse().unwrap(), libc::SIGTERM) };
+        assert!(child.wait().unwrap().success());
+    };
+    let session = wcetd::bus::PrivateBus::start(&session_dir).unwrap();
+    let mut first = daemon("a", true);
+    // A launch time only the session bus's daemon has, kept across its restart.
+    let mut report = Command::new(env!("CARGO_BIN_EXE_wcetctl"));
+    report.args(["report", "bfs", "32", "123456"]);
+    buses(&mut report);
+    assert!(report.status().unwrap().success());
+    let mut watch = Command::new("timeout");
+    watch
+        .args(["60", env!("CARGO_BIN_EXE_wcetctl"), "--state-dir"])
+        .arg(dir.path().join("watcher"))
+        .args(["--json", "watch", "--interval", "0.05"]);
+    buses(&mut watch);
+    let mut watch = watch.stdout(std::process::Stdio::piped()).spawn().unwrap();
+    let mut lines = std::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut next = || -> serde_json::Value {
+        serde_json::from_str(&lines.next().expect("a line from watch").unwrap()).unwrap()
+    };
+    let reported = |line: &serde_json::Value| {
+        line["observed"]
+            .as_array()
+            .is_some_and(|rows| rows.iter().any(|r| r["max_ns"] == 123456))
+    };
+    assert!(
+        reported(&next()),
+        "a snapshot of the session bus's daemon first"
+    );
+    // Another daemon, on a private bus the watcher's state directory records; then the session
+    // bus goes, and the daemon on it with it (it exits to be restarted).
+    let mut other = daemon("watcher", false);
+    drop(session);
+    assert!(!first.wait().unwrap().success());
+    let session = wcetd::bus::PrivateBus::start(&session_dir).unwrap();
+    let mut again = daemon("a", true);
+    // Every snapshot is the session bus's daemon's, until one from after its restart.
+    let restarted = chrono::Utc::now();
+    loop {
+        let line = next();
+        let Some(time) = line["time"].as_str() else {
+            continue;
+        };
+        if line.get("observed").is_none() {
+            continue;
+        }
+        assert!(reported(&line), "a snapshot of another daemon: {line}");
+        if chrono::DateTime::parse_from_rfc3339(time).unwrap() > restarted {
+            break;
+        }
+    }
+    assert!(watch.try_wait().unwrap().is_none(), "watch still runs");
+    // SAFETY: SIGTERM to `timeout`, by its pid, which passes it on to watch.
+    unsafe { libc::kill(watch.id() as i32, libc::SIGTERM) };
+    watch.wait().unwrap();
+    stop(&mut again, "a");
+    stop(&mut other, "watcher");
+    drop(session);
+}
