@@ -281,6 +281,8 @@ pub struct Imported {
     pub interference: crate::gpu::Interference,
     /// Free text: where the samples came from.
     pub source: String,
+    /// See [`crate::service::ImportOptions::batch_slowdown`].
+    pub batch_slowdown: Option<(f64, f64)>,
     /// [`KernelSpec::code_digest`] of the kernel the catalogue had under the name when the
     /// samples were handed in ("" for a kernel it does not have): what they are samples of.
     pub code: String,
@@ -301,7 +303,17 @@ pub fn from_samples(
     for times in imported.by_size.values() {
         evidence.add(times);
     }
-    let config = allowing_for_slowdowns(recipe.method_config, &evidence);
+    let mut config = allowing_for_slowdowns(recipe.method_config, &evidence);
+    // The batch's slowdowns, merged by the larger of each as an offline fit merges its file's
+    // with a delay probe's: an import of one kernel of a file looked in that kernel's launches
+    // alone, and came out a few percent below `wcetctl fit` of the file (a hunt).
+    let batch = imported.batch_slowdown.filter(|&(depth, share)| {
+        depth > config.device_slowdown || share > config.device_slowdown_share
+    });
+    if let Some((depth, share)) = batch {
+        config.device_slowdown = config.device_slowdown.max(depth);
+        config.device_slowdown_share = config.device_slowdown_share.max(share);
+    }
     let mut table = method::bound_table(
         &observations(&campaign),
         &device.partition_sizes,
@@ -314,6 +326,13 @@ pub fn from_samples(
     })?;
     if let Some(found) = evidence.slowdown() {
         table.notes.push(found.note());
+    }
+    if batch.is_some() {
+        table.notes.push(format!(
+            "the batch these samples came in showed sustained slowdowns (as the importer found them): every bound allows for launches {:.1}% slower than typical on up to {:.2}% of launches",
+            config.device_slowdown * 100.0,
+            config.device_slowdown_share * 100.0
+        ));
     }
     Ok(KernelCalibration {
         id: format!("{}@{}", imported.kernel, now.format("%Y%m%dT%H%M%S%.3fZ")),
@@ -759,6 +778,53 @@ mod tests {
         assert_eq!(
             probed(profile("h100-measured.toml")).slowdowns.slowdown(),
             None
+        );
+    }
+
+    /// An import sent the slowdowns of the batch it came in allows for them, every bound at
+    /// least what the samples alone give, and says so.
+    #[test]
+    fn a_batchs_slowdown_only_raises_an_imports_bounds() {
+        let device = SimGpu::new(DeviceProfile::h200(), SimOptions::default())
+            .info()
+            .clone();
+        let by_size: BTreeMap<u32, Vec<u64>> = [(8, 80_000.0), (64, 12_000.0), (132, 7_000.0)]
+            .into_iter()
+            .map(|(m, t): (u32, f64)| {
+                let times = (0..300u64).map(|i| (t * (1.0 + 0.002 * (i % 7) as f64)) as u64);
+                (m, times.collect())
+            })
+            .collect();
+        let import = |batch_slowdown| Imported {
+            kernel: "lab.k".into(),
+            by_size: by_size.clone(),
+            geometry: None,
+            interference: crate::gpu::Interference::Isolated,
+            source: "test".into(),
+            batch_slowdown,
+            code: String::new(),
+        };
+        let recipe = Recipe::default();
+        let bounds = |batch| {
+            let cal = from_samples(&import(batch), &device, &recipe).unwrap();
+            let bounds: Vec<u64> = cal.table.entries.iter().map(|e| e.bound_ns).collect();
+            (bounds, cal.table.notes)
+        };
+        let (alone, _) = bounds(None);
+        let (pooled, notes) = bounds(Some((0.10, 0.05)));
+        assert!(
+            alone.iter().zip(&pooled).all(|(a, p)| p >= a),
+            "{alone:?} {pooled:?}"
+        );
+        assert!(
+            alone.iter().zip(&pooled).any(|(a, p)| p > a),
+            "{alone:?} {pooled:?}"
+        );
+        assert!(
+            notes
+                .iter()
+                .any(|n| n.contains("the batch these samples came in")),
+            "{notes:?}"
         );
     }
 

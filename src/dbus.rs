@@ -218,10 +218,11 @@ fn parse_tag(tag: &str) -> Result<Interference, ServiceError> {
 }
 
 /// `ImportSamples`' options: `blocks` and `blocks_per_sm` (u, both or neither), `interference`
-/// (s) and `source` (s); anything else is refused with what is accepted.
+/// (s), `source` (s), and `slowdown_depth` and `slowdown_share` (d, both or neither); anything
+/// else is refused with what is accepted.
 fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptions, ServiceError> {
     const ACCEPTED: &str =
-        "blocks (u) and blocks_per_sm (u), interference (s: isolated or contended), source (s)";
+        "blocks (u) and blocks_per_sm (u), interference (s: isolated or contended), source (s), slowdown_depth (d, above 0 to 10) and slowdown_share (d, above 0 to 1)";
     let bad = |key: &str, what: &str| {
         ServiceError::InvalidArgs(format!("option `{key}` {what}; accepted: {ACCEPTED}"))
     };
@@ -241,10 +242,24 @@ fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptio
             })
             .transpose()
     };
-    if let Some(key) = options
-        .keys()
-        .find(|k| !["blocks", "blocks_per_sm", "interference", "source"].contains(&k.as_str()))
-    {
+    let fraction = |key: &str, most: f64| -> Result<Option<f64>, ServiceError> {
+        options
+            .get(key)
+            .map(|v| match f64::try_from(v) {
+                Ok(x) if x > 0.0 && x <= most => Ok(x),
+                _ => Err(bad(key, "must be a d in range")),
+            })
+            .transpose()
+    };
+    const KNOWN: [&str; 6] = [
+        "blocks",
+        "blocks_per_sm",
+        "interference",
+        "source",
+        "slowdown_depth",
+        "slowdown_share",
+    ];
+    if let Some(key) = options.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(bad(key, "is unknown"));
     }
     let geometry = match (number("blocks")?, number("blocks_per_sm")?) {
@@ -264,6 +279,14 @@ fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptio
             .transpose()?
             .unwrap_or_default(),
         source: text("source")?.unwrap_or_else(|| "ImportSamples".into()),
+        batch_slowdown: match (
+            fraction("slowdown_depth", 10.0)?,
+            fraction("slowdown_share", 1.0)?,
+        ) {
+            (Some(depth), Some(share)) => Some((depth, share)),
+            (None, None) => None,
+            _ => return Err(bad("slowdown_depth", "needs slowdown_share beside it")),
+        },
     })
 }
 

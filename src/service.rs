@@ -74,6 +74,10 @@ pub struct ImportOptions {
     pub geometry: Option<crate::kernels::Geometry>,
     pub interference: Interference,
     pub source: String,
+    /// The sustained slowdowns the importer found in the batch the samples came in (every
+    /// kernel of its file), as (depth, share): the device's evidence, as a job's kernels are
+    /// here. Taken only where larger than what the samples themselves show.
+    pub batch_slowdown: Option<(f64, f64)>,
 }
 
 /// How the service runs.

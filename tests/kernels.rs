@@ -696,6 +696,33 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
         .unwrap_err();
     assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
     assert!(err.to_string().contains("accepted: blocks"), "{err}");
+    // A batch's slowdowns: both or neither, each a d in range (they only raise bounds, but a
+    // NaN or a share above 1 is no slowdown at all).
+    let slowdowns: [&[(&str, zbus::Variant)]; 4] = [
+        &[("slowdown_depth", 0.1f64.into())],
+        &[
+            ("slowdown_depth", f64::NAN.into()),
+            ("slowdown_share", 0.1f64.into()),
+        ],
+        &[
+            ("slowdown_depth", 0.1f64.into()),
+            ("slowdown_share", 1.5f64.into()),
+        ],
+        &[
+            ("slowdown_depth", 1u32.into()),
+            ("slowdown_share", 0.1f64.into()),
+        ],
+    ];
+    for given in slowdowns {
+        let mut options = opts();
+        options.extend(given.iter().map(|(k, v)| (*k, v.clone())));
+        let err = cal
+            .import_samples("k", &[(8, 100)], options)
+            .await
+            .unwrap_err();
+        assert_eq!(error_name(&err), "org.freedesktop.DBus.Error.InvalidArgs");
+        assert!(err.to_string().contains("option `slowdown_"), "{err}");
+    }
     // The source is shown with every bound and stored as the campaign's host: no control
     // characters (a bundle of it would be refused everywhere), and not too long.
     for source in ["run\n\u{1b}[2J".to_string(), "x".repeat(201)] {

@@ -41,6 +41,7 @@ impl Service {
             geometry: options.geometry,
             interference: tag,
             source: options.source,
+            batch_slowdown: options.batch_slowdown,
             // Taken now, not when the job runs: a reload in between must not make samples of
             // the old code pass for the new.
             code,

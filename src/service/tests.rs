@@ -147,6 +147,7 @@ fn an_untagged_bound_states_the_weaker_guarantee_of_its_calibrations() {
             geometry: None,
             interference: tag,
             source: "test".into(),
+            batch_slowdown: None,
         };
         let mut events = service.subscribe();
         let job = service.import_samples("lab.k", &samples, options).unwrap();
@@ -209,6 +210,7 @@ fn import_and_wait(
         geometry: None,
         interference: tag,
         source: "test".into(),
+        batch_slowdown: None,
     };
     let mut events = service.subscribe();
     let job = service.import_samples(kernel, &samples, options).unwrap();
@@ -2274,6 +2276,7 @@ fn a_bundle_imported_back_on_its_own_device_is_not_called_stale() {
         geometry: None,
         interference: Interference::Isolated,
         source: "lab rig".into(),
+        batch_slowdown: None,
     };
     let job = service.import_samples("lab.k", &samples, options).unwrap();
     assert_eq!(wait(job).state, JobState::Done);

@@ -807,6 +807,13 @@ pub(crate) async fn import(
         .map(|t| t.len() as u64)
         .sum();
     let bar = (!json && total > 100_000).then(|| import_bar(total));
+    // The file's kernels are the device's evidence of sustained slowdowns, as `fit` pools them:
+    // each import is sent what all of them show (the daemon takes it only where larger).
+    let batch = wcetd::model::throttle::sustained_slowdown(
+        set.values()
+            .flat_map(|by_size| by_size.values())
+            .map(|t| &t[..]),
+    );
     let mut results = Vec::new();
     let mut failed = 0;
     for (kernel, sizes) in set {
@@ -814,7 +821,11 @@ pub(crate) async fn import(
             .iter()
             .flat_map(|(&m, times)| times.iter().map(move |&t| (m, t)))
             .collect();
-        let options = import_options(source, interference, geometry.get(kernel));
+        let mut options = import_options(source, interference, geometry.get(kernel));
+        if let Some(found) = &batch {
+            options.insert("slowdown_depth", found.depth.into());
+            options.insert("slowdown_share", found.share.into());
+        }
         if let Some(b) = &bar {
             b.set_message(kernel.clone());
         }
