@@ -105,7 +105,7 @@ pub async fn wait_for_job(
     job: u64,
     mut on_progress: impl FnMut(f64),
 ) -> zbus::Result<(String, String)> {
-    use futures_util::StreamExt;
+    use futures_util::{FutureExt, StreamExt};
     let mut finished = calibration.receive_job_finished().await?;
     let mut progress = calibration.receive_job_progress().await?;
     let mut owner = calibration.inner().receive_owner_changed().await?;
@@ -122,7 +122,19 @@ pub async fn wait_for_job(
         tokio::select! {
             // The daemon's leaving first: asked after it, the job is another daemon's or none.
             biased;
-            Some(_) = owner.next() => return Err(zbus::Error::Failure(daemon_left(job))),
+            // Unless the job's JobFinished came before it: the daemon ends a job it is running
+            // when asked to stop, then leaves, and the connection queues both in that order,
+            // each on its own stream, so it waits in `finished` already (a hunt saw `done`
+            // reported as a daemon gone, 3 times in 12).
+            Some(_) = owner.next() => {
+                while let Some(Some(signal)) = finished.next().now_or_never() {
+                    let args = signal.args()?;
+                    if args.job == job {
+                        return Ok((args.state, args.message));
+                    }
+                }
+                return Err(zbus::Error::Failure(daemon_left(job)));
+            }
             _ = ask.tick() => {
                 let (state, _, message) = match calibration.get_job(job).await {
                     Ok(answer) => answer,

@@ -270,7 +270,9 @@ fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptio
             })
         }
         (None, None) => None,
-        _ => return Err(bad("blocks", "needs blocks_per_sm beside it, both above 0")),
+        (Some(_), None) => return Err(bad("blocks", "needs blocks_per_sm beside it")),
+        (None, Some(_)) => return Err(bad("blocks_per_sm", "needs blocks beside it")),
+        _ => return Err(bad("blocks", "and blocks_per_sm must both be above 0")),
     };
     Ok(ImportOptions {
         geometry,

@@ -811,7 +811,7 @@ impl Shape<'_> {
 /// 3.7 times over its truth).
 struct Occupancies {
     stated: Geometry,
-    /// The stated geometry, and where the medians refute it, every occupancy below it.
+    /// The stated geometry and the lower occupancies possible, as listed above.
     possible: Vec<Geometry>,
     /// Two measured sizes that refute the stated occupancy, if any do.
     stated_refuted_by: Option<(u32, u32)>,

@@ -200,8 +200,8 @@ impl Service {
             .map(|e| {
                 let mut cal = e.calibration;
                 crate::bundle::realisable_only(&mut cal, &self.inner.device.partition_sizes);
+                cal.source = bundled_source(&source, cal.origin, &cal.source);
                 cal.origin = Origin::Bundle;
-                cal.source = source.clone();
                 if !names.contains(&e.kernel) {
                     names.push(e.kernel.clone());
                 }
@@ -339,12 +339,39 @@ fn refuse_bounds_under_launches(bundle: &crate::bundle::Bundle) -> Result<()> {
     Ok(())
 }
 
+/// What a bundle's calibration says it came from here: the bundle, and where it was not timed
+/// on the exporting daemon itself, what that daemon said of it (samples imported there lost
+/// that they were timed elsewhere, and their source, on arrival: a hunt). Bounded, since a
+/// bundle of bundles nests.
+fn bundled_source(bundle: &str, origin: Origin, source: &str) -> String {
+    const MOST: usize = 600;
+    let there = match origin {
+        Origin::Imported => "samples imported there",
+        Origin::Bundle => "a bundle there",
+        Origin::Builtin | Origin::Manifest => return bundle.to_string(),
+    };
+    let mut said = format!("{bundle}; {there}: {source}");
+    if said.len() > MOST {
+        let mut end = MOST;
+        while !said.is_char_boundary(end) {
+            end -= 1;
+        }
+        said.truncate(end);
+        said.push('…');
+    }
+    said
+}
+
 /// The longest `source` an import may name (it is the campaign's host, which a bundle's check
 /// takes up to 256 bytes, after `imported: `).
 const MAX_SOURCE_BYTES: usize = 200;
 
-/// Most samples one `ImportSamples` call may carry.
-pub const MAX_IMPORTED_SAMPLES: usize = 10_000_000;
+/// Most samples one `ImportSamples` call may carry: what a bus carries in one message. Each
+/// `(ut)` takes 16 bytes, and `dbus-daemon` refuses messages above 32 MiB (its default
+/// `max_message_size`, the system and session buses alike), so 2,000,000 leave room for the rest
+/// of the call. The 10,000,000 said until 2026-11-25 could never be sent: a hunt's 2,100,000
+/// ended with "Broken pipe".
+pub const MAX_IMPORTED_SAMPLES: usize = 2_000_000;
 
 /// Why an import's `source` is refused, if it is. It is stored as the campaign's host and shown
 /// with every bound: text a terminal would act on, or a length no export check takes, is refused
@@ -833,4 +860,29 @@ fn recalibrate_failed(
         recalibrated.push((tag, kernel.name.clone(), cal));
     }
     Ok(recalibrated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bundle's calibration made from samples imported on the exporting daemon still says so,
+    /// and their source; one that daemon measured says the bundle alone; a long chain is cut.
+    #[test]
+    fn a_bundle_keeps_what_its_calibrations_were_made_from() {
+        let bundle = "bundle from lab exported 2026-11-25T10:00:00+00:00";
+        assert_eq!(
+            bundled_source(bundle, Origin::Imported, "harness X on host Y"),
+            format!("{bundle}; samples imported there: harness X on host Y")
+        );
+        assert_eq!(
+            bundled_source(bundle, Origin::Builtin, "built-in suite"),
+            bundle
+        );
+        let long = bundled_source(bundle, Origin::Bundle, &"é".repeat(400));
+        assert!(
+            long.len() <= 600 + '…'.len_utf8() && long.ends_with('…'),
+            "{long}"
+        );
+    }
 }

@@ -816,12 +816,36 @@ pub(crate) async fn import(
     );
     let mut results = Vec::new();
     let mut failed = 0;
+    // On standard output, around the bar: its own `println` prints nothing where the bar is
+    // hidden (standard error not a terminal), and every kernel's line went missing (a hunt).
+    let say = |line: String| match &bar {
+        Some(b) => b.suspend(|| println!("{line}")),
+        None => println!("{line}"),
+    };
     for (kernel, sizes) in set {
         let pairs: Vec<(u32, u64)> = sizes
             .iter()
             .flat_map(|(&m, times)| times.iter().map(move |&t| (m, t)))
             .collect();
         let mut options = import_options(source, interference, geometry.get(kernel));
+        // More than one bus message carries is refused here, with why, and the rest still sent:
+        // the call itself ended with "Broken pipe" and stopped the whole import (a hunt).
+        if pairs.len() > wcetd::service::MAX_IMPORTED_SAMPLES {
+            let message = format!(
+                "{} samples; accepted: at most {} per kernel (one bus message of at most 32 MiB carries them; thin the file, the first ones of each size say most)",
+                pairs.len(),
+                wcetd::service::MAX_IMPORTED_SAMPLES
+            );
+            failed += 1;
+            results.push(serde_json::json!({"kernel": kernel, "job": 0, "samples": pairs.len(), "state": "refused", "message": message}));
+            if !json {
+                say(format!(
+                    "{kernel}: {} samples, refused: {message}",
+                    pairs.len()
+                ));
+            }
+            continue;
+        }
         if let Some(found) = &batch {
             options.insert("slowdown_depth", found.depth.into());
             options.insert("slowdown_share", found.share.into());
@@ -843,10 +867,7 @@ pub(crate) async fn import(
                     pairs.len()
                 ),
             };
-            match &bar {
-                Some(b) => b.println(line),
-                None => println!("{line}"),
-            }
+            say(line);
         }
     }
     if let Some(b) = bar {
