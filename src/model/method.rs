@@ -1503,7 +1503,7 @@ mod tests {
                 blocks_per_sm: stated,
                 ..truth_geometry
             };
-            let notes = bounds_hold_between_sizes(&truth, geometry, &[8, 32, 132]);
+            let notes = bounds_hold_between_sizes(&truth, geometry, &[8, 32, 132]).notes;
             assert!(
                 notes
                     .iter()
@@ -1527,7 +1527,7 @@ mod tests {
             blocks_per_sm: 4,
             ..truth_geometry
         };
-        let notes = bounds_hold_between_sizes(&truth, stated, &[8, 32, 132]);
+        let notes = bounds_hold_between_sizes(&truth, stated, &[8, 32, 132]).notes;
         assert!(
             notes
                 .iter()
@@ -1537,12 +1537,12 @@ mod tests {
     }
 
     /// Bounds from `measured` sizes of a noisy `truth`, with `geometry`, no launch between them:
-    /// never below the truth at any size from 8 to 132 SMs. Returns the notes.
+    /// never below the truth at any size from 8 to 132 SMs. Returns the table.
     fn bounds_hold_between_sizes(
         truth: &dyn Fn(u32) -> f64,
         geometry: Geometry,
         measured: &[u32],
-    ) -> Vec<String> {
+    ) -> BoundTable {
         let samples: Vec<(u32, Vec<u64>)> = measured
             .iter()
             .map(|&m| (m, around(truth(m), u64::from(m))))
@@ -1560,7 +1560,7 @@ mod tests {
                 "{geometry:?} from {measured:?}, {m} SMs: {t:?}"
             );
         }
-        t.notes
+        t
     }
 
     /// A memory roof over a staircase of 6 blocks per SM, 8 stated (a review): the roof lifts a
@@ -1601,28 +1601,12 @@ mod tests {
         let truth = |m: u32| {
             (5_719.0 + 10_462.0 * f64::from(geometry.waves(m))).max(2_010_586.0 / f64::from(m))
         };
-        let measured = [8, 64, 132];
-        let notes = bounds_hold_between_sizes(&truth, geometry, &measured);
+        let t = bounds_hold_between_sizes(&truth, geometry, &[8, 64, 132]);
         assert!(
-            notes.iter().any(|n| n.contains("a memory roof")),
-            "{notes:?}"
+            t.notes.iter().any(|n| n.contains("a memory roof")),
+            "{:?}",
+            t.notes
         );
-        let samples: Vec<(u32, Vec<u64>)> = measured
-            .iter()
-            .map(|&m| (m, around(truth(m), u64::from(m))))
-            .collect();
-        let mut o = obs(&samples
-            .iter()
-            .map(|(m, s)| (*m, &s[..]))
-            .collect::<Vec<_>>());
-        o.geometry = Some(geometry);
-        let t = bound_table(
-            &o,
-            &[8, 16, 32, 48, 64, 132],
-            Method::Wcetd,
-            &MethodConfig::default(),
-        )
-        .unwrap();
         for m in [16, 32, 48] {
             let ratio = t.entry(m).unwrap().bound_ns as f64 / truth(m);
             assert!(ratio < 1.6, "{m} SMs: {ratio:.2} times the truth: {t:?}");
