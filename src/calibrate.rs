@@ -329,7 +329,7 @@ pub fn from_samples(
     }
     if batch.is_some() {
         table.notes.push(format!(
-            "the batch these samples came in showed sustained slowdowns (as the importer found them): every bound allows for launches {:.1}% slower than typical on up to {:.2}% of launches",
+            "the batch these samples came in showed sustained slowdowns (as the importer found them): with the samples' own, the larger of each, every bound allows for launches {:.1}% slower than typical on up to {:.2}% of launches",
             config.device_slowdown * 100.0,
             config.device_slowdown_share * 100.0
         ));

@@ -364,7 +364,7 @@ pub fn score_table(rows: &[(String, Method, Score)]) -> String {
         // A row with nothing scored printed as 0 violations, which reads as a perfect result.
         if s.sizes == 0 {
             out.push_str(&format!(
-                "{:<10} {:<19} no bounds to score (the note below says why)\n",
+                "{:<10} {:<19} no bounds to score (a note below says why, where the method failed)\n",
                 kernel,
                 m.name()
             ));

@@ -130,7 +130,7 @@ fn evaluate_scores_every_method_on_held_out_runs() {
     assert!(err.contains("evaluations made no bounds"), "{err}");
     assert!(
         out.contains("fixed-margin        no bounds to score")
-            && !out.contains("fixed-margin           0     0"),
+            && !out.contains("fixed-margin            0     0"),
         "{out}"
     );
     // Without --holdout the scores are in-sample, and say so; so are held-out files that repeat

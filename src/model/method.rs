@@ -700,15 +700,22 @@ impl Shape<'_> {
     /// The highest such line over the occupancies possible (each where the neighbours' wave
     /// counts differ): the staircase is that of the occupancy the kernel really has.
     fn wave_line(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
+        self.across_waves(m, (l.sms, l.time_ns), (r.sms, r.time_ns))
+    }
+
+    /// The highest, over the occupancies possible, of the line from (`l` SMs, its time) to (`r`
+    /// SMs, its time) against the wave count at m; each occupancy where the wave counts at `l`
+    /// and `r` differ. `None` without a geometry or where they differ at none.
+    fn across_waves(&self, m: u32, (l, tl): (u32, f64), (r, tr): (u32, f64)) -> Option<f64> {
         self.occupancies
             .as_ref()?
             .possible
             .iter()
             .filter_map(|g| {
-                let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
+                let (wl, wm, wr) = (g.waves(l), g.waves(m), g.waves(r));
                 (wl != wr).then(|| {
                     let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
-                    r.time_ns + (l.time_ns - r.time_ns) * t
+                    tr + (tl - tr) * t
                 })
             })
             .reduce(f64::max)
@@ -720,23 +727,13 @@ impl Shape<'_> {
     /// added back at m itself, so contention growing inside the gap is not averaged away.
     /// As [`Shape::wave_line`], the highest over the occupancies possible.
     fn wave_interpolation(&self, m: u32, l: &Point, r: &Point) -> Option<f64> {
-        let occupancies = self.occupancies.as_ref()?;
         if !self.measured_non_monotone {
             return None;
         }
         let rising = |x: u32| self.law.and_then(|f| f.rising_part(x)).unwrap_or(0.0);
         let (fl, fr) = (l.time_ns - rising(l.sms), r.time_ns - rising(r.sms));
-        occupancies
-            .possible
-            .iter()
-            .filter_map(|g| {
-                let (wl, wm, wr) = (g.waves(l.sms), g.waves(m), g.waves(r.sms));
-                (wl != wr).then(|| {
-                    let t = f64::from(wm.abs_diff(wr)) / f64::from(wl.abs_diff(wr));
-                    fr + (fl - fr) * t + rising(m)
-                })
-            })
-            .reduce(f64::max)
+        let falling = self.across_waves(m, (l.sms, fl), (r.sms, fr))?;
+        Some(falling + rising(m))
     }
 
     /// What the notes say of the occupancies: where the medians refute the stated one, or where
@@ -751,20 +748,22 @@ impl Shape<'_> {
                 .filter(|p| p.blocks_per_sm != stated.blocks_per_sm)
                 .map(|p| p.blocks_per_sm.to_string())
                 .collect();
+            // Listed in full while short: the note is stored and shipped in bundles.
             let last = lower.pop()?;
-            let listed = match lower.is_empty() {
-                true => last,
-                false => format!("{} and {last}", lower.join(", ")),
+            let listed = match lower.len() {
+                0 => last,
+                1..=6 => format!("{} and {last}", lower.join(", ")),
+                n => format!("{} occupancies from {} to {last}", n + 1, lower[0]),
             };
             return Some(format!(
-                "the measured medians follow the wave steps of {listed} blocks per SM within {:.0}%, fewer than the launch geometry's {}: between measured sizes the bound allows for theirs too",
+                "the measured medians follow the wave steps of {listed} blocks per SM within {:.0}%, fewer than the launch geometry's {}: between measured sizes the bound's wave-count floor allows for theirs too",
                 STAIRCASE_FIT * 100.0,
                 stated.blocks_per_sm
             ));
         };
         let fall = self.fall_between(a, b)?;
         Some(format!(
-            "the launch geometry ({} blocks, {} per SM) has the same wave count at {a} and {b} SMs, yet the time fell {:.0}% between them: fewer blocks may fit an SM than it says, or a term besides the waves falls with m (a memory roof), so between measured sizes the bound allows for the wave steps of every occupancy from 1 to {}",
+            "the launch geometry ({} blocks, {} per SM) has the same wave count at {a} and {b} SMs, yet the time fell {:.0}% between them: fewer blocks may fit an SM than it says, or a term besides the waves falls with m (a memory roof), so between measured sizes the bound's wave-count floor allows for the wave steps of every occupancy from 1 to {}",
             stated.blocks,
             stated.blocks_per_sm,
             fall * 100.0,
@@ -930,7 +929,8 @@ fn power_law_interpolation(m: u32, l: &Point, r: &Point) -> f64 {
 /// and against log(waves). The wave count depends on how many blocks fit an SM at once, which the
 /// geometry states as what the occupancy calculation allows; fewer can fit (dynamic shared
 /// memory or a cache carve-out it did not see), never more, so every occupancy up to the stated
-/// one is tried ([`occupancies_up_to`]), each where the neighbours' wave counts differ. `None` where a neighbour's time
+/// one is tried ([`occupancies_up_to`]: at most 1,024 below it, which only a geometry no GPU has
+/// can exceed), each where the neighbours' wave counts differ. `None` where a neighbour's time
 /// is not positive: there is no logarithm to draw a line in.
 fn log_chord(g: Geometry, m: u32, l: &Point, r: &Point) -> Option<f64> {
     if !(l.time_ns > 0.0 && r.time_ns > 0.0) {

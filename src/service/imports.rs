@@ -350,6 +350,12 @@ fn bundled_source(bundle: &str, origin: Origin, source: &str) -> String {
         Origin::Bundle => "a bundle there",
         Origin::Builtin | Origin::Manifest => return bundle.to_string(),
     };
+    // The bundle's own text, checked by nothing else: a control character would reach every
+    // terminal that shows the bound (a review).
+    let source: String = source
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
     let mut said = format!("{bundle}; {there}: {source}");
     if said.len() > MOST {
         let mut end = MOST;
@@ -884,5 +890,7 @@ mod tests {
             long.len() <= 600 + '…'.len_utf8() && long.ends_with('…'),
             "{long}"
         );
+        let forged = bundled_source(bundle, Origin::Imported, "run\n\u{1b}[2J");
+        assert!(!forged.chars().any(char::is_control), "{forged:?}");
     }
 }

@@ -832,10 +832,12 @@ pub(crate) async fn import(
         // the call itself ended with "Broken pipe" and stopped the whole import (a hunt).
         if pairs.len() > wcetd::service::MAX_IMPORTED_SAMPLES {
             let message = format!(
-                "{} samples; accepted: at most {} per kernel (one bus message of at most 32 MiB carries them; thin the file, the first ones of each size say most)",
-                pairs.len(),
+                "more than one bus message carries; accepted: at most {} per kernel (one message of at most 32 MiB; thin the file, the first ones of each size say most)",
                 wcetd::service::MAX_IMPORTED_SAMPLES
             );
+            if let Some(b) = &bar {
+                b.inc(pairs.len() as u64);
+            }
             failed += 1;
             results.push(serde_json::json!({"kernel": kernel, "job": 0, "samples": pairs.len(), "state": "refused", "message": message}));
             if !json {

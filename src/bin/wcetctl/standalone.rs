@@ -346,11 +346,17 @@ pub(crate) fn simulate(
     };
     let manifests = manifests_in(kernel_dirs)?;
     let profile = DeviceProfile::load(profile)?;
-    // The geometry file is opened first: a path that cannot be written fails before any sample
-    // is printed. It is written once the geometry is known, after the samples.
+    // The geometry goes to a temporary file beside its path, made first: a directory that
+    // cannot be written fails before any sample is printed. It is written once the geometry is
+    // known, after the samples, and renamed over the path only then: a run that fails leaves
+    // the path as it was (truncating it first, a review found, left it empty).
     let geometry_file = geometry_out
         .map(|path| {
-            std::fs::File::create(path)
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            tempfile::NamedTempFile::new_in(dir)
                 .map(|f| (f, path))
                 .with_context(|| format!("writing {}", path.display()))
         })
@@ -384,8 +390,14 @@ pub(crate) fn simulate(
         for (k, g) in geometry {
             text.push_str(&format!("{k},{},{}\n", g.blocks, g.blocks_per_sm));
         }
+        // Readable as a file written plainly would be (a temporary file is its owner's alone).
+        use std::os::unix::fs::PermissionsExt;
+        let readable = std::fs::Permissions::from_mode(0o644);
         file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
+            .and_then(|()| file.as_file().set_permissions(readable))
+            .and_then(|()| file.as_file().sync_all())
+            .with_context(|| format!("writing {}", path.display()))?;
+        file.persist(path)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
@@ -713,8 +725,10 @@ fn held_out_overlap(
                     held.get(kernel.as_str())
                         .and_then(|h| h.get(*m))
                         .is_some_and(|h| {
-                            cal.len() >= SAME_RUNS
-                                && h.windows(SAME_RUNS).any(|w| w == &cal[..SAME_RUNS])
+                            // Times that never vary would match any run of the same time.
+                            let first = cal.get(..SAME_RUNS);
+                            first.is_some_and(|f| f.iter().any(|t| *t != f[0]))
+                                && h.windows(SAME_RUNS).any(|w| Some(w) == first)
                         })
                 })
                 .map(|(m, _)| m.to_string())
