@@ -53,10 +53,6 @@ impl Service {
             return Err(ServiceError::Busy(STOPPING.into()));
         }
         self.take_queue_place()?;
-        let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
-        // Recorded before anyone can see the job, so a cancel cannot come before the record.
-        self.inner.job_record.queued(id, work.doing(), &kernels);
-        let cancel = Arc::new(AtomicBool::new(false));
         let status = JobStatus {
             state: JobState::Queued,
             progress: 0.0,
@@ -64,7 +60,8 @@ impl Service {
             kernels,
             interference: tags,
         };
-        if let Some(why) = self.list_and_send(Job { id, work, cancel }, status) {
+        let (id, refused) = self.list_and_send(work, status);
+        if let Some(why) = refused {
             self.inner.pending.fetch_sub(1, Ordering::SeqCst);
             self.inner.job_record.ended(id, false);
             return Err(ServiceError::Busy(why.into()));
@@ -91,16 +88,26 @@ impl Service {
         Ok(())
     }
 
-    /// Lists `job` as `status` and sends it to the worker; why it was refused, if it was.
-    fn list_and_send(&self, job: Job, status: JobStatus) -> Option<&'static str> {
-        let id = job.id;
-        // Queued and sent under the jobs lock, where `stop_worker` sends the end marker.
+    /// Numbers `work`, lists it as `status` and sends it to the worker: its id, and why it was
+    /// refused, if it was.
+    fn list_and_send(&self, work: Work, status: JobStatus) -> (u64, Option<&'static str>) {
+        // Numbered, queued and sent under the jobs lock, where `stop_worker` sends the end
+        // marker: numbered outside it, two callers at once could queue their jobs in the other
+        // order, and the later job's result be replaced by the earlier's (a hunt ran 16
+        // imports of one kernel at once: job 14 ran before 8 to 13).
         let mut jobs = self
             .inner
             .jobs
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if self.inner.stopping.load(Ordering::SeqCst) {
+        let id = self.inner.next_job.fetch_add(1, Ordering::SeqCst);
+        // Recorded before anyone can see the job, so a cancel cannot come before the record.
+        self.inner
+            .job_record
+            .queued(id, work.doing(), &status.kernels);
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = Job { id, work, cancel };
+        let refused = if self.inner.stopping.load(Ordering::SeqCst) {
             Some(STOPPING)
         } else {
             jobs.insert(id, (status, Arc::clone(&job.cancel)));
@@ -115,7 +122,8 @@ impl Service {
                 }
                 why
             })
-        }
+        };
+        (id, refused)
     }
 
     /// The kernels `names` asks for (every one when empty but those held back for losing the
