@@ -247,7 +247,7 @@ fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptio
             .get(key)
             .map(|v| match f64::try_from(v) {
                 Ok(x) if x > 0.0 && x <= most => Ok(x),
-                _ => Err(bad(key, "must be a d in range")),
+                _ => Err(bad(key, "must be a finite d in its range")),
             })
             .transpose()
     };
@@ -289,7 +289,8 @@ fn import_options(options: &HashMap<String, OwnedVariant>) -> Result<ImportOptio
         ) {
             (Some(depth), Some(share)) => Some((depth, share)),
             (None, None) => None,
-            _ => return Err(bad("slowdown_depth", "needs slowdown_share beside it")),
+            (Some(_), None) => return Err(bad("slowdown_depth", "needs slowdown_share beside it")),
+            (None, Some(_)) => return Err(bad("slowdown_share", "needs slowdown_depth beside it")),
         },
     })
 }

@@ -698,8 +698,9 @@ async fn bad_imports_are_refused_with_the_reason_and_change_nothing() {
     assert!(err.to_string().contains("accepted: blocks"), "{err}");
     // A batch's slowdowns: both or neither, each a d in range (they only raise bounds, but a
     // NaN or a share above 1 is no slowdown at all).
-    let slowdowns: [&[(&str, zbus::Variant)]; 4] = [
+    let slowdowns: [&[(&str, zbus::Variant)]; 5] = [
         &[("slowdown_depth", 0.1f64.into())],
+        &[("slowdown_share", 0.1f64.into())],
         &[
             ("slowdown_depth", f64::NAN.into()),
             ("slowdown_share", 0.1f64.into()),

@@ -94,7 +94,8 @@ impl Service {
         // Numbered, queued and sent under the jobs lock, where `stop_worker` sends the end
         // marker: numbered outside it, two callers at once could queue their jobs in the other
         // order, and the later job's result be replaced by the earlier's (a hunt ran 16
-        // imports of one kernel at once: job 14 ran before 8 to 13).
+        // imports of one kernel at once: job 14 ran before 8 to 13). The record is written
+        // under it too; an enqueue is rare, and no bound query takes this lock.
         let mut jobs = self
             .inner
             .jobs

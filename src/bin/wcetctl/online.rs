@@ -828,13 +828,7 @@ pub(crate) async fn import(
             .flat_map(|(&m, times)| times.iter().map(move |&t| (m, t)))
             .collect();
         let mut options = import_options(source, interference, geometry.get(kernel));
-        // More than one bus message carries is refused here, with why, and the rest still sent:
-        // the call itself ended with "Broken pipe" and stopped the whole import (a hunt).
-        if pairs.len() > wcetd::service::MAX_IMPORTED_SAMPLES {
-            let message = format!(
-                "more than one bus message carries; accepted: at most {} per kernel (one message of at most 32 MiB; thin the file, the first ones of each size say most)",
-                wcetd::service::MAX_IMPORTED_SAMPLES
-            );
+        if let Some(message) = too_many_to_send(pairs.len()) {
             if let Some(b) = &bar {
                 b.inc(pairs.len() as u64);
             }
@@ -882,6 +876,18 @@ pub(crate) async fn import(
         bail!("{failed} of {} kernels were not imported", set.len());
     }
     Ok(())
+}
+
+/// Why `n` samples of one kernel are not sent, where they are more than one bus message carries:
+/// refused here, with why, so that the rest are still sent (the call itself ended with "Broken
+/// pipe" and stopped the whole import: a hunt).
+fn too_many_to_send(n: usize) -> Option<String> {
+    (n > wcetd::service::MAX_IMPORTED_SAMPLES).then(|| {
+        format!(
+            "more than one bus message carries; accepted: at most {} per kernel (one message of at most 32 MiB; thin the file, the first ones of each size say most)",
+            wcetd::service::MAX_IMPORTED_SAMPLES
+        )
+    })
 }
 
 /// A bar over the `total` samples an import sends, named by the kernel being sent.
